@@ -1,0 +1,1 @@
+"""Shared pytest configuration for the statechaos suites (options live in the statechaos plugin)."""
