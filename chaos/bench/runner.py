@@ -1,0 +1,94 @@
+"""Run the benchmark modules and report every figure as a ratio against its same-run baseline."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+from rich.console import Console
+from rich.table import Table
+
+from chaos.bench.core import Figure
+
+__all__ = ["MODULES", "run_benchmarks", "machine_description"]
+
+# benchmark module (chaos/bench/<name>.py with run(quick) -> list[Figure]), in report order
+MODULES = ("state_ops", "keygroups", "checkpoints", "oracles", "end_to_end", "recovery")
+
+
+def machine_description() -> dict[str, Any]:
+    """What the figures were measured on (context for the ratios, which are what matter)."""
+    return {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpus": psutil.cpu_count(logical=True),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "load_avg_at_start": list(psutil.getloadavg()),
+    }
+
+
+def run_benchmarks(
+    quick: bool, json_path: Path | None, only: list[str] | None = None, console: Console | None = None
+) -> int:
+    console = console or Console()
+    names = [m for m in MODULES if not only or m in only]
+    unknown = set(only or []) - set(MODULES)
+    if unknown:
+        from chaos.cli import UsageError
+
+        raise UsageError(
+            f"unknown benchmark module(s): {', '.join(sorted(unknown))}; known: {', '.join(MODULES)}"
+        )
+    report: dict[str, Any] = {"quick": quick, "machine": machine_description(), "modules": {}}
+    figures: list[tuple[str, Figure]] = []
+    for name in names:
+        try:
+            mod = importlib.import_module(f"chaos.bench.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"chaos.bench.{name}":
+                report["modules"][name] = {"status": "missing"}
+                console.print(f"[yellow]skip[/yellow] {name}: not available")
+                continue
+            raise
+        console.print(f"[bold]bench[/bold] {name} ...")
+        t0 = time.perf_counter()
+        try:
+            got = mod.run(quick)
+        except Exception as e:  # one broken benchmark must not hide the others' figures
+            report["modules"][name] = {"status": "error", "error": f"{type(e).__name__}: {e}"}
+            console.print(f"[red]error[/red] {name}: {type(e).__name__}: {e}")
+            continue
+        report["modules"][name] = {
+            "status": "ok",
+            "seconds": round(time.perf_counter() - t0, 2),
+            "figures": [f.to_dict() for f in got],
+        }
+        figures.extend((name, f) for f in got)
+
+    table = Table(title="statechaos bench" + (" --quick" if quick else ""))
+    for col in ("module", "figure", "size", "value", "baseline", "ratio", "target", "ok"):
+        table.add_column(col, overflow="fold")
+    for name, f in figures:
+        ok = f.meets_target
+        table.add_row(
+            name,
+            f.name,
+            ", ".join(f"{k}={v}" for k, v in f.size.items()),
+            f"{f.value:,.1f} {f.unit}",
+            f"{f.baseline:,.1f} ({f.baseline_name})",
+            f"{f.ratio:.3g}",
+            "-" if f.target is None else (">= " if f.higher_is_better else "<= ") + f"{f.target:g}",
+            "-" if ok is None else ("[green]yes[/green]" if ok else "[red]no[/red]"),
+        )
+    console.print(table)
+    if json_path:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(report, indent=2, default=str))
+        console.print(f"report written to {json_path}")
+    errors = [n for n, m in report["modules"].items() if m["status"] == "error"]
+    return 2 if errors else 0

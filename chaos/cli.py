@@ -1,0 +1,204 @@
+"""The ``statechaos`` command line: run, validate, list, replay, inspect, report, bench.
+
+Exit codes: 0 every check holds; 1 a check failed (the failing check, why, and a one-line replay
+command are printed); 2 bad input or environment (a clear message, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from chaos.scenario import ScenarioError, load_scenarios
+
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+console = Console(stderr=False, highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+class UsageError(Exception):
+    """Bad input or environment: reported in one message, exit code 2."""
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    scenarios = load_scenarios(args.paths)
+    for path, sc in scenarios:
+        console.print(f"[green]ok[/green] {path}: {sc.name} ({sc.cluster}, {len(sc.faults)} faults)")
+    return EXIT_OK
+
+
+def _describe_faults(sc: Any) -> str:
+    kinds: list[str] = []
+    for f in sc.faults:
+        if f.kind not in kinds:
+            kinds.append(f.kind)
+    return ", ".join(kinds) or "-"
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    scenarios = load_scenarios(args.paths or ["scenarios"])
+    if args.json:
+        print(json.dumps([{"file": str(p), **sc.model_dump(mode="json")} for p, sc in scenarios], indent=2))
+        return EXIT_OK
+    table = Table(title="scenarios")
+    for col in ("file", "name", "cluster", "faults", "rescale", "checks"):
+        table.add_column(col)
+    for path, sc in scenarios:
+        table.add_row(
+            str(path), sc.name, sc.cluster, _describe_faults(sc), str(len(sc.rescale)), ", ".join(sc.checks)
+        )
+    console.print(table)
+    return EXIT_OK
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from chaos.runner import run_scenarios
+
+    scenarios = load_scenarios(args.paths)
+    return run_scenarios(
+        scenarios,
+        cluster=args.cluster,
+        seed=args.seed,
+        runs_dir=Path(args.runs_dir),
+        json_path=Path(args.json) if args.json else None,
+        alluredir=Path(args.alluredir) if args.alluredir else None,
+        console=console,
+    )
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from chaos.runner import replay
+
+    return replay(
+        Path(args.run_dir),
+        runs_dir=Path(args.runs_dir),
+        console=console,
+        json_path=Path(args.json) if args.json else None,
+    )
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from reference_impl.inspect import inspect_checkpoint
+
+    path = Path(args.checkpoint_dir)
+    if not path.exists():
+        raise UsageError(f"{path}: no such checkpoint directory")
+    view = inspect_checkpoint(path)
+    if args.json:
+        print(json.dumps(view.to_json(), indent=2, default=str))
+    else:
+        console.print(view.render())
+    return EXIT_OK
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from chaos.timeline import plot_timeline
+
+    run_dir = Path(args.run_dir)
+    history = run_dir / "history.jsonl"
+    if not history.is_file():
+        raise UsageError(f"{run_dir}: not a run directory (no history.jsonl)")
+    out = Path(args.output) if args.output else run_dir / "timeline.png"
+    plot_timeline(history, out)
+    console.print(f"timeline written to {out}")
+    return EXIT_OK
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from chaos.bench.runner import run_benchmarks
+
+    return run_benchmarks(
+        quick=args.quick, json_path=Path(args.json) if args.json else None, only=args.only, console=console
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="statechaos",
+        description="Chaos experiments on Flink's state model, run on Spark or the deterministic simulator.",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    r = sub.add_parser("run", help="run scenario files or folders and check every oracle")
+    r.add_argument("paths", nargs="+", help="scenario files or folders of *.yaml")
+    r.add_argument("--cluster", help="override the cluster: sim, local, docker or spark://host:port")
+    r.add_argument("--seed", type=int, help="override the seed")
+    r.add_argument("--json", metavar="FILE", help="write a machine-readable report")
+    r.add_argument("--alluredir", metavar="DIR", help="write Allure results")
+    r.add_argument(
+        "--runs-dir",
+        default=os.environ.get("STATECHAOS_RUNS_DIR", "runs"),
+        help="where run directories go (default: ./runs)",
+    )
+    r.set_defaults(fn=_cmd_run)
+
+    v = sub.add_parser("validate", help="validate scenario files without running them")
+    v.add_argument("paths", nargs="+")
+    v.set_defaults(fn=_cmd_validate)
+
+    ls = sub.add_parser("list", help="list scenarios (default folder: scenarios/)")
+    ls.add_argument("paths", nargs="*")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(fn=_cmd_list)
+
+    rp = sub.add_parser("replay", help="run a recorded run again with the same seed and fault schedule")
+    rp.add_argument("run_dir")
+    rp.add_argument("--json", metavar="FILE")
+    rp.add_argument("--runs-dir", default=os.environ.get("STATECHAOS_RUNS_DIR", "runs"))
+    rp.set_defaults(fn=_cmd_replay)
+
+    i = sub.add_parser("inspect", help="dump a checkpoint or savepoint")
+    i.add_argument("checkpoint_dir")
+    i.add_argument("--json", action="store_true")
+    i.set_defaults(fn=_cmd_inspect)
+
+    rep = sub.add_parser("report", help="plot a run's timeline (throughput, checkpoints, restores, faults)")
+    rep.add_argument("run_dir")
+    rep.add_argument("-o", "--output", help="PNG path (default: RUN_DIR/timeline.png)")
+    rep.set_defaults(fn=_cmd_report)
+
+    b = sub.add_parser("bench", help="benchmarks: ratios against baselines measured in the same run")
+    b.add_argument("--quick", action="store_true", help="small sizes, a few minutes in all")
+    b.add_argument("--json", metavar="FILE")
+    b.add_argument("--only", action="append", help="run only these benchmark modules (repeatable)")
+    b.set_defaults(fn=_cmd_bench)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    # Ctrl-C: KeyboardInterrupt unwinds through every context manager, which cleans up what a run started
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        return int(args.fn(args))
+    except ScenarioError as e:
+        err.print(f"[red]error:[/red] {e}", markup=True, soft_wrap=True)
+        return EXIT_BAD_INPUT
+    except UsageError as e:
+        err.print(f"[red]error:[/red] {e}", soft_wrap=True)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        err.print("interrupted: everything the run started was stopped and removed")
+        return 130
+    except Exception as e:  # environment and damaged-input errors from lower layers
+        from chaos.errors import classify
+
+        kind = classify(e)
+        if kind == "input":
+            err.print(f"[red]error:[/red] {e}", soft_wrap=True)
+            return EXIT_BAD_INPUT
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())
