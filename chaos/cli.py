@@ -51,12 +51,10 @@ def _cmd_list(args: argparse.Namespace) -> int:
         print(json.dumps([{"file": str(p), **sc.model_dump(mode="json")} for p, sc in scenarios], indent=2))
         return EXIT_OK
     table = Table(title="scenarios")
-    for col in ("file", "name", "cluster", "faults", "rescale", "checks"):
-        table.add_column(col)
+    for col in ("file", "cluster", "faults", "rescale", "checks"):
+        table.add_column(col, overflow="fold")
     for path, sc in scenarios:
-        table.add_row(
-            str(path), sc.name, sc.cluster, _describe_faults(sc), str(len(sc.rescale)), ", ".join(sc.checks)
-        )
+        table.add_row(path.name, sc.cluster, _describe_faults(sc), str(len(sc.rescale)), str(len(sc.checks)))
     console.print(table)
     return EXIT_OK
 
