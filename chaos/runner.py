@@ -1,0 +1,200 @@
+"""Run scenarios: execute each on its cluster, check its oracles, and report (table, JSON, Allure).
+
+Every run gets its own directory holding the scenario (as run, after overrides), the history, the
+checkpoints, the committed output, the verdicts and the timeline plot, so ``statechaos replay RUN_DIR``
+can run the very same experiment again and ``statechaos report`` can plot it.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from chaos.scenario import Scenario, load_scenario
+
+__all__ = ["ScenarioOutcome", "run_scenario", "run_scenarios", "replay", "replay_command"]
+
+SCENARIO_FILE = "scenario.yaml"
+
+
+@dataclass
+class ScenarioOutcome:
+    """What one scenario run produced: verdicts of its checks, or the error that stopped it."""
+
+    name: str
+    source: str
+    run_dir: str
+    cluster: str
+    seed: int
+    verdicts: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+    error_kind: str | None = None  # "input" (bad input/environment) or "bug"
+    seconds: float = 0.0
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and all(v["passed"] for v in self.verdicts)
+
+    @property
+    def failed_checks(self) -> list[dict[str, Any]]:
+        return [v for v in self.verdicts if not v["passed"]]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["passed"] = self.passed
+        d["replay"] = replay_command(Path(self.run_dir))
+        return d
+
+
+def replay_command(run_dir: Path) -> str:
+    return f"statechaos replay {shlex.quote(str(run_dir))}"
+
+
+def _new_run_dir(runs_dir: Path, sc: Scenario) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    base = runs_dir / f"{stamp}-{sc.name}-seed{sc.seed}"
+    d, n = base, 1
+    while d.exists():
+        n += 1
+        d = base.with_name(f"{base.name}-{n}")
+    d.mkdir(parents=True)
+    return d
+
+
+def run_scenario(sc: Scenario, run_dir: Path, source: str = "<scenario>") -> ScenarioOutcome:
+    """Execute one validated scenario in ``run_dir`` and check its oracles."""
+    from chaos.errors import classify
+    from chaos.execute import execute_scenario
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / SCENARIO_FILE).write_text(yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False))
+    outcome = ScenarioOutcome(sc.name, source, str(run_dir), sc.cluster, sc.seed)
+    t0 = time.perf_counter()
+    try:
+        verdicts, stats = execute_scenario(sc, run_dir)
+        outcome.verdicts = verdicts
+        outcome.stats = stats
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:
+        outcome.error = f"{type(e).__name__}: {e}"
+        outcome.error_kind = classify(e)
+        (run_dir / "error.txt").write_text(traceback.format_exc())
+    outcome.seconds = round(time.perf_counter() - t0, 2)
+    (run_dir / "outcome.json").write_text(json.dumps(outcome.to_dict(), indent=2, default=str))
+    try:
+        from chaos.timeline import plot_timeline
+
+        if (run_dir / "history.jsonl").is_file():
+            plot_timeline(
+                run_dir / "history.jsonl", run_dir / "timeline.png", title=f"{sc.name} (seed {sc.seed})"
+            )
+    except Exception as e:  # a plot must never hide a verdict
+        (run_dir / "timeline-error.txt").write_text(f"{type(e).__name__}: {e}\n")
+    return outcome
+
+
+def _summary(outcomes: list[ScenarioOutcome], console: Console) -> None:
+    table = Table(title="statechaos run")
+    for col in ("scenario", "cluster", "seed", "checks", "result", "seconds"):
+        table.add_column(col, overflow="fold")
+    for o in outcomes:
+        if o.error:
+            result = f"[red]error[/red] ({o.error_kind})"
+        elif o.passed:
+            result = "[green]passed[/green]"
+        else:
+            result = "[red]FAILED[/red]: " + ", ".join(v["oracle"] for v in o.failed_checks)
+        passed = sum(v["passed"] for v in o.verdicts)
+        table.add_row(
+            o.name, o.cluster, str(o.seed), f"{passed}/{len(o.verdicts)}", result, f"{o.seconds:.1f}"
+        )
+    console.print(table)
+    for o in outcomes:
+        if o.passed:
+            continue
+        console.print(f"\n[bold red]{o.name}[/bold red] ({o.source})")
+        if o.error:
+            console.print(f"  error: {o.error}", soft_wrap=True)
+            console.print(f"  details: {Path(o.run_dir) / 'error.txt'}")
+        for v in o.failed_checks:
+            console.print(f"  [red]✗ {v['oracle']}[/red]: {v['summary']}", soft_wrap=True)
+            for line in v.get("details", [])[:5]:
+                console.print(f"      {line}", soft_wrap=True)
+        console.print(f"  replay: {replay_command(Path(o.run_dir))}", soft_wrap=True)
+
+
+def _exit_code(outcomes: list[ScenarioOutcome]) -> int:
+    if any(o.error and o.error_kind == "input" for o in outcomes):
+        return 2
+    if any(o.error for o in outcomes):
+        return 1
+    return 0 if all(o.passed for o in outcomes) else 1
+
+
+def run_scenarios(
+    scenarios: list[tuple[Path, Scenario]],
+    cluster: str | None,
+    seed: int | None,
+    runs_dir: Path,
+    json_path: Path | None,
+    alluredir: Path | None,
+    console: Console,
+) -> int:
+    """The ``statechaos run`` flow: progress bar, summary table, JSON report, Allure results, exit code."""
+    prepared = [(p, sc.with_overrides(cluster=cluster, seed=seed)) for p, sc in scenarios]
+    outcomes: list[ScenarioOutcome] = []
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as progress:
+        task = progress.add_task("scenarios", total=len(prepared))
+        for path, sc in prepared:
+            progress.update(task, description=f"{sc.name} on {sc.cluster}")
+            run_dir = _new_run_dir(runs_dir, sc)
+            outcomes.append(run_scenario(sc, run_dir, source=str(path)))
+            progress.advance(task)
+    _summary(outcomes, console)
+    if json_path:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        report = {
+            "passed": all(o.passed for o in outcomes),
+            "scenarios": [o.to_dict() for o in outcomes],
+        }
+        json_path.write_text(json.dumps(report, indent=2, default=str))
+        console.print(f"report written to {json_path}")
+    if alluredir:
+        from chaos.allure_results import write_allure_results
+
+        write_allure_results(outcomes, alluredir)
+        console.print(f"Allure results written to {alluredir} (render: allure generate {alluredir})")
+    return _exit_code(outcomes)
+
+
+def replay(run_dir: Path, runs_dir: Path, console: Console, json_path: Path | None = None) -> int:
+    """Run a recorded scenario again: same scenario (after its overrides), same seed, same schedule."""
+    from chaos.cli import UsageError
+
+    src = run_dir / SCENARIO_FILE
+    if not src.is_file():
+        raise UsageError(f"{run_dir}: not a run directory (no {SCENARIO_FILE})")
+    sc = load_scenario(src)
+    console.print(f"replaying {sc.name} (seed {sc.seed}) from {run_dir}")
+    return run_scenarios([(src, sc)], None, None, runs_dir, json_path, None, console)
