@@ -25,9 +25,10 @@ def pick_checkpoint_file(checkpoint_dir: Path, rng: random.Random, include_metad
 
 
 class CorruptFile(Injector):
-    """Flip one bit of one byte at a seeded offset; ``stop`` restores the original byte."""
+    """Flip one bit of one byte at a seeded offset. The damage stays: restore must detect it."""
 
     kind = "storage"
+    instant = True
 
     def __init__(self, scope: RunScope, path: Path, rng: random.Random) -> None:
         self.scope, self.path, self.rng = scope, Path(path), rng

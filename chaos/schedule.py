@@ -1,0 +1,180 @@
+"""Fault schedules: when each fault of a scenario fires, decided from the seed alone.
+
+``plan`` turns a scenario's faults into concrete firings (random triggers become seeded times, so the
+same seed gives the same schedule). The :class:`Nemesis` (Jepsen's word) watches the run — time,
+completed checkpoints, record counts, failpoint hits — fires each fault once through an executor's
+injector factory, heals it after its duration, and records ``fault_start``/``fault_end`` in the
+history. It is executor-agnostic: the sim executor and the Spark driver feed it the same way.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from chaos.injectors.base import Injector
+from chaos.scenario import Fault, Scenario
+
+__all__ = ["PlannedFault", "plan", "Nemesis", "DEFAULT_RANDOM_WINDOW_MS", "FailpointAction"]
+
+DEFAULT_RANDOM_WINDOW_MS = 5_000
+
+
+@dataclass
+class PlannedFault:
+    """One firing of one scenario fault. ``kind`` is the trigger kind; ``value`` its resolved value."""
+
+    fault_id: int
+    fault: Fault
+    kind: str  # time_ms | checkpoint | records | failpoint
+    value: Any
+    rng_seed: int
+    fired: bool = False
+    healed: bool = False
+    fired_at: int | None = None
+    injector: Injector | None = field(default=None, repr=False)
+
+    def describe(self) -> str:
+        return f"#{self.fault_id} {self.fault.kind} at {self.kind}={self.value}"
+
+
+def plan(scenario: Scenario) -> list[PlannedFault]:
+    """Concrete firings for a scenario's faults; a ``random: N`` trigger becomes N seeded times."""
+    rng = random.Random(f"statechaos-schedule-{scenario.seed}")
+    out: list[PlannedFault] = []
+    for f in scenario.faults:
+        at = f.at
+        if at.kind == "random":
+            window = at.within_ms or DEFAULT_RANDOM_WINDOW_MS
+            times = sorted(rng.randrange(1, max(2, window)) for _ in range(at.random or 1))
+            for t in times:
+                out.append(PlannedFault(len(out) + 1, f, "time_ms", t, rng.getrandbits(32)))
+        else:
+            out.append(PlannedFault(len(out) + 1, f, at.kind, getattr(at, at.kind), rng.getrandbits(32)))
+    return out
+
+
+@dataclass
+class FailpointAction:
+    """What a failpoint hit should do: crash the task, or delay it by ``delay_ms``."""
+
+    action: str
+    delay_ms: int = 0
+    fault_id: int = 0
+
+
+InjectorFactory = Callable[[PlannedFault, random.Random], Injector | None]
+Emit = Callable[..., None]
+
+
+class Nemesis:
+    """Fires planned faults when their triggers are reached and heals them after ``duration_ms``.
+
+    ``factory(planned, rng)`` builds the executor-specific injector for a fault (or returns None when
+    the executor performs the fault itself, e.g. a sim crash, after being told through ``on_fire``).
+    ``emit(type, **fields)`` appends to the run history.
+    """
+
+    def __init__(self, planned: list[PlannedFault], factory: InjectorFactory, emit: Emit) -> None:
+        self.planned = planned
+        self.factory = factory
+        self.emit = emit
+        self.records = 0
+        self.last_checkpoint = 0
+        self.now_ms = 0
+
+    # ---------------------------------------------------------------- observations
+
+    def on_time(self, now_ms: int) -> None:
+        self.now_ms = now_ms
+        for p in self.planned:
+            if not p.fired and p.kind == "time_ms" and now_ms >= p.value:
+                self._fire(p)
+        self._heal_due()
+
+    def on_checkpoint_completed(self, checkpoint_id: int) -> None:
+        self.last_checkpoint = max(self.last_checkpoint, checkpoint_id)
+        for p in self.planned:
+            if not p.fired and p.kind == "checkpoint" and checkpoint_id >= p.value:
+                self._fire(p)
+
+    def on_records(self, total_records: int) -> None:
+        self.records = total_records
+        for p in self.planned:
+            if not p.fired and p.kind == "records" and total_records >= p.value:
+                self._fire(p)
+
+    def on_failpoint(self, name: str, target: str | None = None) -> FailpointAction | None:
+        """Called by the runtime at a named failpoint; returns the action to take there, if any.
+        A failpoint fault with a target fires only for that target (e.g. ``count[1]``)."""
+        for p in self.planned:
+            if p.fired or p.kind != "failpoint" or p.value != name:
+                continue
+            if p.fault.target is not None and target is not None and str(p.fault.target) != target:
+                continue
+            self._fire(p, target_override=target)
+            if p.fault.action == "delay":
+                return FailpointAction("delay", p.fault.delay_ms or 0, p.fault_id)
+            return FailpointAction("crash", 0, p.fault_id)
+        return None
+
+    # ---------------------------------------------------------------- firing and healing
+
+    def _fire(self, p: PlannedFault, target_override: str | None = None) -> None:
+        p.fired = True
+        p.fired_at = self.now_ms
+        rng = random.Random(p.rng_seed)
+        injector = self.factory(p, rng)
+        p.injector = injector
+        details = injector.describe() if injector else {}
+        target = details.get("target") or target_override or p.fault.target
+        self.emit(
+            "fault_start",
+            fault_id=p.fault_id,
+            kind=p.fault.kind,
+            target=None if target is None else str(target),
+            trigger=f"{p.kind}={p.value}",
+            details=details,
+        )
+        if injector is not None:
+            injector.start()
+        # instant faults (a kill, a crash, a damaged file) end as they start; the others last for
+        # duration_ms, or until the run ends
+        if injector is None or injector.instant:
+            self._heal(p)
+
+    def _heal(self, p: PlannedFault) -> None:
+        if p.healed:
+            return
+        p.healed = True
+        if p.injector is not None:
+            p.injector.stop()
+        self.emit("fault_end", fault_id=p.fault_id, kind=p.fault.kind)
+
+    def _heal_due(self) -> None:
+        for p in self.planned:
+            if p.fired and not p.healed and p.fault.duration_ms is not None and p.fired_at is not None:
+                if self.now_ms >= p.fired_at + p.fault.duration_ms:
+                    self._heal(p)
+
+    def heal_all(self) -> None:
+        """Heal every active fault (end of run, Ctrl-C): nothing stays paused, cut or damaged-by-toxic."""
+        errors = []
+        for p in self.planned:
+            if p.fired and not p.healed:
+                try:
+                    self._heal(p)
+                except Exception as e:  # keep healing the others
+                    errors.append(e)
+        if errors:
+            raise errors[0]
+
+    @property
+    def pending(self) -> list[PlannedFault]:
+        return [p for p in self.planned if not p.fired]
+
+    @property
+    def active(self) -> list[PlannedFault]:
+        return [p for p in self.planned if p.fired and not p.healed]
