@@ -1,0 +1,414 @@
+"""The dockerised Spark standalone cluster of one run: ``compose/docker-compose.yml`` under a compose
+project name that is the run's own.
+
+Everything the stack creates (containers, the network, the checkpoint volume) carries the label
+``io.statechaos.project=<project>``. Cleanup selects on that label with the Docker SDK, so it also
+removes what a run killed with SIGKILL left behind: ``up()`` sweeps leftovers of its project first,
+``down()`` sweeps again after ``docker-compose down``. Up and down go through the compose CLI (v1
+``docker-compose`` or the v2 ``docker compose`` plugin, whichever exists); inspection, exec and
+cleanup go through the SDK.
+
+The harness driver runs inside the ``spark-driver`` container on the stack's network (executors must
+connect back to the driver, and container addresses are not routable from every host): use
+:meth:`DockerStack.run_in_driver`. Inside the network the master is ``spark://spark-master:7077``,
+the driver host is ``spark-driver``, the proxy API is ``http://toxiproxy:8474`` and the checkpoint
+volume is ``/checkpoints`` in every container.
+
+Usage::
+
+    with DockerStack("run-42", workers=2) as stack:   # up + wait_healthy; down on exit, error or signal
+        code, out = stack.run_in_driver(["python", "-c", "..."])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any
+
+from chaos.scope import PROJECT_LABEL
+
+__all__ = [
+    "COMPOSE_DIR",
+    "ROLE_LABEL",
+    "DockerStack",
+    "DockerStackError",
+    "build_images",
+    "compose_command",
+    "docker_client",
+]
+
+COMPOSE_DIR = Path(__file__).resolve().parents[2] / "compose"
+ROLE_LABEL = "io.statechaos.role"
+DEFAULT_IMAGE = "statechaos/spark:latest"
+# compose service -> role label value
+SERVICES = {
+    "spark-master": "master",
+    "spark-worker": "worker",
+    "spark-driver": "driver",
+    "toxiproxy": "proxy",
+}
+# Compose v1 silently rewrites other project names (lowercases, drops characters), which would make
+# the label and compose's own project name disagree; refuse them instead.
+_PROJECT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+
+
+class DockerStackError(RuntimeError):
+    """The stack could not be built, started, made healthy or removed; the message says why."""
+
+
+def docker_client() -> Any:
+    """A Docker SDK client that negotiates the API version (the engine here speaks 1.41, older than
+    the SDK's default), or :class:`DockerStackError` when no engine is reachable."""
+    try:
+        import docker
+
+        client = docker.from_env(version="auto", timeout=120)
+        client.ping()
+        return client
+    except Exception as e:
+        raise DockerStackError(f"no Docker engine reachable: {e}") from e
+
+
+def compose_command() -> list[str]:
+    """The compose CLI to call: ``docker-compose`` (v1 or v2 standalone) or the ``docker compose`` plugin."""
+    exe = shutil.which("docker-compose")
+    if exe:
+        return [exe]
+    docker_exe = shutil.which("docker")
+    if docker_exe:
+        probe = subprocess.run([docker_exe, "compose", "version"], capture_output=True, text=True)
+        if probe.returncode == 0:
+            return [docker_exe, "compose"]
+    raise DockerStackError("neither docker-compose nor the `docker compose` plugin is installed")
+
+
+def build_images(*, check_only: bool = False, timeout: float = 3600) -> str:
+    """Run ``compose/build-images.sh`` and return the image reference it built (or found).
+
+    With ``check_only`` nothing is built: :class:`DockerStackError` if the image is missing."""
+    script = COMPOSE_DIR / "build-images.sh"
+    args = ["bash", str(script)] + (["--check"] if check_only else [])
+    try:
+        proc = subprocess.run(args, stdout=subprocess.PIPE, stderr=None, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        raise DockerStackError(f"{script} did not finish within {timeout:.0f} s") from e
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        what = "images are not built" if check_only and proc.returncode == 3 else "image build failed"
+        raise DockerStackError(f"{what}: {script} exited {proc.returncode} (its progress is on stderr)")
+    return lines[-1]
+
+
+class DockerStack:
+    """One run's compose stack: master, ``workers`` workers, the driver and (optionally) the proxy.
+
+    ``project`` is the compose project name and the value of the ``io.statechaos.project`` label; it
+    must be unique per concurrent run. ``image`` defaults to ``statechaos/spark:latest`` (what
+    ``compose/build-images.sh`` tags last). ``proxy=False`` leaves the Toxiproxy service out."""
+
+    def __init__(
+        self,
+        project: str,
+        workers: int = 2,
+        *,
+        image: str | None = None,
+        proxy: bool = True,
+        compose_file: Path | str | None = None,
+        client: Any | None = None,
+    ) -> None:
+        if not _PROJECT_RE.match(project):
+            raise ValueError(
+                f"compose project name {project!r} must be lowercase letters, digits, '-' or '_', "
+                "starting with a letter or digit, at most 63 characters"
+            )
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self.project = project
+        self.workers = workers
+        self.image = image or DEFAULT_IMAGE
+        self.proxy = proxy
+        self.compose_file = Path(compose_file) if compose_file else COMPOSE_DIR / "docker-compose.yml"
+        if not self.compose_file.is_file():
+            raise DockerStackError(f"compose file {self.compose_file} does not exist")
+        self._client = client
+        self._saved_handlers: dict[int, Any] = {}
+
+    # ---- addresses, as seen from inside the stack's network ---------------------------------------
+    master_url = "spark://spark-master:7077"
+    driver_host = "spark-driver"
+    proxy_api = "http://toxiproxy:8474"
+    checkpoint_dir = "/checkpoints"
+
+    @property
+    def client(self) -> Any:
+        """The Docker SDK client (created on first use)."""
+        if self._client is None:
+            self._client = docker_client()
+        return self._client
+
+    @property
+    def label(self) -> str:
+        """The ``key=value`` label filter that selects everything of this run."""
+        return f"{PROJECT_LABEL}={self.project}"
+
+    @property
+    def services(self) -> list[str]:
+        names = ["spark-master", "spark-worker", "spark-driver"]
+        return names + (["toxiproxy"] if self.proxy else [])
+
+    # ---- compose CLI -------------------------------------------------------------------------------
+    def _compose(
+        self, *args: str, timeout: float = 300, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        env = dict(os.environ, COMPOSE_PROJECT_NAME=self.project, STATECHAOS_IMAGE=self.image)
+        cmd = [
+            *compose_command(),
+            "-f",
+            str(self.compose_file),
+            "-p",
+            self.project,
+            "--project-directory",
+            str(self.compose_file.parent),
+            *args,
+        ]
+        try:
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            raise DockerStackError(f"`{' '.join(cmd)}` did not finish within {timeout:.0f} s") from e
+        if check and proc.returncode != 0:
+            raise DockerStackError(
+                f"`{' '.join(cmd)}` exited {proc.returncode}:\n{(proc.stderr or proc.stdout)[-4000:]}"
+            )
+        return proc
+
+    # ---- lifecycle ---------------------------------------------------------------------------------
+    def up(self, timeout: float = 300) -> DockerStack:
+        """Remove leftovers of this project (by label), then start the stack detached.
+
+        Does not wait for health beyond what compose does (it waits for the master before starting
+        workers and driver); call :meth:`wait_healthy` for that."""
+        try:
+            self.client.images.get(self.image)
+        except Exception as e:
+            raise DockerStackError(
+                f"image {self.image} is missing: build it with compose/build-images.sh ({e})"
+            ) from e
+        self.sweep()
+        self._compose(
+            "up",
+            "-d",
+            "--no-build",
+            "--remove-orphans",
+            "--scale",
+            f"spark-worker={self.workers}",
+            *self.services,
+            timeout=timeout,
+        )
+        return self
+
+    def wait_healthy(self, timeout: float = 180) -> float:
+        """Wait until every container of the stack reports healthy and ``workers`` workers run.
+
+        Returns the seconds waited. Fails fast, with the container's last log lines, when one exits."""
+        start = time.monotonic()
+        deadline = start + timeout
+        expected = {SERVICES[s]: (self.workers if s == "spark-worker" else 1) for s in self.services}
+        status: dict[str, str] = {}
+        while True:
+            status = {}
+            counts = dict.fromkeys(expected, 0)
+            for c in self.containers(all=True):
+                role = c.labels.get(ROLE_LABEL, "?")
+                state = c.attrs.get("State", {})
+                health = (state.get("Health") or {}).get("Status", "none")
+                status[c.name] = f"{state.get('Status')}/{health}"
+                if state.get("Status") in ("exited", "dead"):
+                    raise DockerStackError(
+                        f"container {c.name} ({role}) exited with code {state.get('ExitCode')}; last log lines:\n"
+                        + self._tail(c)
+                    )
+                if state.get("Status") == "running" and health == "healthy" and role in counts:
+                    counts[role] += 1
+            if all(counts[r] >= n for r, n in expected.items()):
+                return time.monotonic() - start
+            if time.monotonic() > deadline:
+                unhealthy = [
+                    c for c in self.containers() if "healthy" not in status.get(c.name, "/").split("/")[1:]
+                ]
+                logs = "\n".join(f"--- {c.name}\n{self._tail(c)}" for c in unhealthy[:3])
+                raise DockerStackError(
+                    f"stack {self.project} not healthy after {timeout:.0f} s: "
+                    f"{status or 'no containers'}; expected {expected}\n{logs}"
+                )
+            time.sleep(1)
+
+    def down(self, timeout: float = 120) -> None:
+        """Remove the run's containers, network and volumes: ``compose down -v``, then a label sweep.
+
+        SIGINT/SIGTERM are held off while it runs, so a second Ctrl-C cannot leave half a stack."""
+        with _signals_deferred():
+            try:
+                self._compose("down", "-v", "--remove-orphans", "-t", "3", timeout=timeout, check=False)
+            finally:
+                self.sweep()
+        left = self.leftovers()
+        if any(left.values()):
+            raise DockerStackError(f"stack {self.project} left resources behind: {left}")
+
+    def sweep(self) -> dict[str, int]:
+        """Force-remove every container, network and volume labelled with this project.
+
+        Needs no compose file and no state: it is how a run cleans up after a predecessor that was
+        killed. Returns how many of each it removed."""
+        import docker.errors
+
+        removed = {"containers": 0, "networks": 0, "volumes": 0}
+        flt = {"label": self.label}
+        for c in self.client.containers.list(all=True, filters=flt):
+            with contextlib.suppress(docker.errors.NotFound):
+                c.remove(force=True, v=True)
+                removed["containers"] += 1
+        for n in self.client.networks.list(filters=flt):
+            with contextlib.suppress(docker.errors.NotFound):
+                n.remove()
+                removed["networks"] += 1
+        for v in self.client.volumes.list(filters=flt):
+            with contextlib.suppress(docker.errors.NotFound):
+                v.remove(force=True)
+                removed["volumes"] += 1
+        return removed
+
+    def leftovers(self) -> dict[str, list[str]]:
+        """Names of containers, networks and volumes that still carry this project's label."""
+        flt = {"label": self.label}
+        return {
+            "containers": [c.name for c in self.client.containers.list(all=True, filters=flt)],
+            "networks": [n.name for n in self.client.networks.list(filters=flt)],
+            "volumes": [v.name for v in self.client.volumes.list(filters=flt)],
+        }
+
+    # ---- inspection and exec -----------------------------------------------------------------------
+    def containers(self, role: str | None = None, *, all: bool = False) -> list[Any]:
+        """SDK containers of this run, optionally of one role (master, worker, driver, proxy), by name."""
+        labels = [self.label] + ([f"{ROLE_LABEL}={role}"] if role else [])
+        found = self.client.containers.list(all=all, filters={"label": labels})
+        return sorted(found, key=lambda c: c.name)
+
+    def container(self, role: str) -> Any:
+        """The one container of a single-instance role (master, driver, proxy)."""
+        found = self.containers(role)
+        if len(found) != 1:
+            raise DockerStackError(
+                f"expected one running {role} container in {self.project}, found {len(found)}"
+            )
+        return found[0]
+
+    def network(self) -> Any:
+        """The run's network (SDK object), e.g. for partition faults."""
+        found = self.client.networks.list(filters={"label": self.label})
+        if len(found) != 1:
+            raise DockerStackError(f"expected one network labelled {self.label}, found {len(found)}")
+        return found[0]
+
+    def host_port(self, role: str, port: int) -> int:
+        """The loopback port on the host published for ``port`` of a role's container (master 7077 and
+        8080, proxy 8474)."""
+        c = self.container(role)
+        c.reload()
+        bindings = (c.attrs["NetworkSettings"]["Ports"] or {}).get(f"{port}/tcp") or []
+        if not bindings:
+            raise DockerStackError(f"{role} port {port} is not published")
+        return int(bindings[0]["HostPort"])
+
+    def run_in_driver(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        workdir: str | None = None,
+        timeout: float | None = None,
+    ) -> tuple[int, str]:
+        """Run ``cmd`` in the driver container and return ``(exit_code, stdout+stderr)``.
+
+        A string runs through ``sh -c``. ``timeout`` kills the command inside the container (exit 137)
+        so a hung job cannot hang the caller."""
+        argv = ["sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        if timeout is not None:
+            argv = ["timeout", "-s", "KILL", f"{max(1, int(timeout))}", *argv]
+        result = self.container("driver").exec_run(argv, environment=dict(env or {}), workdir=workdir)
+        return result.exit_code, (result.output or b"").decode("utf-8", "replace")
+
+    @staticmethod
+    def _tail(container: Any, lines: int = 30) -> str:
+        try:
+            return container.logs(tail=lines).decode("utf-8", "replace")
+        except Exception as e:  # the container may already be gone
+            return f"(no logs: {e})"
+
+    # ---- context manager and signals ---------------------------------------------------------------
+    def __enter__(self) -> DockerStack:
+        self._install_signal_handlers()
+        try:
+            self.up()
+            self.wait_healthy()
+        except BaseException:
+            try:
+                self.down()
+            finally:
+                self._restore_signal_handlers()
+            raise
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            self.down()
+        finally:
+            self._restore_signal_handlers()
+
+    def _install_signal_handlers(self) -> None:
+        """Turn SIGTERM into ``SystemExit`` so ``__exit__`` runs (SIGINT already raises
+        ``KeyboardInterrupt``). Only from the main thread, only over the default handler."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            self._saved_handlers[signal.SIGTERM] = signal.signal(signal.SIGTERM, _raise_system_exit)
+
+    def _restore_signal_handlers(self) -> None:
+        for sig, handler in self._saved_handlers.items():
+            signal.signal(sig, handler)
+        self._saved_handlers.clear()
+
+
+def _raise_system_exit(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM during cleanup and deliver the first one afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in saved:
+        signal.signal(s, lambda signum, frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        for s, h in saved.items():
+            signal.signal(s, h)
+        if pending:
+            os.kill(os.getpid(), pending[0])
