@@ -310,7 +310,9 @@ def java_hashes(keys: np.ndarray | Sequence[Any] | Iterable[Any]) -> np.ndarray:
     return np.fromiter((java_hash(k) for k in seq), dtype=np.int32, count=len(seq))
 
 
-def assign_to_key_groups(keys: np.ndarray | Sequence[Any] | Iterable[Any], max_parallelism: int) -> np.ndarray:
+def assign_to_key_groups(
+    keys: np.ndarray | Sequence[Any] | Iterable[Any], max_parallelism: int
+) -> np.ndarray:
     """Bulk :func:`assign_to_key_group`: key groups of many keys (numpy int arrays or lists of str,
     or any keys) as an int64 array, equal element by element to the scalar function."""
     check_parallelism(max_parallelism)

@@ -1,0 +1,391 @@
+"""Keyed state handles: they proxy a backend's table under the current key and namespace.
+
+The plain handles store values as they are; the TTL handles (Flink's TTL decorators) store
+:class:`TtlValue` wrappers — one per value for Value/Reducing/Aggregating, one per element for List,
+one per entry for Map — and check expiry on every access. Handles are deliberately lean: they run
+once or more per record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from reference_impl.snapshot import TtlValue
+from reference_impl.ttl import is_expired
+
+__all__ = [
+    "StateTable",
+    "ValueState",
+    "ListState",
+    "ReducingState",
+    "AggregatingState",
+    "MapState",
+    "NoCurrentKeyError",
+    "VOID_NAMESPACE",
+]
+
+VOID_NAMESPACE = "VoidNamespace"
+
+
+class NoCurrentKeyError(RuntimeError):
+    """Keyed state was used before a current key was set."""
+
+
+class StateTable:
+    """One state's data: namespace -> key -> value, plus its descriptor and the TTL cleanup cursor."""
+
+    __slots__ = ("descriptor", "data", "cleanup_cursor")
+
+    def __init__(self, descriptor: Any) -> None:
+        self.descriptor = descriptor
+        self.data: dict[Any, dict[Any, Any]] = {}
+        self.cleanup_cursor: Iterator[tuple[Any, Any]] | None = None
+
+
+class _Handle:
+    def __init__(self, backend: Any, table: StateTable, namespace: Any = VOID_NAMESPACE) -> None:
+        self._b = backend
+        self._t = table
+        self._name = table.descriptor.name
+        self.set_current_namespace(namespace)
+        ttl = table.descriptor.ttl_config
+        self._ttl = ttl
+        if ttl is not None:
+            self._ttl_ms = ttl.ttl_ms
+            self._on_read = ttl.update_on_read
+            self._return_expired = ttl.return_expired
+            inc = ttl.incremental_cleanup
+            self._cleanup_size = inc.cleanup_size if inc is not None else 0
+
+    def set_current_namespace(self, namespace: Any) -> None:
+        self._ns = namespace
+        m = self._t.data.get(namespace)
+        if m is None:
+            m = self._t.data[namespace] = {}
+        self._m = m
+
+    def _key(self) -> Any:
+        k = self._b.current_key
+        if k is None:
+            raise NoCurrentKeyError(f"state {self._name!r} used before set_current_key()")
+        return k
+
+    def clear(self) -> None:
+        self._m.pop(self._key(), None)
+
+    # -------------------------------------------------------------- TTL helpers
+
+    def _now(self) -> int:
+        if self._cleanup_size:
+            self._b.incremental_cleanup(self._t, self._cleanup_size)
+        return self._b.time_provider.now_ms()
+
+    def _expired(self, tv: TtlValue, now: int) -> bool:
+        return is_expired(tv.timestamp, self._ttl_ms, now)
+
+
+class ValueState(_Handle):
+    """A single value per key; ``value()`` is the descriptor's default when empty."""
+
+    def __init__(self, backend: Any, table: StateTable, namespace: Any = VOID_NAMESPACE) -> None:
+        super().__init__(backend, table, namespace)
+        self._default = table.descriptor.default
+
+    def value(self) -> Any:
+        k = self._b.current_key
+        if k is None:
+            raise NoCurrentKeyError(f"state {self._name!r} used before set_current_key()")
+        if self._ttl is None:
+            return self._m.get(k, self._default)
+        tv = self._m.get(k)
+        if tv is None:
+            return self._default
+        now = self._now()
+        if is_expired(tv.timestamp, self._ttl_ms, now):
+            self._m.pop(k, None)
+            return tv.value if self._return_expired else self._default
+        if self._on_read:
+            self._m[k] = TtlValue(tv.value, now)
+        return tv.value
+
+    def update(self, value: Any) -> None:
+        k = self._b.current_key
+        if k is None:
+            raise NoCurrentKeyError(f"state {self._name!r} used before set_current_key()")
+        if value is None:  # Flink: update(null) clears the value
+            self._m.pop(k, None)
+        elif self._ttl is None:
+            self._m[k] = value
+        else:
+            self._m[k] = TtlValue(value, self._now())
+
+
+class _MergingHandle(_Handle):
+    def merge_namespaces(self, target: Any, sources: Iterable[Any]) -> None:
+        """Merge the current key's values in ``sources`` into ``target`` and remove the sources."""
+        k = self._key()
+        data = self._t.data
+        merged = data.get(target, {}).get(k)
+        now = self._b.time_provider.now_ms() if self._ttl is not None else 0
+        if merged is not None and self._ttl is not None:
+            merged = self._alive(merged, now)
+        for ns in sources:
+            if ns == target:
+                continue
+            m = data.get(ns)
+            v = None if m is None else m.pop(k, None)
+            if v is None:
+                continue
+            if self._ttl is not None:
+                v = self._alive(v, now)
+                if v is None:
+                    continue
+            merged = v if merged is None else self._merge(merged, v, now)
+        if merged is not None:
+            data.setdefault(target, {})[k] = merged
+            if target == self._ns:
+                self._m = data[target]
+
+    def _alive(self, stored: Any, now: int) -> Any:
+        return None if self._expired(stored, now) else stored
+
+
+class ListState(_MergingHandle):
+    """A list per key. ``get()`` is None when empty; adding None raises; ``update([])`` clears."""
+
+    def get(self) -> list[Any] | None:
+        k = self._key()
+        lst = self._m.get(k)
+        if lst is None:
+            return None
+        if self._ttl is None:
+            return list(lst)
+        now = self._now()
+        alive = [tv for tv in lst if not self._expired(tv, now)]
+        result = lst if self._return_expired else alive
+        if len(alive) != len(lst):
+            if alive:
+                self._m[k] = alive
+            else:
+                self._m.pop(k, None)
+        if not result:
+            return None
+        if self._on_read and alive:
+            self._m[k] = [TtlValue(tv.value, now) for tv in alive]
+        return [tv.value for tv in result]
+
+    def _wrap(self, values: list[Any]) -> list[Any]:
+        for v in values:
+            if v is None:
+                raise ValueError(f"list state {self._name!r}: None elements are not allowed")
+        if self._ttl is None:
+            return values
+        now = self._now()
+        return [TtlValue(v, now) for v in values]
+
+    def add(self, value: Any) -> None:
+        if value is None:
+            raise ValueError(f"list state {self._name!r}: cannot add None")
+        k = self._key()
+        item = value if self._ttl is None else TtlValue(value, self._now())
+        lst = self._m.get(k)
+        if lst is None:
+            self._m[k] = [item]
+        else:
+            lst.append(item)
+
+    def add_all(self, values: Iterable[Any]) -> None:
+        if values is None:
+            raise ValueError(f"list state {self._name!r}: add_all(None)")
+        items = self._wrap(list(values))
+        if items:
+            self._m.setdefault(self._key(), []).extend(items)
+
+    def update(self, values: Iterable[Any]) -> None:
+        if values is None:
+            raise ValueError(f"list state {self._name!r}: update(None); use clear()")
+        items = self._wrap(list(values))
+        k = self._key()
+        if items:
+            self._m[k] = items
+        else:
+            self._m.pop(k, None)
+
+    def _alive(self, stored: Any, now: int) -> Any:
+        alive = [tv for tv in stored if not self._expired(tv, now)]
+        return alive or None
+
+    def _merge(self, a: Any, b: Any, now: int) -> Any:
+        return a + b
+
+
+class ReducingState(_MergingHandle):
+    """One value per key, folded with the descriptor's reduce function; TTL shares one timestamp."""
+
+    def __init__(self, backend: Any, table: StateTable, namespace: Any = VOID_NAMESPACE) -> None:
+        super().__init__(backend, table, namespace)
+        self._fn = table.descriptor.reduce_function
+
+    def get(self) -> Any:
+        k = self._key()
+        v = self._m.get(k)
+        if v is None or self._ttl is None:
+            return v
+        now = self._now()
+        if self._expired(v, now):
+            self._m.pop(k, None)
+            return v.value if self._return_expired else None
+        if self._on_read:
+            self._m[k] = TtlValue(v.value, now)
+        return v.value
+
+    def add(self, value: Any) -> None:
+        if value is None:
+            raise ValueError(f"reducing state {self._name!r}: cannot add None")
+        k = self._key()
+        cur = self._m.get(k)
+        if self._ttl is None:
+            self._m[k] = value if cur is None else self._fn(cur, value)
+            return
+        now = self._now()
+        if cur is None or self._expired(cur, now):
+            self._m[k] = TtlValue(value, now)
+        else:
+            self._m[k] = TtlValue(self._fn(cur.value, value), now)
+
+    def _merge(self, a: Any, b: Any, now: int) -> Any:
+        if self._ttl is None:
+            return self._fn(a, b)
+        return TtlValue(self._fn(a.value, b.value), now)
+
+
+class AggregatingState(_MergingHandle):
+    """An accumulator per key; ``get()`` returns ``get_result(accumulator)``."""
+
+    def __init__(self, backend: Any, table: StateTable, namespace: Any = VOID_NAMESPACE) -> None:
+        super().__init__(backend, table, namespace)
+        self._agg = table.descriptor.aggregate_function
+
+    def get(self) -> Any:
+        k = self._key()
+        acc = self._m.get(k)
+        if acc is None:
+            return None
+        if self._ttl is None:
+            return self._agg.get_result(acc)
+        now = self._now()
+        if self._expired(acc, now):
+            self._m.pop(k, None)
+            return self._agg.get_result(acc.value) if self._return_expired else None
+        if self._on_read:
+            self._m[k] = TtlValue(acc.value, now)
+        return self._agg.get_result(acc.value)
+
+    def add(self, value: Any) -> None:
+        if value is None:
+            raise ValueError(f"aggregating state {self._name!r}: cannot add None")
+        k = self._key()
+        cur = self._m.get(k)
+        if self._ttl is None:
+            acc = self._agg.create_accumulator() if cur is None else cur
+            self._m[k] = self._agg.add(value, acc)
+            return
+        now = self._now()
+        acc = self._agg.create_accumulator() if cur is None or self._expired(cur, now) else cur.value
+        self._m[k] = TtlValue(self._agg.add(value, acc), now)
+
+    def _merge(self, a: Any, b: Any, now: int) -> Any:
+        if self._ttl is None:
+            return self._agg.merge(a, b)
+        return TtlValue(self._agg.merge(a.value, b.value), now)
+
+
+class MapState(_Handle):
+    """A map per key. Putting None as a value is allowed (Flink allows null map values)."""
+
+    def _map(self, create: bool = False) -> dict[Any, Any] | None:
+        k = self._key()
+        d = self._m.get(k)
+        if d is None and create:
+            d = self._m[k] = {}
+        return d
+
+    def _live(self, d: dict[Any, Any], uk: Any, now: int) -> tuple[bool, Any]:
+        tv = d.get(uk, _MISSING)
+        if tv is _MISSING:
+            return False, None
+        if self._ttl is None:
+            return True, tv
+        if self._expired(tv, now):
+            del d[uk]
+            if not d:
+                self._m.pop(self._b.current_key, None)
+            return (True, tv.value) if self._return_expired else (False, None)
+        if self._on_read:
+            d[uk] = TtlValue(tv.value, now)
+        return True, tv.value
+
+    def get(self, user_key: Any) -> Any:
+        d = self._map()
+        if d is None:
+            return None
+        return self._live(d, user_key, self._now() if self._ttl is not None else 0)[1]
+
+    def contains(self, user_key: Any) -> bool:
+        d = self._map()
+        if d is None:
+            return False
+        return self._live(d, user_key, self._now() if self._ttl is not None else 0)[0]
+
+    def put(self, user_key: Any, value: Any) -> None:
+        d = self._map(create=True)
+        assert d is not None
+        d[user_key] = value if self._ttl is None else TtlValue(value, self._now())
+
+    def put_all(self, entries: dict[Any, Any]) -> None:
+        if not entries:
+            return
+        d = self._map(create=True)
+        assert d is not None
+        if self._ttl is None:
+            d.update(entries)
+        else:
+            now = self._now()
+            d.update({k: TtlValue(v, now) for k, v in entries.items()})
+
+    def remove(self, user_key: Any) -> None:
+        d = self._map()
+        if d is not None:
+            d.pop(user_key, None)
+            if not d:
+                self._m.pop(self._b.current_key, None)
+
+    def items(self) -> list[tuple[Any, Any]]:
+        d = self._map()
+        if d is None:
+            return []
+        if self._ttl is None:
+            return list(d.items())
+        now = self._now()
+        out = []
+        for uk in list(d):
+            present, v = self._live(d, uk, now)
+            if present:
+                out.append((uk, v))
+        return out
+
+    def keys(self) -> list[Any]:
+        return [k for k, _ in self.items()]
+
+    def values(self) -> list[Any]:
+        return [v for _, v in self.items()]
+
+    def is_empty(self) -> bool:
+        return not self.items()
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        return iter(self.items())
+
+
+_MISSING = object()

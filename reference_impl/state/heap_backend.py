@@ -1,0 +1,289 @@
+"""The heap keyed state backend: state tables in memory, for the key groups of one subtask's range.
+
+Keys map to key groups once (cached in ``set_current_key``), which is also where routing mistakes are
+caught: a key whose group lies outside the backend's range raises :class:`KeyGroupOutOfRangeError`.
+Snapshots regroup entries by key group (the unit of rescaling) into the plain
+:class:`~reference_impl.snapshot.KeyedStateSnapshot`; restores keep only the backend's key groups and
+check kind, serializers and TTL when the state is next requested.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+from reference_impl.keygroups import KeyGroupRange, assign_to_key_group, check_parallelism
+from reference_impl.serializers import check_compatible
+from reference_impl.snapshot import KeyedStateSnapshot, StateKind, StateMeta, StateRestoreError, TtlValue
+from reference_impl.state.descriptors import StateDescriptor
+from reference_impl.state.handles import (
+    VOID_NAMESPACE,
+    AggregatingState,
+    ListState,
+    MapState,
+    ReducingState,
+    StateTable,
+    ValueState,
+)
+from reference_impl.time import SystemClock, TimeProvider
+from reference_impl.ttl import StateTtlConfig, is_expired
+
+__all__ = ["HeapKeyedStateBackend", "KeyGroupOutOfRangeError"]
+
+_HANDLES = {
+    StateKind.VALUE: ValueState,
+    StateKind.LIST: ListState,
+    StateKind.REDUCING: ReducingState,
+    StateKind.AGGREGATING: AggregatingState,
+    StateKind.MAP: MapState,
+}
+_IMMUTABLE = (int, float, str, bytes, bool, type(None))
+
+
+class KeyGroupOutOfRangeError(KeyError):
+    """A key reached a backend that does not own its key group: routing is broken."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _copy(v: Any) -> Any:
+    if isinstance(v, _IMMUTABLE):
+        return v
+    if isinstance(v, TtlValue):
+        return v if isinstance(v.value, _IMMUTABLE) else TtlValue(copy.deepcopy(v.value), v.timestamp)
+    return copy.deepcopy(v)
+
+
+class HeapKeyedStateBackend:
+    """Keyed state of one subtask, held in dicts. ``time_provider`` drives TTL (default: wall clock)."""
+
+    def __init__(
+        self, max_parallelism: int, key_group_range: KeyGroupRange, time_provider: TimeProvider | None = None
+    ) -> None:
+        check_parallelism(max_parallelism)
+        if key_group_range and key_group_range.end >= max_parallelism:
+            raise ValueError(f"{key_group_range} exceeds max_parallelism={max_parallelism}")
+        self.max_parallelism = max_parallelism
+        self.key_group_range = key_group_range
+        self.time_provider: TimeProvider = time_provider or SystemClock()
+        self.current_key: Any = None
+        self.current_key_group: int | None = None
+        self._kg_of: dict[Any, int] = {}
+        self._tables: dict[str, StateTable] = {}
+        self._handles: dict[tuple[str, Any], Any] = {}
+        self._restored: dict[str, tuple[StateMeta, dict[Any, dict[Any, Any]]]] = {}
+        self._per_record_cleanup: list[tuple[StateTable, int]] = []
+
+    # ------------------------------------------------------------------ keys
+
+    def set_current_key(self, key: Any) -> None:
+        kg = self._kg_of.get(key)
+        if kg is None:
+            kg = assign_to_key_group(key, self.max_parallelism)
+            if not self.key_group_range.start <= kg <= self.key_group_range.end:
+                raise KeyGroupOutOfRangeError(
+                    f"key {key!r} belongs to key group {kg}, outside this backend's {self.key_group_range} "
+                    f"(max_parallelism={self.max_parallelism}): records are routed to the wrong subtask"
+                )
+            self._kg_of[key] = kg
+        self.current_key = key
+        self.current_key_group = kg
+        if self._per_record_cleanup:
+            for table, n in self._per_record_cleanup:
+                self.incremental_cleanup(table, n)
+
+    def get_current_key(self) -> Any:
+        return self.current_key
+
+    def key_group_of(self, key: Any) -> int:
+        kg = self._kg_of.get(key)
+        return assign_to_key_group(key, self.max_parallelism) if kg is None else kg
+
+    # ------------------------------------------------------------------ state
+
+    def get_state(self, descriptor: StateDescriptor) -> Any:
+        """The handle for ``descriptor`` in the default namespace (created or restored on first use)."""
+        return self.get_partitioned_state(VOID_NAMESPACE, descriptor)
+
+    def get_partitioned_state(self, namespace: Any, descriptor: StateDescriptor) -> Any:
+        handle = self._handles.get((descriptor.name, namespace))
+        if handle is not None:
+            if handle._t.descriptor is not descriptor:
+                self._check_same(handle._t.descriptor, descriptor)
+            return handle
+        table = self._table(descriptor)
+        handle = _HANDLES[descriptor.kind](self, table, namespace)
+        self._handles[(descriptor.name, namespace)] = handle
+        return handle
+
+    def _check_same(self, old: StateDescriptor, new: StateDescriptor) -> None:
+        if old.kind != new.kind:
+            raise StateRestoreError(f"state {new.name!r} is a {old.kind.value} state, not {new.kind.value}")
+        self._check_compatible(old.meta(), new)
+
+    def _table(self, descriptor: StateDescriptor) -> StateTable:
+        table = self._tables.get(descriptor.name)
+        if table is not None:
+            self._check_same(table.descriptor, descriptor)
+            return table
+        table = StateTable(descriptor)
+        restored = self._restored.get(descriptor.name)
+        if restored is not None:
+            meta, data = restored
+            self._check_compatible(meta, descriptor)  # before taking it: a failed attempt loses nothing
+            del self._restored[descriptor.name]
+            table.data = data
+        self._tables[descriptor.name] = table
+        ttl = descriptor.ttl_config
+        if (
+            ttl is not None
+            and ttl.incremental_cleanup
+            and ttl.incremental_cleanup.run_cleanup_for_every_record
+        ):
+            self._per_record_cleanup.append((table, ttl.incremental_cleanup.cleanup_size))
+        return table
+
+    @staticmethod
+    def _check_compatible(meta: StateMeta, d: StateDescriptor) -> None:
+        new = d.meta()
+        if meta.kind != new.kind:
+            raise StateRestoreError(
+                f"state {d.name!r} was checkpointed as a {StateKind(meta.kind).value} state but is "
+                f"restored as a {new.kind.value} state"
+            )
+        if (meta.ttl is None) != (new.ttl is None):
+            was, now = ("TTL", "non-TTL") if meta.ttl is not None else ("non-TTL", "TTL")
+            raise StateRestoreError(
+                f"state {d.name!r} was checkpointed as {was} state and cannot be restored as {now}"
+            )
+        check_compatible(d.name, "values", meta.value_serializer, new.value_serializer)
+        if meta.map_key_serializer or new.map_key_serializer:
+            check_compatible(d.name, "map keys", meta.map_key_serializer or "", new.map_key_serializer or "")
+
+    def incremental_cleanup(self, table: StateTable, n: int) -> None:
+        """Check ``n`` entries of ``table`` with a persistent cursor and drop expired ones (Flink's
+        ``TtlIncrementalCleanup``): cleanup work proportional to access, no full scans."""
+        ttl = table.descriptor.ttl_config
+        if ttl is None or n <= 0:
+            return
+        now = self.time_provider.now_ms()
+        ttl_ms = ttl.ttl_ms
+        kind = table.descriptor.kind
+        for _ in range(n):
+            if table.cleanup_cursor is None:
+                table.cleanup_cursor = iter([(ns, k) for ns, m in table.data.items() for k in m])
+            nxt = next(table.cleanup_cursor, None)
+            if nxt is None:
+                table.cleanup_cursor = None
+                return
+            ns, k = nxt
+            m = table.data.get(ns)
+            if m is None or k not in m:
+                continue
+            v = m[k]
+            if kind is StateKind.LIST:
+                alive = [tv for tv in v if not is_expired(tv.timestamp, ttl_ms, now)]
+                if len(alive) != len(v):
+                    if alive:
+                        m[k] = alive
+                    else:
+                        del m[k]
+            elif kind is StateKind.MAP:
+                for uk in [uk for uk, tv in v.items() if is_expired(tv.timestamp, ttl_ms, now)]:
+                    del v[uk]
+                if not v:
+                    del m[k]
+            elif is_expired(v.timestamp, ttl_ms, now):
+                del m[k]
+
+    # ------------------------------------------------------------------ queries
+
+    def registered_state_names(self) -> list[str]:
+        return sorted({*self._tables, *self._restored})
+
+    def get_keys(self, state_name: str, namespace: Any = VOID_NAMESPACE) -> Iterator[Any]:
+        """Keys with an entry in ``state_name`` under ``namespace``."""
+        if state_name in self._tables:
+            data = self._tables[state_name].data
+        elif state_name in self._restored:
+            data = self._restored[state_name][1]
+        else:
+            raise KeyError(
+                f"no state named {state_name!r} (known: {', '.join(self.registered_state_names())})"
+            )
+        return iter(list(data.get(namespace, {})))
+
+    def num_entries(self, state_name: str | None = None) -> int:
+        """Entries (one per key and namespace) in one state, or in all states."""
+        names = [state_name] if state_name else self.registered_state_names()
+        total = 0
+        for n in names:
+            data = self._tables[n].data if n in self._tables else self._restored[n][1]
+            total += sum(len(m) for m in data.values())
+        return total
+
+    # ------------------------------------------------------------------ snapshot / restore
+
+    def snapshot(self, snapshot_time_ms: int | None = None) -> KeyedStateSnapshot:
+        """A deep, isolated copy of all state grouped by key group. TTL states with full-snapshot
+        cleanup leave out entries expired at snapshot time."""
+        now = self.time_provider.now_ms() if snapshot_time_ms is None else snapshot_time_ms
+        states: dict[str, StateMeta] = {}
+        kgs: dict[int, dict[str, dict[Any, dict[Any, Any]]]] = {}
+        sources = [(n, t.descriptor.meta(), t.data, t.descriptor.ttl_config) for n, t in self._tables.items()]
+        sources += [
+            (n, meta, data, None if meta.ttl is None else StateTtlConfig.from_dict(meta.ttl))
+            for n, (meta, data) in self._restored.items()
+        ]
+        for name, meta, data, ttl in sources:
+            states[name] = meta
+            drop = ttl is not None and ttl.full_snapshot_cleanup
+            kind = StateKind(meta.kind)
+            for ns, m in data.items():
+                for key, v in m.items():
+                    if drop:
+                        v = _without_expired(kind, v, ttl.ttl_ms, now)  # type: ignore[union-attr]
+                        if v is None:
+                            continue
+                    kg = self.key_group_of(key)
+                    kgs.setdefault(kg, {}).setdefault(name, {}).setdefault(ns, {})[key] = _copy(v)
+        return KeyedStateSnapshot(self.max_parallelism, self.key_group_range, states, kgs, now)
+
+    def restore(self, snapshots: list[KeyedStateSnapshot]) -> None:
+        """Load the key groups of this backend's range from ``snapshots`` (any old parallelism)."""
+        if self._tables or self._restored:
+            raise StateRestoreError("restore() must run on a fresh backend, before any state is used")
+        for snap in snapshots:
+            if snap.max_parallelism != self.max_parallelism:
+                raise StateRestoreError(
+                    f"checkpoint has max_parallelism={snap.max_parallelism} but the job has "
+                    f"{self.max_parallelism}: max parallelism can never change for existing state"
+                )
+            for name, meta in snap.states.items():
+                if name in self._restored and self._restored[name][0] != meta:
+                    raise StateRestoreError(
+                        f"state {name!r} has conflicting metadata across restored snapshots"
+                    )
+                self._restored.setdefault(name, (meta, {}))
+            for kg, per_state in snap.key_groups.items():
+                if kg not in self.key_group_range:
+                    continue
+                for name, per_ns in per_state.items():
+                    data = self._restored[name][1]
+                    for ns, m in per_ns.items():
+                        target = data.setdefault(ns, {})
+                        for key, v in m.items():
+                            target[key] = _copy(v)
+                            self._kg_of[key] = kg
+
+
+def _without_expired(kind: StateKind, v: Any, ttl_ms: int, now: int) -> Any:
+    if kind is StateKind.LIST:
+        alive = [tv for tv in v if not is_expired(tv.timestamp, ttl_ms, now)]
+        return alive or None
+    if kind is StateKind.MAP:
+        alive = {uk: tv for uk, tv in v.items() if not is_expired(tv.timestamp, ttl_ms, now)}
+        return alive or None
+    return None if is_expired(v.timestamp, ttl_ms, now) else v
