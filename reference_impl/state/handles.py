@@ -339,20 +339,20 @@ class MapState(_Handle):
         return self._live(d, user_key, self._now() if self._ttl is not None else 0)[0]
 
     def put(self, user_key: Any, value: Any) -> None:
+        item = value if self._ttl is None else TtlValue(value, self._now())  # cleanup runs before the write
         d = self._map(create=True)
         assert d is not None
-        d[user_key] = value if self._ttl is None else TtlValue(value, self._now())
+        d[user_key] = item
 
     def put_all(self, entries: dict[Any, Any]) -> None:
         if not entries:
             return
+        if self._ttl is not None:
+            now = self._now()
+            entries = {k: TtlValue(v, now) for k, v in entries.items()}
         d = self._map(create=True)
         assert d is not None
-        if self._ttl is None:
-            d.update(entries)
-        else:
-            now = self._now()
-            d.update({k: TtlValue(v, now) for k, v in entries.items()})
+        d.update(entries)
 
     def remove(self, user_key: Any) -> None:
         d = self._map()
