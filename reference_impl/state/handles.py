@@ -1,7 +1,8 @@
 """Keyed state handles: they proxy a backend's table under the current key and namespace.
 
 The plain handles store values as they are; the TTL handles (Flink's TTL decorators) store
-:class:`TtlValue` wrappers — one per value for Value/Reducing/Aggregating, one per element for List,
+``(value, timestamp)`` pairs (plain tuples: the cheapest thing Python builds; snapshots turn them
+into :class:`~reference_impl.snapshot.TtlValue`) — one per value for Value/Reducing/Aggregating, one per element for List,
 one per entry for Map — and check expiry on every access. Handles are deliberately lean: they run
 once or more per record.
 """
@@ -11,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from reference_impl.snapshot import TtlValue
 from reference_impl.ttl import is_expired
 
 __all__ = [
@@ -57,6 +57,8 @@ class _Handle:
             self._return_expired = ttl.return_expired
             inc = ttl.incremental_cleanup
             self._cleanup_size = inc.cleanup_size if inc is not None else 0
+            self._accesses = 0
+            self._clock = backend.time_provider.now_ms
 
     def set_current_namespace(self, namespace: Any) -> None:
         self._ns = namespace
@@ -78,11 +80,15 @@ class _Handle:
 
     def _now(self) -> int:
         if self._cleanup_size:
-            self._b.incremental_cleanup(self._t, self._cleanup_size)
-        return self._b.time_provider.now_ms()
+            # amortised: every 32nd access cleans 32 accesses' worth of entries in one tight loop
+            self._accesses += 1
+            if self._accesses >= 32:
+                self._accesses = 0
+                self._b.incremental_cleanup(self._t, self._cleanup_size * 32)
+        return self._clock()
 
-    def _expired(self, tv: TtlValue, now: int) -> bool:
-        return is_expired(tv.timestamp, self._ttl_ms, now)
+    def _expired(self, tv: tuple[Any, int], now: int) -> bool:
+        return is_expired(tv[1], self._ttl_ms, now)
 
 
 class ValueState(_Handle):
@@ -102,12 +108,12 @@ class ValueState(_Handle):
         if tv is None:
             return self._default
         now = self._now()
-        if is_expired(tv.timestamp, self._ttl_ms, now):
+        if tv[1] + self._ttl_ms <= now and is_expired(tv[1], self._ttl_ms, now):
             self._m.pop(k, None)
-            return tv.value if self._return_expired else self._default
+            return tv[0] if self._return_expired else self._default
         if self._on_read:
-            self._m[k] = TtlValue(tv.value, now)
-        return tv.value
+            self._m[k] = (tv[0], now)
+        return tv[0]
 
     def update(self, value: Any) -> None:
         k = self._b.current_key
@@ -118,7 +124,7 @@ class ValueState(_Handle):
         elif self._ttl is None:
             self._m[k] = value
         else:
-            self._m[k] = TtlValue(value, self._now())
+            self._m[k] = (value, self._now())
 
 
 class _MergingHandle(_Handle):
@@ -172,8 +178,8 @@ class ListState(_MergingHandle):
         if not result:
             return None
         if self._on_read and alive:
-            self._m[k] = [TtlValue(tv.value, now) for tv in alive]
-        return [tv.value for tv in result]
+            self._m[k] = [(tv[0], now) for tv in alive]
+        return [tv[0] for tv in result]
 
     def _wrap(self, values: list[Any]) -> list[Any]:
         for v in values:
@@ -182,13 +188,13 @@ class ListState(_MergingHandle):
         if self._ttl is None:
             return values
         now = self._now()
-        return [TtlValue(v, now) for v in values]
+        return [(v, now) for v in values]
 
     def add(self, value: Any) -> None:
         if value is None:
             raise ValueError(f"list state {self._name!r}: cannot add None")
         k = self._key()
-        item = value if self._ttl is None else TtlValue(value, self._now())
+        item = value if self._ttl is None else (value, self._now())
         lst = self._m.get(k)
         if lst is None:
             self._m[k] = [item]
@@ -235,10 +241,10 @@ class ReducingState(_MergingHandle):
         now = self._now()
         if self._expired(v, now):
             self._m.pop(k, None)
-            return v.value if self._return_expired else None
+            return v[0] if self._return_expired else None
         if self._on_read:
-            self._m[k] = TtlValue(v.value, now)
-        return v.value
+            self._m[k] = (v[0], now)
+        return v[0]
 
     def add(self, value: Any) -> None:
         if value is None:
@@ -250,14 +256,14 @@ class ReducingState(_MergingHandle):
             return
         now = self._now()
         if cur is None or self._expired(cur, now):
-            self._m[k] = TtlValue(value, now)
+            self._m[k] = (value, now)
         else:
-            self._m[k] = TtlValue(self._fn(cur.value, value), now)
+            self._m[k] = (self._fn(cur[0], value), now)
 
     def _merge(self, a: Any, b: Any, now: int) -> Any:
         if self._ttl is None:
             return self._fn(a, b)
-        return TtlValue(self._fn(a.value, b.value), now)
+        return (self._fn(a[0], b[0]), now)
 
 
 class AggregatingState(_MergingHandle):
@@ -277,10 +283,10 @@ class AggregatingState(_MergingHandle):
         now = self._now()
         if self._expired(acc, now):
             self._m.pop(k, None)
-            return self._agg.get_result(acc.value) if self._return_expired else None
+            return self._agg.get_result(acc[0]) if self._return_expired else None
         if self._on_read:
-            self._m[k] = TtlValue(acc.value, now)
-        return self._agg.get_result(acc.value)
+            self._m[k] = (acc[0], now)
+        return self._agg.get_result(acc[0])
 
     def add(self, value: Any) -> None:
         if value is None:
@@ -292,13 +298,13 @@ class AggregatingState(_MergingHandle):
             self._m[k] = self._agg.add(value, acc)
             return
         now = self._now()
-        acc = self._agg.create_accumulator() if cur is None or self._expired(cur, now) else cur.value
-        self._m[k] = TtlValue(self._agg.add(value, acc), now)
+        acc = self._agg.create_accumulator() if cur is None or self._expired(cur, now) else cur[0]
+        self._m[k] = (self._agg.add(value, acc), now)
 
     def _merge(self, a: Any, b: Any, now: int) -> Any:
         if self._ttl is None:
             return self._agg.merge(a, b)
-        return TtlValue(self._agg.merge(a.value, b.value), now)
+        return (self._agg.merge(a[0], b[0]), now)
 
 
 class MapState(_Handle):
@@ -321,10 +327,10 @@ class MapState(_Handle):
             del d[uk]
             if not d:
                 self._m.pop(self._b.current_key, None)
-            return (True, tv.value) if self._return_expired else (False, None)
+            return (True, tv[0]) if self._return_expired else (False, None)
         if self._on_read:
-            d[uk] = TtlValue(tv.value, now)
-        return True, tv.value
+            d[uk] = (tv[0], now)
+        return True, tv[0]
 
     def get(self, user_key: Any) -> Any:
         d = self._map()
@@ -339,7 +345,7 @@ class MapState(_Handle):
         return self._live(d, user_key, self._now() if self._ttl is not None else 0)[0]
 
     def put(self, user_key: Any, value: Any) -> None:
-        item = value if self._ttl is None else TtlValue(value, self._now())  # cleanup runs before the write
+        item = value if self._ttl is None else (value, self._now())  # cleanup runs before the write
         d = self._map(create=True)
         assert d is not None
         d[user_key] = item
@@ -349,7 +355,7 @@ class MapState(_Handle):
             return
         if self._ttl is not None:
             now = self._now()
-            entries = {k: TtlValue(v, now) for k, v in entries.items()}
+            entries = {k: (v, now) for k, v in entries.items()}
         d = self._map(create=True)
         assert d is not None
         d.update(entries)

@@ -53,6 +53,8 @@ def _copy(v: Any) -> Any:
         return v
     if isinstance(v, TtlValue):
         return v if isinstance(v.value, _IMMUTABLE) else TtlValue(copy.deepcopy(v.value), v.timestamp)
+    if isinstance(v, list) and all(isinstance(x, _IMMUTABLE) for x in v):
+        return list(v)
     return copy.deepcopy(v)
 
 
@@ -171,6 +173,9 @@ class HeapKeyedStateBackend:
         now = self.time_provider.now_ms()
         ttl_ms = ttl.ttl_ms
         kind = table.descriptor.kind
+        if kind in (StateKind.VALUE, StateKind.REDUCING, StateKind.AGGREGATING):
+            self._cleanup_single_values(table, n, ttl_ms, now)
+            return
         for _ in range(n):
             if table.cleanup_cursor is None:
                 table.cleanup_cursor = iter([(ns, k) for ns, m in table.data.items() for k in m])
@@ -184,19 +189,42 @@ class HeapKeyedStateBackend:
                 continue
             v = m[k]
             if kind is StateKind.LIST:
-                alive = [tv for tv in v if not is_expired(tv.timestamp, ttl_ms, now)]
+                alive = [tv for tv in v if not is_expired(tv[1], ttl_ms, now)]
                 if len(alive) != len(v):
                     if alive:
                         m[k] = alive
                     else:
                         del m[k]
             elif kind is StateKind.MAP:
-                for uk in [uk for uk, tv in v.items() if is_expired(tv.timestamp, ttl_ms, now)]:
+                for uk in [uk for uk, tv in v.items() if is_expired(tv[1], ttl_ms, now)]:
                     del v[uk]
                 if not v:
                     del m[k]
-            elif is_expired(v.timestamp, ttl_ms, now):
+            elif is_expired(v[1], ttl_ms, now):
                 del m[k]
+
+    @staticmethod
+    def _cleanup_single_values(table: StateTable, n: int, ttl_ms: int, now: int) -> None:
+        """The tight loop of incremental cleanup for one-value-per-key states."""
+        cursor = table.cleanup_cursor
+        data = table.data
+        while n > 0:
+            if cursor is None:
+                cursor = iter([(ns, k) for ns, m in data.items() for k in m])
+            for ns, k in cursor:
+                n -= 1
+                m = data.get(ns)
+                if m is not None:
+                    tv = m.get(k)
+                    if tv is not None and tv[1] + ttl_ms <= now and is_expired(tv[1], ttl_ms, now):
+                        del m[k]
+                if n <= 0:
+                    break
+            else:
+                cursor = None
+                if not any(data.values()):
+                    break
+        table.cleanup_cursor = cursor
 
     # ------------------------------------------------------------------ queries
 
@@ -247,6 +275,8 @@ class HeapKeyedStateBackend:
                         v = _without_expired(kind, v, ttl.ttl_ms, now)  # type: ignore[union-attr]
                         if v is None:
                             continue
+                    if ttl is not None:
+                        v = _as_ttl_values(kind, v)
                     kg = self.key_group_of(key)
                     kgs.setdefault(kg, {}).setdefault(name, {}).setdefault(ns, {})[key] = _copy(v)
         return KeyedStateSnapshot(self.max_parallelism, self.key_group_range, states, kgs, now)
@@ -279,11 +309,19 @@ class HeapKeyedStateBackend:
                             self._kg_of[key] = kg
 
 
+def _as_ttl_values(kind: StateKind, v: Any) -> Any:
+    if kind is StateKind.LIST:
+        return [TtlValue(*tv) for tv in v]
+    if kind is StateKind.MAP:
+        return {uk: TtlValue(*tv) for uk, tv in v.items()}
+    return TtlValue(*v)
+
+
 def _without_expired(kind: StateKind, v: Any, ttl_ms: int, now: int) -> Any:
     if kind is StateKind.LIST:
-        alive = [tv for tv in v if not is_expired(tv.timestamp, ttl_ms, now)]
+        alive = [tv for tv in v if not is_expired(tv[1], ttl_ms, now)]
         return alive or None
     if kind is StateKind.MAP:
-        alive = {uk: tv for uk, tv in v.items() if not is_expired(tv.timestamp, ttl_ms, now)}
+        alive = {uk: tv for uk, tv in v.items() if not is_expired(tv[1], ttl_ms, now)}
         return alive or None
-    return None if is_expired(v.timestamp, ttl_ms, now) else v
+    return None if is_expired(v[1], ttl_ms, now) else v
