@@ -1,0 +1,268 @@
+"""Checkpoint storage on a file system, laid out like Flink's:
+``<root>/<job-id>/chk-<n>/`` with one state file per subtask, ``shared/`` and ``taskowned/`` beside
+them, and ``_metadata`` written last and atomically (write, fsync, rename). A checkpoint directory
+without ``_metadata`` does not exist. ``_metadata`` names every file with its size and checksum, so
+damage is detected before anything is restored, and restore falls back to the newest intact retained
+checkpoint, saying why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reference_impl.checkpoint.format import (
+    CorruptStateFileError,
+    decode_subtask_state,
+    encode_subtask_state,
+    verify_file,
+)
+from reference_impl.keygroups import KeyGroupRange
+from reference_impl.snapshot import SubtaskStateSnapshot
+
+__all__ = [
+    "CheckpointError",
+    "StateFileHandle",
+    "CompletedCheckpoint",
+    "RestoreReport",
+    "FileSystemCheckpointStorage",
+    "load_metadata",
+    "validate_checkpoint",
+    "read_subtask_state",
+]
+
+METADATA = "_metadata"
+METADATA_VERSION = 1
+_CHK = re.compile(r"^chk-(\d+)$")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is missing, incomplete or damaged; the message names the file."""
+
+
+@dataclass(frozen=True)
+class StateFileHandle:
+    """One subtask's state file, relative to the checkpoint directory."""
+
+    operator_id: str
+    subtask_index: int
+    path: str
+    size: int
+    crc32: int
+
+
+@dataclass
+class CompletedCheckpoint:
+    job_id: str
+    checkpoint_id: int
+    directory: Path
+    timestamp_ms: int
+    kind: str
+    operators: dict[str, dict[str, Any]]  # operator -> {parallelism, max_parallelism}
+    files: list[StateFileHandle]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def files_of(self, operator_id: str) -> list[StateFileHandle]:
+        return sorted((f for f in self.files if f.operator_id == operator_id), key=lambda f: f.subtask_index)
+
+
+@dataclass
+class RestoreReport:
+    """Which checkpoint a restore used and which newer ones it skipped, with the reason for each."""
+
+    checkpoint: CompletedCheckpoint | None
+    skipped: list[tuple[Path, str]] = field(default_factory=list)
+
+    def describe(self) -> str:
+        used = (
+            f"checkpoint {self.checkpoint.checkpoint_id}"
+            if self.checkpoint
+            else "no checkpoint (fresh start)"
+        )
+        skipped = "; ".join(f"skipped {p.name}: {why}" for p, why in self.skipped)
+        return f"restoring from {used}" + (f" ({skipped})" if skipped else "")
+
+
+def _fsync_write(path: Path, data: bytes) -> None:
+    with open(path, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def load_metadata(directory: Path) -> CompletedCheckpoint:
+    """Parse ``<directory>/_metadata``; a missing or unreadable one is a :class:`CheckpointError`."""
+    directory = Path(directory)
+    meta = directory / METADATA
+    if not meta.is_file():
+        raise CheckpointError(f"{directory}: no {METADATA}: not a completed checkpoint")
+    try:
+        d = json.loads(meta.read_bytes())
+        if d.get("version") != METADATA_VERSION:
+            raise CheckpointError(
+                f"{meta}: metadata version {d.get('version')!r}, expected {METADATA_VERSION}"
+            )
+        body = json.dumps(d["content"], sort_keys=True).encode()
+        if zlib.crc32(body) & 0xFFFFFFFF != d["crc32"]:
+            raise CheckpointError(f"{meta}: metadata checksum mismatch (the file is damaged)")
+        c = d["content"]
+        files = [StateFileHandle(**f) for f in c["files"]]
+        return CompletedCheckpoint(
+            c["job_id"],
+            c["checkpoint_id"],
+            directory,
+            c["timestamp_ms"],
+            c["kind"],
+            c["operators"],
+            files,
+            c.get("extra", {}),
+        )
+    except CheckpointError:
+        raise
+    except Exception as e:  # JSON errors, missing fields, wrong types: all mean damage
+        raise CheckpointError(f"{meta}: unreadable metadata ({type(e).__name__}: {e})") from None
+
+
+def validate_checkpoint(directory: Path) -> CompletedCheckpoint:
+    """Metadata parses and every file it names exists with the right size and checksum."""
+    chk = load_metadata(directory)
+    for f in chk.files:
+        p = chk.directory / f.path
+        if not p.is_file():
+            raise CheckpointError(f"{p}: missing (named by {chk.directory / METADATA})")
+        data = p.read_bytes()
+        if len(data) != f.size:
+            raise CheckpointError(
+                f"{p}: size {len(data)} bytes, _metadata says {f.size} (truncated or damaged)"
+            )
+        if zlib.crc32(data) & 0xFFFFFFFF != f.crc32:
+            raise CheckpointError(f"{p}: checksum mismatch (the file is damaged)")
+        try:
+            verify_file(data, str(p))
+        except CorruptStateFileError as e:
+            raise CheckpointError(str(e)) from None
+    return chk
+
+
+def read_subtask_state(
+    chk: CompletedCheckpoint, handle: StateFileHandle, key_group_range: KeyGroupRange | None = None
+) -> tuple[SubtaskStateSnapshot, int]:
+    """Read one state file (only the key groups in ``key_group_range``); returns (snapshot, bytes read)."""
+    p = chk.directory / handle.path
+    try:
+        with open(p, "rb") as fh:
+            return decode_subtask_state(fh, str(p), key_group_range)
+    except FileNotFoundError:
+        raise CheckpointError(f"{p}: missing (named by {chk.directory / METADATA})") from None
+    except CorruptStateFileError as e:
+        raise CheckpointError(str(e)) from None
+
+
+class FileSystemCheckpointStorage:
+    """Checkpoints of many jobs under one root directory."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def job_dir(self, job_id: str) -> Path:
+        if not job_id or "/" in job_id or job_id.startswith("."):
+            raise ValueError(f"invalid job id {job_id!r}")
+        return self.root / job_id
+
+    def checkpoint_dir(self, job_id: str, checkpoint_id: int) -> Path:
+        return self.job_dir(job_id) / f"chk-{checkpoint_id}"
+
+    def write_subtask_state(
+        self, job_id: str, checkpoint_id: int, state: SubtaskStateSnapshot
+    ) -> StateFileHandle:
+        """Write one subtask's state file into ``chk-<n>/`` (before the checkpoint completes)."""
+        d = self.checkpoint_dir(job_id, checkpoint_id)
+        for sub in (d, self.job_dir(job_id) / "shared", self.job_dir(job_id) / "taskowned"):
+            sub.mkdir(parents=True, exist_ok=True)
+        data = encode_subtask_state(state)
+        name = f"{state.operator_id}-{state.subtask_index}.state"
+        _fsync_write(d / name, data)
+        return StateFileHandle(
+            state.operator_id, state.subtask_index, name, len(data), zlib.crc32(data) & 0xFFFFFFFF
+        )
+
+    def finalize_checkpoint(
+        self,
+        job_id: str,
+        checkpoint_id: int,
+        handles: list[StateFileHandle],
+        operators: dict[str, dict[str, Any]],
+        extra: dict[str, Any] | None = None,
+        kind: str = "checkpoint",
+        timestamp_ms: int | None = None,
+    ) -> CompletedCheckpoint:
+        """Write ``_metadata`` last and atomically: from this moment the checkpoint exists."""
+        d = self.checkpoint_dir(job_id, checkpoint_id)
+        d.mkdir(parents=True, exist_ok=True)
+        content = {
+            "job_id": job_id,
+            "checkpoint_id": checkpoint_id,
+            "timestamp_ms": int(time.time() * 1000) if timestamp_ms is None else timestamp_ms,
+            "kind": kind,
+            "operators": operators,
+            "files": [f.__dict__ for f in sorted(handles, key=lambda h: (h.operator_id, h.subtask_index))],
+            "extra": extra or {},
+        }
+        body = json.dumps(content, sort_keys=True).encode()
+        doc = json.dumps(
+            {"version": METADATA_VERSION, "crc32": zlib.crc32(body) & 0xFFFFFFFF, "content": content},
+            sort_keys=True,
+            indent=1,
+        ).encode()
+        tmp = d / f".{METADATA}.tmp"
+        _fsync_write(tmp, doc)
+        os.replace(tmp, d / METADATA)
+        dfd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        return load_metadata(d)
+
+    def discard(self, job_id: str, checkpoint_id: int) -> None:
+        """Remove a (pending, aborted or subsumed) checkpoint directory and its files."""
+        shutil.rmtree(self.checkpoint_dir(job_id, checkpoint_id), ignore_errors=True)
+
+    def checkpoint_dirs(self, job_id: str) -> list[tuple[int, Path]]:
+        """All ``chk-<n>`` directories of a job, newest first (completed or not)."""
+        jd = self.job_dir(job_id)
+        if not jd.is_dir():
+            return []
+        out = [(int(m.group(1)), p) for p in jd.iterdir() if p.is_dir() and (m := _CHK.match(p.name))]
+        return sorted(out, reverse=True)
+
+    def list_checkpoints(self, job_id: str) -> list[int]:
+        """Ids of completed checkpoints (those with ``_metadata``), oldest first."""
+        return sorted(n for n, p in self.checkpoint_dirs(job_id) if (p / METADATA).is_file())
+
+    def retain(self, job_id: str, n: int) -> list[int]:
+        """Keep the newest ``n`` completed checkpoints; delete older ones. Returns the deleted ids."""
+        completed = self.list_checkpoints(job_id)
+        doomed = completed[:-n] if n > 0 else completed
+        for cid in doomed:
+            self.discard(job_id, cid)
+        return doomed
+
+    def restore_latest(self, job_id: str) -> RestoreReport:
+        """The newest intact completed checkpoint, after validating it; damaged or incomplete newer
+        ones are skipped and reported. Never returns a checkpoint whose files fail validation."""
+        report = RestoreReport(None)
+        for _, d in self.checkpoint_dirs(job_id):
+            try:
+                report.checkpoint = validate_checkpoint(d)
+                return report
+            except CheckpointError as e:
+                report.skipped.append((d, str(e)))
+        return report
