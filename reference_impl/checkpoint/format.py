@@ -62,9 +62,11 @@ def _enc_value(meta: StateMeta, v: Any) -> Any:
     ser = get_serializer(meta.value_serializer)
     ttl = meta.ttl is not None
     kind = StateKind(meta.kind)
+    # msgpack values are embedded as they are (the section itself is msgpack); others as their bytes
+    dump = (lambda x: x) if ser.identity == "msgpack" else ser.dumps
 
     def one(x: Any) -> Any:
-        return [x[1], ser.dumps(x[0])] if ttl else ser.dumps(x)
+        return [x[1], dump(x[0])] if ttl else dump(x)
 
     if kind is StateKind.LIST:
         return [one(x) for x in v]
@@ -78,9 +80,10 @@ def _dec_value(meta: StateMeta, v: Any) -> Any:
     ser = get_serializer(meta.value_serializer)
     ttl = meta.ttl is not None
     kind = StateKind(meta.kind)
+    load = (lambda x: x) if ser.identity == "msgpack" else ser.loads
 
     def one(x: Any) -> Any:
-        return TtlValue(ser.loads(x[1]), x[0]) if ttl else ser.loads(x)
+        return TtlValue(load(x[1]), x[0]) if ttl else load(x)
 
     if kind is StateKind.LIST:
         return [one(x) for x in v]
@@ -88,6 +91,17 @@ def _dec_value(meta: StateMeta, v: Any) -> Any:
         kser = get_serializer(meta.map_key_serializer or "msgpack")
         return {kser.loads(k): one(x) for k, x in v}
     return one(v)
+
+
+def _decoder(meta: StateMeta) -> Any:
+    """A fast decoder for one state's values: the common msgpack, non-TTL, single-value case is free."""
+    if (
+        meta.value_serializer == "msgpack"
+        and meta.ttl is None
+        and StateKind(meta.kind) not in (StateKind.LIST, StateKind.MAP)
+    ):
+        return lambda v: v
+    return lambda v: _dec_value(meta, v)
 
 
 def _meta_to_plain(m: StateMeta) -> dict[str, Any]:
@@ -127,8 +141,8 @@ def encode_subtask_state(s: SubtaskStateSnapshot) -> bytes:
                 meta = metas[name]
                 for ns, per_key in per_ns.items():
                     for key, v in per_key.items():
-                        rows.append([name, MSGPACK.dumps(ns), MSGPACK.dumps(key), _enc_value(meta, v)])
-            sections.append((kg, msgpack.packb(rows, use_bin_type=True)))
+                        rows.append([name, ns, key, _enc_value(meta, v)])
+            sections.append((kg, MSGPACK.dumps(rows)))
         keyed_header = {
             "max_parallelism": k.max_parallelism,
             "range": [k.key_group_range.start, k.key_group_range.end],
@@ -236,7 +250,14 @@ def decode_subtask_state(
             raise CorruptStateFileError(f"{name}: truncated in section {sid}")
         if _crc(data) != crc:
             raise CorruptStateFileError(f"{name}: checksum mismatch in section {sid}")
-        rows = msgpack.unpackb(data, raw=False, strict_map_key=False)
+        try:
+            rows = (
+                MSGPACK.loads(data)
+                if sid != _OPERATOR
+                else msgpack.unpackb(data, raw=False, strict_map_key=False)
+            )
+        except Exception as e:
+            raise CorruptStateFileError(f"{name}: undecodable section {sid}: {e}") from None
         if sid == _OPERATOR:
             operator = OperatorStateSnapshot()
             for op_name, mode, vser, kser, body in rows:
@@ -251,10 +272,9 @@ def decode_subtask_state(
         else:
             assert keyed is not None
             per_state = keyed.key_groups.setdefault(sid, {})
+            decoders = {n: _decoder(m) for n, m in metas.items()}
             for st_name, ns, key, v in rows:
-                per_state.setdefault(st_name, {}).setdefault(MSGPACK.loads(ns), {})[MSGPACK.loads(key)] = (
-                    _dec_value(metas[st_name], v)
-                )
+                per_state.setdefault(st_name, {}).setdefault(ns, {})[key] = decoders[st_name](v)
     snap = SubtaskStateSnapshot(
         p["operator_id"], p["subtask_index"], p["parallelism"], p["max_parallelism"], keyed, operator
     )
