@@ -289,3 +289,34 @@ def test_config_defaults_and_round_trip():
     assert StateTtlConfig.from_dict(cfg.to_dict()) == cfg
     with pytest.raises(ValueError, match="positive"):
         StateTtlConfig(0)
+
+
+def test_full_snapshot_cleanup_checkpoint_inspected_has_no_expired_entry(tmp_path):
+    from reference_impl.checkpoint import FileSystemCheckpointStorage
+    from reference_impl.inspect import inspect_checkpoint
+    from reference_impl.snapshot import SubtaskStateSnapshot
+
+    clock = ManualClock()
+    b = HeapKeyedStateBackend(128, KeyGroupRange(0, 127), clock)
+    cfg = StateTtlConfig.new_builder(TTL).cleanup_full_snapshot().disable_cleanup_in_background().build()
+    lst = b.get_state(ListStateDescriptor("l").enable_time_to_live(cfg))
+    val = b.get_state(ValueStateDescriptor("v").enable_time_to_live(cfg))
+    for t in range(0, 400, 3):
+        clock.set(t)
+        b.set_current_key(t % 23)
+        lst.add(t)
+        val.update(t)
+    st = FileSystemCheckpointStorage(tmp_path)
+    h = st.write_subtask_state("job", 1, SubtaskStateSnapshot("op", 0, 1, 128, b.snapshot()))
+    chk = st.finalize_checkpoint("job", 1, [h], {"op": {"parallelism": 1, "max_parallelism": 128}})
+    view = inspect_checkpoint(chk.directory)
+    now = clock.now_ms()
+    entries = 0
+    for per_state in view.operators["op"].keyed.values():
+        for per_ns in per_state.values():
+            for per_key in per_ns.values():
+                for v in per_key.values():
+                    for tv in v if isinstance(v, list) else [v]:
+                        assert tv.timestamp + TTL > now, tv
+                        entries += 1
+    assert entries > 0
