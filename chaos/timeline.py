@@ -57,6 +57,17 @@ def plot_timeline(history: Path, out: Path, title: str | None = None) -> Path:
     ax.set_xlabel("time (s)")
     ax.set_ylabel("records / s")
 
+    def label_fault(start: dict[str, Any]) -> None:
+        ax.annotate(
+            str(start.get("kind", "")),
+            (start["t"] / 1000, 1.0),
+            xycoords=("data", "axes fraction"),
+            fontsize=7,
+            color="#8c1c13",
+            rotation=90,
+            va="top",
+        )
+
     starts: dict[Any, dict[str, Any]] = {}
     shaded = False
     for e in events:
@@ -71,29 +82,13 @@ def plot_timeline(history: Path, out: Path, title: str | None = None) -> Path:
                 alpha=0.18,
                 label=None if shaded else "fault window",
             )
-            ax.annotate(
-                str(s.get("kind", "")),
-                (s["t"] / 1000, 1.0),
-                xycoords=("data", "axes fraction"),
-                fontsize=7,
-                color="#8c1c13",
-                rotation=90,
-                va="top",
-            )
+            label_fault(s)
             shaded = True
     for s in starts.values():  # faults without an end (e.g. a crash) are instants
         ax.axvline(
             s["t"] / 1000, color="#c44e52", lw=1.5, ls="-", alpha=0.8, label=None if shaded else "fault"
         )
-        ax.annotate(
-            str(s.get("kind", "")),
-            (s["t"] / 1000, 1.0),
-            xycoords=("data", "axes fraction"),
-            fontsize=7,
-            color="#8c1c13",
-            rotation=90,
-            va="top",
-        )
+        label_fault(s)
         shaded = True
 
     seen: set[str] = set()
