@@ -1,0 +1,96 @@
+"""Reports: the timeline plot from a history, Allure results for scenario outcomes (labels, steps,
+attachments, categories), and the run flow's JSON report and exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from chaos.allure_results import write_allure_results
+from chaos.cli import main
+from chaos.runner import ScenarioOutcome
+
+HISTORY = [
+    {"seq": 0, "t": 0, "type": "run_start", "job": "keyed_count", "executor": "sim", "seed": 3},
+    {"seq": 1, "t": 100, "type": "records_out", "count": 50},
+    {
+        "seq": 2,
+        "t": 150,
+        "type": "fault_start",
+        "fault_id": 1,
+        "kind": "pause_executor",
+        "target": "executor:1",
+    },
+    {"seq": 3, "t": 200, "type": "checkpoint_completed", "checkpoint_id": 1},
+    {"seq": 4, "t": 300, "type": "fault_end", "fault_id": 1, "kind": "pause_executor"},
+    {"seq": 5, "t": 320, "type": "restore", "checkpoint_id": 1, "attempt": 1},
+    {"seq": 6, "t": 400, "type": "rescale", "from": {"count": 2}, "to": {"count": 3}},
+]
+
+
+def _run_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "history.jsonl").write_text("\n".join(json.dumps(e) for e in HISTORY) + "\n")
+    (d / "scenario.yaml").write_text("name: x\n")
+    return d
+
+
+def test_report_plots_a_timeline(tmp_path, capsys):
+    d = _run_dir(tmp_path)
+    assert main(["report", str(d)]) == 0
+    png = d / "timeline.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert main(["report", str(tmp_path)]) == 2
+    assert "not a run directory" in capsys.readouterr().err
+
+
+def test_allure_results_for_a_failed_oracle(tmp_path):
+    d = _run_dir(tmp_path)
+    main(["report", str(d)])
+    failed = ScenarioOutcome(
+        "x",
+        "x.yaml",
+        str(d),
+        "sim",
+        3,
+        verdicts=[
+            {"oracle": "exactly_once", "passed": True, "summary": "ok", "details": []},
+            {
+                "oracle": "restored_state",
+                "passed": False,
+                "summary": "count[1] restored 2 keys wrong",
+                "details": ["changed: key 'a': 3 -> 4"],
+            },
+        ],
+    )
+    out = tmp_path / "allure"
+    write_allure_results([failed], out)
+    result = json.loads(next(out.glob("*-result.json")).read_text())
+    assert (
+        result["status"] == "failed" and "oracle failed: restored_state" in result["statusDetails"]["message"]
+    )
+    labels = {(lb["name"], lb["value"]) for lb in result["labels"]}
+    assert ("epic", "chaos") in labels and ("story", "x") in labels
+    steps = [s["name"] for s in result["steps"]]
+    assert "fault: pause_executor on executor:1" in steps and "checkpoint 1 completed" in steps
+    assert any(s.startswith("restore from checkpoint 1") for s in steps) and any(
+        "rescale" in s for s in steps
+    )
+    names = {a["name"] for a in result["attachments"]}
+    assert {"timeline", "history (JSON lines)", "scenario", "replay command", "state diff"} <= names
+    diff = next(a for a in result["attachments"] if a["name"] == "state diff")
+    assert "changed: key 'a'" in (out / diff["source"]).read_text()
+    cats = json.loads((out / "categories.json").read_text())
+    assert [c["name"] for c in cats][:2] == ["Oracle failures", "Infrastructure errors"]
+    assert "spark.version" in (out / "environment.properties").read_text()
+
+
+def test_run_without_runtime_exits_2_with_json_report(tmp_path, capsys):
+    scenario = Path(__file__).resolve().parents[2] / "scenarios" / "smoke-sim.yaml"
+    report = tmp_path / "out.json"
+    rc = main(["run", str(scenario), "--runs-dir", str(tmp_path / "runs"), "--json", str(report)])
+    assert rc == 2
+    data = json.loads(report.read_text())
+    assert data["passed"] is False and data["scenarios"][0]["error_kind"] == "input"
+    assert data["scenarios"][0]["replay"].startswith("statechaos replay ")
