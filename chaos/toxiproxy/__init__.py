@@ -1,0 +1,6 @@
+"""statechaos's own Toxiproxy-API-compatible proxy, and the choice of which server a run uses."""
+
+from chaos.toxiproxy.server import VERSION, ToxiproxyServer
+from chaos.toxiproxy.toxics import TOXIC_TYPES, Toxic, ToxicError
+
+__all__ = ["VERSION", "TOXIC_TYPES", "Toxic", "ToxicError", "ToxiproxyServer"]
