@@ -123,6 +123,25 @@ def test_stack_runs_barrier_job_across_workers_and_cleans_up(image: str) -> None
             res = stack.containers("worker")[0].exec_run(["cat", "/checkpoints/probe"])
             assert res.exit_code == 0 and res.output.decode().strip() == project
 
+            if proxy:  # the stack's proxy speaks Toxiproxy's API: create a link to the master through it
+                from toxiproxy import Toxiproxy
+                from toxiproxy.api import APIConsumer
+
+                APIConsumer.host, APIConsumer.port = "127.0.0.1", stack.host_port("proxy", 8474)
+                link = Toxiproxy().create(
+                    upstream="spark-master:7077", name="statechaos-master-link", listen="0.0.0.0:17077"
+                )
+                link.add_toxic(type="latency", attributes={"latency": 50})
+                assert "latency_downstream" in link.toxics()
+                code, out = stack.run_in_driver(
+                    [
+                        "python",
+                        "-c",
+                        "import socket; socket.create_connection(('toxiproxy', 17077), timeout=5).close()",
+                    ]
+                )
+                assert code == 0, out
+
         assert stack.leftovers() == {"containers": [], "networks": [], "volumes": []}
         bystander.reload()
         assert bystander.status == "running", "cleanup touched another project's container"
