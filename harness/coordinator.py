@@ -51,6 +51,7 @@ class PendingCheckpoint:
     waiting: set[tuple[str, int]]
     handles: list[StateFileHandle] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    kind: str = "checkpoint"  # or "savepoint"
 
 
 Notify = Callable[[str, int], None]  # ("trigger" | "complete" | "abort", checkpoint_id)
@@ -70,6 +71,7 @@ class CheckpointCoordinator:
         notify: Notify,
         emit: Emit,
         first_checkpoint_id: int = 1,
+        failpoint: Callable[[str], None] | None = None,
     ) -> None:
         if not tasks:
             raise ValueError("a coordinator needs at least one task to acknowledge checkpoints")
@@ -81,6 +83,9 @@ class CheckpointCoordinator:
         self.notify = notify
         self.emit = emit
         self.next_id = first_checkpoint_id
+        self.failpoint = failpoint or (lambda name: None)
+        self.first_id = first_checkpoint_id
+        self._done: set[int] = set()  # ids this coordinator completed (even if retention removed them)
         self.pending: dict[int, PendingCheckpoint] = {}
         self.completed: list[int] = []
         self.consecutive_failures = 0
@@ -103,13 +108,14 @@ class CheckpointCoordinator:
             return None
         return self.trigger(now_ms)
 
-    def trigger(self, now_ms: int) -> int:
-        """Start checkpoint ``next_id`` now (sources inject its barrier when told)."""
+    def trigger(self, now_ms: int, kind: str = "checkpoint") -> int:
+        """Start checkpoint ``next_id`` now (sources inject its barrier when told). A savepoint is a
+        checkpoint the user asked for (e.g. to rescale); it ignores the interval and concurrency."""
         cid = self.next_id
         self.next_id += 1
-        self.pending[cid] = PendingCheckpoint(cid, now_ms, set(self.tasks))
+        self.pending[cid] = PendingCheckpoint(cid, now_ms, set(self.tasks), kind=kind)
         self.last_trigger_ms = now_ms
-        self.emit("checkpoint_triggered", checkpoint_id=cid)
+        self.emit("checkpoint_triggered", checkpoint_id=cid, kind=kind)
         self.notify("trigger", cid)
         return cid
 
@@ -129,6 +135,10 @@ class CheckpointCoordinator:
         p = self.pending.get(checkpoint_id)
         task = (operator, subtask)
         if p is None or task not in p.waiting:
+            if p is None and self.first_id <= checkpoint_id < self.next_id and checkpoint_id not in self._done:
+                # a late ack of an aborted checkpoint: its state file must not outlive it (Flink
+                # discards late subtask state the same way)
+                self.storage.discard(self.job_id, checkpoint_id)
             return False
         p.waiting.discard(task)
         if handle is not None:
@@ -162,9 +172,11 @@ class CheckpointCoordinator:
     def _complete(self, p: PendingCheckpoint, now_ms: int) -> None:
         del self.pending[p.checkpoint_id]
         chk = self.storage.finalize_checkpoint(
-            self.job_id, p.checkpoint_id, p.handles, self.operators, extra=p.extra, timestamp_ms=now_ms
+            self.job_id, p.checkpoint_id, p.handles, self.operators, extra=p.extra, timestamp_ms=now_ms,
+            kind=p.kind,
         )
         self.completed.append(p.checkpoint_id)
+        self._done.add(p.checkpoint_id)
         self.consecutive_failures = 0
         self.last_end_ms = now_ms
         self.emit(
@@ -172,7 +184,10 @@ class CheckpointCoordinator:
             checkpoint_id=p.checkpoint_id,
             path=str(chk.directory.relative_to(self.storage.root)),
             source_offsets=p.extra.get("source_offsets", {}),
+            kind=p.kind,
         )
+        # the checkpoint exists from here on; a crash now must still commit its sink transactions
+        self.failpoint("between_metadata_and_commit")
         for older in sorted(cid for cid in self.pending if cid < p.checkpoint_id):
             self._abort(older, now_ms, f"subsumed by checkpoint {p.checkpoint_id}", failure=False)
         for gone in self.storage.retain(self.job_id, self.config.retained):
@@ -180,12 +195,18 @@ class CheckpointCoordinator:
                 self.completed.remove(gone)
         self.notify("complete", p.checkpoint_id)
 
-    def _abort(self, checkpoint_id: int, now_ms: int, reason: str, failure: bool) -> None:
+    def abort_all(self, now_ms: int, reason: str) -> None:
+        """Abort every pending checkpoint (the job is restarting); not counted as failures."""
+        for cid in sorted(self.pending):
+            self._abort(cid, now_ms, reason, failure=False, notify=False)
+
+    def _abort(self, checkpoint_id: int, now_ms: int, reason: str, failure: bool, notify: bool = True) -> None:
         self.pending.pop(checkpoint_id, None)
         self.storage.discard(self.job_id, checkpoint_id)
         self.last_end_ms = now_ms
         self.emit("checkpoint_aborted", checkpoint_id=checkpoint_id, reason=reason)
-        self.notify("abort", checkpoint_id)
+        if notify:
+            self.notify("abort", checkpoint_id)
         if failure:
             self.consecutive_failures += 1
             if self.consecutive_failures > self.config.tolerable_failures:

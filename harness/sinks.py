@@ -1,123 +1,166 @@
 """An exactly-once file sink by two-phase commit (Flink's TwoPhaseCommitSinkFunction).
 
 Records go into the subtask's open transaction file. At barrier n the transaction is pre-committed
-(flushed, fsync'd, closed) and recorded in the subtask's state for checkpoint n; a new transaction
-opens. Only when checkpoint n completes are its transactions committed — an atomic rename into
-``committed/``, idempotent. On restore, the transactions in the restored state belong to a completed
-checkpoint and are committed (again, harmlessly, if they already were); any other leftover
-transaction file of this subtask is aborted (deleted).
+(flushed, fsync'd, renamed to ``c<n>-s<subtask>-a<attempt>-<seq>.txn``) and recorded in the
+subtask's state for checkpoint n; a new transaction opens on the next record. Only when checkpoint n
+completes are its transactions committed — an atomic rename into ``committed/``, idempotent. The
+pending transactions are *union* operator state: after a restore (at any parallelism) every subtask
+knows every transaction of the checkpoint; each commits those of old subtasks ``s`` with
+``s % p == subtask`` and aborts (deletes) every other leftover of those subtasks. Transaction names
+carry the checkpoint id first, so committed files sort in commit order, and the attempt, so a zombie
+task of a failed attempt can never overwrite a live one's file.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TwoPhaseCommitFileSink", "read_committed"]
+__all__ = [
+    "ExactlyOnceFileSinkSpec",
+    "TwoPhaseCommitFileSink",
+    "read_committed",
+    "committed_files",
+    "SINK_STATE",
+]
 
 Emit = Callable[..., None]
+SINK_STATE = "__sink_transactions"
+_TXN = re.compile(r"^c(\d+)-s(\d+)-a(\d+)-(\d+)$")
+_OPEN = re.compile(r"^s(\d+)-a(\d+)-(\d+)$")
+
+
+class ExactlyOnceFileSinkSpec:
+    """The sink as a job graph part: the executor decides its directory (``<run>/output``)."""
+
+    def __repr__(self) -> str:
+        return "ExactlyOnceFileSinkSpec()"
 
 
 class TwoPhaseCommitFileSink:
     """One subtask of the sink. ``directory`` is shared by all subtasks of the sink."""
 
     def __init__(
-        self, directory: Path, subtask: int, emit: Emit, failpoint: Callable[[str], None] | None = None
+        self,
+        directory: Path,
+        subtask: int,
+        emit: Emit,
+        failpoint: Callable[[str], None] | None = None,
+        attempt: int = 0,
     ) -> None:
         self.dir = Path(directory)
         self.subtask = subtask
+        self.attempt = attempt
         self.emit = emit
         self.failpoint = failpoint or (lambda name: None)
         (self.dir / "pending").mkdir(parents=True, exist_ok=True)
         (self.dir / "committed").mkdir(parents=True, exist_ok=True)
-        self.pending: dict[int, str] = {}  # checkpoint id -> pre-committed transaction name
+        self.pending: dict[int, list[str]] = {}  # checkpoint id -> pre-committed transaction names
         self._seq = 0
         self._open: Any = None
-        self._txn: str | None = None
+        self._open_name: str | None = None
         self._count = 0
 
     def _begin(self) -> None:
         self._seq += 1
-        self._txn = f"{self.subtask:04d}-{self._seq:08d}"
-        self._open = open(self.dir / "pending" / f"{self._txn}.open", "w", encoding="utf-8")
+        self._open_name = f"s{self.subtask:04d}-a{self.attempt:04d}-{self._seq:06d}"
+        self._open = open(self.dir / "pending" / f"{self._open_name}.open", "w", encoding="utf-8")
         self._count = 0
 
     def write(self, records: Iterable[Any]) -> None:
-        if self._open is None:
-            self._begin()
         for r in records:
+            if self._open is None:
+                self._begin()
             self._open.write(json.dumps(r) + "\n")
             self._count += 1
 
-    def pre_commit(self, checkpoint_id: int) -> dict[str, Any]:
-        """At barrier ``checkpoint_id``: seal the open transaction. Returns the sink's state to checkpoint."""
+    def pre_commit(self, checkpoint_id: int) -> list[list[Any]]:
+        """At barrier ``checkpoint_id``: seal the open transaction. Returns the sink's state to
+        checkpoint: ``[[checkpoint_id, txn], ...]`` of every transaction not yet committed."""
         if self._open is not None:
             self._open.flush()
             os.fsync(self._open.fileno())
             self._open.close()
-            assert self._txn is not None
-            os.replace(self.dir / "pending" / f"{self._txn}.open", self.dir / "pending" / f"{self._txn}.txn")
-            self.pending[checkpoint_id] = self._txn
+            assert self._open_name is not None
+            txn = f"c{checkpoint_id:08d}-{self._open_name}"
+            os.replace(self.dir / "pending" / f"{self._open_name}.open", self.dir / "pending" / f"{txn}.txn")
+            self.pending.setdefault(checkpoint_id, []).append(txn)
             self.emit(
                 "sink_precommit",
                 checkpoint_id=checkpoint_id,
                 subtask=self.subtask,
-                txn=self._txn,
+                txn=txn,
                 count=self._count,
             )
-            self._open, self._txn = None, None
+            self._open, self._open_name = None, None
         return self.snapshot_state()
 
-    def snapshot_state(self) -> dict[str, Any]:
-        return {"pending": {str(k): v for k, v in self.pending.items()}, "seq": self._seq}
+    def snapshot_state(self) -> list[list[Any]]:
+        return [[cid, txn] for cid in sorted(self.pending) for txn in self.pending[cid]]
 
     def _commit_txn(self, checkpoint_id: int, txn: str) -> None:
         src = self.dir / "pending" / f"{txn}.txn"
         dst = self.dir / "committed" / f"{txn}.jsonl"
         if src.exists():
             self.failpoint("during_sink_commit")
-            os.replace(src, dst)
-            count = sum(1 for _ in open(dst, encoding="utf-8"))
+            try:
+                os.replace(src, dst)
+            except FileNotFoundError:  # committed concurrently by a zombie's notification: fine
+                if not dst.exists():
+                    raise
+                return
+            with open(dst, encoding="utf-8") as fh:
+                count = sum(1 for _ in fh)
             self.emit("sink_commit", checkpoint_id=checkpoint_id, subtask=self.subtask, txn=txn, count=count)
         elif not dst.exists():
             raise FileNotFoundError(
-                f"sink transaction {txn} of checkpoint {checkpoint_id} is neither pending nor committed"
+                f"sink transaction {txn} of checkpoint {checkpoint_id} is neither pending nor committed "
+                f"in {self.dir}"
             )
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         """Commit every pre-committed transaction up to ``checkpoint_id`` (a later completion also
         commits earlier ones whose notification was lost)."""
         for cid in sorted(c for c in self.pending if c <= checkpoint_id):
-            self._commit_txn(cid, self.pending.pop(cid))
+            for txn in list(self.pending[cid]):
+                self._commit_txn(cid, txn)
+                self.pending[cid].remove(txn)
+            del self.pending[cid]
 
-    def restore(self, state: dict[str, Any] | None) -> None:
-        """Commit the transactions recorded in a completed checkpoint; abort every other leftover."""
+    def restore(self, entries: list[list[Any]] | None, parallelism: int = 1) -> None:
+        """``entries``: the union of all old subtasks' pending transactions in the restored (completed)
+        checkpoint. Commit those this subtask is responsible for; abort every other leftover of the
+        old subtasks it is responsible for (``old % parallelism == subtask``)."""
         keep: set[str] = set()
-        if state:
-            self._seq = int(state.get("seq", 0))
-            for cid, txn in sorted(state.get("pending", {}).items(), key=lambda kv: int(kv[0])):
-                self._commit_txn(int(cid), txn)
-                keep.add(txn)
-        prefix = f"{self.subtask:04d}-"
-        for leftover in sorted((self.dir / "pending").glob(f"{prefix}*")):
-            txn = leftover.name.split(".")[0]
-            if txn not in keep:
+        for cid, txn in sorted((int(c), str(t)) for c, t in (entries or [])):
+            keep.add(txn)
+            m = _TXN.match(txn)
+            old = int(m.group(2)) if m else 0
+            if old % parallelism == self.subtask:
+                self._commit_txn(cid, txn)
+        for leftover in sorted((self.dir / "pending").iterdir()):
+            stem, _, ext = leftover.name.partition(".")
+            m = _TXN.match(stem) if ext == "txn" else _OPEN.match(stem)
+            if m is None:
+                continue
+            old = int(m.group(2) if ext == "txn" else m.group(1))
+            if old % parallelism != self.subtask or stem in keep:
+                continue
+            try:
                 leftover.unlink()
-                self.emit(
-                    "sink_abort",
-                    checkpoint_id=None,
-                    subtask=self.subtask,
-                    txn=txn,
-                    reason="not in a completed checkpoint",
-                )
-        # continue numbering after anything that may exist (aborted attempts reused no names)
-        existing = [
-            int(p.name.split("-")[1].split(".")[0]) for p in (self.dir / "committed").glob(f"{prefix}*")
-        ]
-        self._seq = max([self._seq, *existing])
+            except FileNotFoundError:
+                continue
+            self.emit(
+                "sink_abort",
+                checkpoint_id=int(m.group(1)) if ext == "txn" else None,
+                subtask=self.subtask,
+                txn=stem,
+                reason="not in the restored checkpoint",
+            )
 
     def close(self) -> None:
         if self._open is not None:
@@ -125,10 +168,15 @@ class TwoPhaseCommitFileSink:
             self._open = None
 
 
+def committed_files(directory: Path) -> list[Path]:
+    """Committed transaction files in commit order (checkpoint id first in the name)."""
+    return sorted((Path(directory) / "committed").glob("*.jsonl"))
+
+
 def read_committed(directory: Path) -> list[Any]:
-    """All committed records of a sink, transaction by transaction in name order."""
+    """All committed records of a sink, transaction by transaction in commit order."""
     out = []
-    for f in sorted((Path(directory) / "committed").glob("*.jsonl")):
+    for f in committed_files(directory):
         with open(f, encoding="utf-8") as fh:
             out.extend(json.loads(line) for line in fh)
     return out

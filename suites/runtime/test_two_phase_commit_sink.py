@@ -1,13 +1,16 @@
 """The two-phase-commit file sink: nothing is visible before its checkpoint completes; restore
-commits the transactions of the completed checkpoint (idempotently) and aborts the rest."""
+commits the transactions of the completed checkpoint (idempotently, at any parallelism) and aborts
+the rest."""
 
 from __future__ import annotations
 
 from harness.sinks import TwoPhaseCommitFileSink, read_committed
 
 
-def sink(tmp_path, events):
-    return TwoPhaseCommitFileSink(tmp_path / "out", 0, lambda typ, **kw: events.append((typ, kw)))
+def sink(tmp_path, events, subtask=0, attempt=0):
+    return TwoPhaseCommitFileSink(
+        tmp_path / "out", subtask, lambda typ, **kw: events.append((typ, kw)), attempt=attempt
+    )
 
 
 def test_commit_only_after_checkpoint_completes(tmp_path):
@@ -34,11 +37,11 @@ def test_restore_commits_completed_and_aborts_leftovers(tmp_path):
     s.pre_commit(2)  # checkpoint 2 never completes
     s.write(["c"])  # open transaction at the crash
     s.close()
-    r = sink(tmp_path, events)
+    r = sink(tmp_path, events, attempt=1)
     r.restore(state)
     assert read_committed(tmp_path / "out") == ["a"]
     assert not list((tmp_path / "out" / "pending").iterdir())
-    r2 = sink(tmp_path, events)
+    r2 = sink(tmp_path, events, attempt=2)
     r2.restore(state)  # restoring twice is harmless: commit is idempotent
     assert read_committed(tmp_path / "out") == ["a"]
     r2.write(["d"])
@@ -55,3 +58,19 @@ def test_a_later_completion_commits_earlier_pending(tmp_path):
     s.pre_commit(2)
     s.notify_checkpoint_complete(2)
     assert read_committed(tmp_path / "out") == [1, 2]
+
+
+def test_restore_at_lower_parallelism_commits_every_old_subtasks_transactions(tmp_path):
+    events = []
+    old = [sink(tmp_path, events, subtask=i) for i in range(4)]
+    union = []
+    for i, s in enumerate(old):
+        s.write([f"r{i}"])
+        union += s.pre_commit(5)
+        s.write([f"late{i}"])  # open at the crash: must be aborted
+        s.close()
+    new = [sink(tmp_path, events, subtask=i, attempt=1) for i in range(2)]
+    for s in new:
+        s.restore(union, parallelism=2)
+    assert sorted(read_committed(tmp_path / "out")) == ["r0", "r1", "r2", "r3"]
+    assert not list((tmp_path / "out" / "pending").iterdir())

@@ -1,0 +1,125 @@
+"""What every executor's driver does the same way: where checkpoints live, which checkpoint a
+(re)start restores and what each new subtask gets from it, the coordinator of each attempt, and the
+restart budget. Executors differ only in how they run tasks and move items between them.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.coordinator import CheckpointConfig, CheckpointCoordinator
+from harness.history import HistoryWriter
+from harness.job import JobGraph
+from reference_impl.checkpoint import CompletedCheckpoint, FileSystemCheckpointStorage, RestoreReport
+from reference_impl.rescale import SubtaskAssignment, assign_state
+
+__all__ = ["RestorePlan", "JobMaster", "JobFailure"]
+
+
+class JobFailure(RuntimeError):
+    """The job cannot go on (restart budget spent, unrestorable state); the message says why."""
+
+
+@dataclass
+class RestorePlan:
+    checkpoint: CompletedCheckpoint | None
+    report: RestoreReport
+    assignments: dict[tuple[str, int], SubtaskAssignment] = field(default_factory=dict)
+
+    @property
+    def checkpoint_id(self) -> int | None:
+        return None if self.checkpoint is None else self.checkpoint.checkpoint_id
+
+    def path(self, root: Path) -> str | None:
+        return None if self.checkpoint is None else str(self.checkpoint.directory.relative_to(root))
+
+
+class JobMaster:
+    """Checkpoint storage, restore planning and coordinators for one run of one job."""
+
+    def __init__(
+        self,
+        graph: JobGraph,
+        run_dir: Path,
+        checkpoint: CheckpointConfig,
+        history: HistoryWriter,
+        keep_restore_evidence: bool = True,
+    ) -> None:
+        self.job_id = graph.name
+        self.run_dir = Path(run_dir)
+        self.checkpoint_root = self.run_dir / "checkpoints"
+        self.storage = FileSystemCheckpointStorage(self.checkpoint_root)
+        self.config = checkpoint
+        self.history = history
+        self.keep_restore_evidence = keep_restore_evidence
+        self.next_checkpoint_id = 1
+
+    def plan_restore(self, graph: JobGraph) -> RestorePlan:
+        """The newest intact checkpoint (damaged newer ones are skipped and said so in the history) and
+        each new subtask's share of it at ``graph``'s parallelism."""
+        report = self.storage.restore_latest(self.job_id)
+        for path, why in report.skipped:
+            self.history.emit(
+                "checkpoint_skipped", path=str(Path(path).relative_to(self.checkpoint_root)), reason=why
+            )
+        plan = RestorePlan(report.checkpoint, report)
+        chk = report.checkpoint
+        if chk is None:
+            return plan
+        self.next_checkpoint_id = max(self.next_checkpoint_id, chk.checkpoint_id + 1)
+        if self.keep_restore_evidence:
+            self._keep_evidence(chk)
+        for op, p in graph.parallelism().items():
+            if op not in chk.operators:
+                continue  # a new operator starts empty
+            info = chk.operators[op]
+            if int(info["max_parallelism"]) != graph.max_parallelism:
+                raise JobFailure(
+                    f"checkpoint {chk.checkpoint_id} of operator {op!r} was taken with max_parallelism="
+                    f"{info['max_parallelism']}, the job has {graph.max_parallelism}: max parallelism can "
+                    "never change for existing state"
+                )
+            for a in assign_state(chk, op, p):
+                plan.assignments[(op, a.subtask_index)] = a
+        return plan
+
+    def _keep_evidence(self, chk: CompletedCheckpoint) -> None:
+        """Copy a checkpoint as it was restored, so the restored-state oracle can read it after the run
+        even when retention has deleted it (the copy is taken after validation)."""
+        dst = self.run_dir / "restored-from" / chk.directory.name
+        if not dst.exists():
+            shutil.copytree(chk.directory, dst)
+
+    def new_coordinator(
+        self, graph: JobGraph, notify: Any, now_ms: int, failpoint: Any = None
+    ) -> CheckpointCoordinator:
+        tasks = [(op, i) for op, p in graph.parallelism().items() for i in range(p)]
+        operators = {
+            op: {"parallelism": p, "max_parallelism": graph.max_parallelism}
+            for op, p in graph.parallelism().items()
+        }
+        known = self.storage.list_checkpoints(self.job_id)
+        first = max([self.next_checkpoint_id, *(k + 1 for k in known)])
+        coord = CheckpointCoordinator(
+            self.job_id,
+            self.config,
+            tasks,
+            operators,
+            self.storage,
+            notify,
+            self.history.emit,
+            first_checkpoint_id=first,
+            failpoint=failpoint,
+        )
+        coord.last_trigger_ms = now_ms  # the first checkpoint comes one interval after (re)start
+        return coord
+
+    def retire(self, coord: CheckpointCoordinator | None, now_ms: int, reason: str) -> None:
+        """A failed or rescaled attempt: abort its pending checkpoints, remember where ids got to."""
+        if coord is None:
+            return
+        coord.abort_all(now_ms, reason)
+        self.next_checkpoint_id = max(self.next_checkpoint_id, coord.next_id)

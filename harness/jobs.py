@@ -1,0 +1,231 @@
+"""Built-in jobs and what their oracles need to know about them.
+
+A :class:`JobSpec` pairs a job graph with its meaning: the fault-free reference output (for the
+exactly-once oracle), how to read a key and a sequence number off an output record (sequence
+oracle), and the state a sequential model reaches on an input prefix (restored-state oracle).
+
+- ``keyed_count``: the reference source, keyed by key; a ValueState counts records per key and each
+  record yields ``[key, seq, count]``. Fault-free, ``count == seq`` for every record.
+- ``ttl_verify``: Flink's TtlVerifyUpdateFunction in small: each record updates a TTL ValueState
+  and reads it back before the update; the update history is kept in plain (non-TTL) state, and
+  each record yields ``[key, seq, observed, last_value, last_ts, now]``: the TTL oracle computes
+  what the read must have returned from the last update's value and time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.job import JobBuilder, JobGraph, KeyedProcessFunction, RuntimeContext
+from harness.sinks import ExactlyOnceFileSinkSpec
+from harness.sources import SequenceSource
+from reference_impl.keygroups import KeyGroupRange
+from reference_impl.state import HeapKeyedStateBackend, ValueStateDescriptor
+from reference_impl.ttl import StateTtlConfig, StateVisibility, UpdateType
+
+__all__ = ["JobSpec", "JOBS", "build_job", "KeyedCount", "TtlVerify", "UnknownJobError", "sequential_model"]
+
+
+class UnknownJobError(ValueError):
+    pass
+
+
+def _key(r: Any) -> Any:
+    return r[0]
+
+
+class KeyedCount(KeyedProcessFunction):
+    """A running count per key in a ValueState."""
+
+    def open(self, ctx: RuntimeContext) -> None:
+        self.count = ctx.get_state(ValueStateDescriptor("count", default=0))
+
+    def process_element(self, value: Any, ctx: RuntimeContext) -> None:
+        n = self.count.value() + 1
+        self.count.update(n)
+        ctx.collect([value[0], value[1], n])
+
+
+class TtlVerify(KeyedProcessFunction):
+    """Reads a TTL value, compares with the model from the last update's time, then updates it."""
+
+    def __init__(
+        self, ttl_ms: int, update_type: str = "OnCreateAndWrite", visibility: str = "NeverReturnExpired"
+    ) -> None:
+        self.ttl_ms, self.update_type, self.visibility = int(ttl_ms), update_type, visibility
+
+    def _config(self) -> StateTtlConfig:
+        try:
+            update, visibility = UpdateType(self.update_type), StateVisibility(self.visibility)
+        except ValueError as e:
+            raise UnknownJobError(
+                f"job ttl_verify: {e} (update_type: {', '.join(u.value for u in UpdateType)}; "
+                f"visibility: {', '.join(v.value for v in StateVisibility)})"
+            ) from None
+        return (
+            StateTtlConfig.new_builder(self.ttl_ms)
+            .set_update_type(update)
+            .set_state_visibility(visibility)
+            .build()
+        )
+
+    def open(self, ctx: RuntimeContext) -> None:
+        d = ValueStateDescriptor("ttl_value")
+        d.enable_time_to_live(self._config())
+        self.value = ctx.get_state(d)
+        self.last = ctx.get_state(ValueStateDescriptor("last_update"))  # [value, ts] (no TTL)
+
+    def process_element(self, value: Any, ctx: RuntimeContext) -> None:
+        now = ctx.now_ms()
+        last = self.last.value()
+        observed = self.value.value()
+        payload = value[2]
+        self.value.update(payload)
+        self.last.update([payload, now])
+        ctx.collect(
+            [
+                value[0],
+                value[1],
+                observed,
+                None if last is None else last[0],
+                None if last is None else last[1],
+                now,
+            ]
+        )
+
+
+@dataclass
+class JobSpec:
+    graph: JobGraph
+    source: SequenceSource
+    expected_output: Callable[[], list[Any]]
+    record_key: Callable[[Any], Any] = _key
+    record_seq: Callable[[Any], int] = lambda r: int(r[1])
+    stateful_operator: str = "count"
+    model_states: tuple[str, ...] = ()  # keyed states the sequential model must match exactly
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def sequential_model(spec: JobSpec, offsets: dict[str, int]) -> dict[str, dict[Any, Any]]:
+    """Keyed state of the stateful operator after feeding it, in one process, exactly the input
+    before ``offsets``: state name -> key -> value (values without TTL timestamps)."""
+    max_p = spec.graph.max_parallelism
+    backend = HeapKeyedStateBackend(max_p, KeyGroupRange(0, max_p - 1))
+    stage = next(s for s in spec.graph.stages if s.name == spec.stateful_operator)
+    import copy
+
+    fn = copy.deepcopy(stage.function)
+    ctx = RuntimeContext(backend, None, backend.time_provider, stage.name, 0, 1, max_p)  # type: ignore[arg-type]
+    fn.open(ctx)
+    for r in spec.source.prefix(offsets):
+        backend.set_current_key(stage.key_selector(r))
+        fn.process_element(r, ctx)
+        ctx._drain()
+    out: dict[str, dict[Any, Any]] = {}
+    snap = backend.snapshot()
+    for per_state in snap.key_groups.values():
+        for name, per_ns in per_state.items():
+            if name in spec.model_states:
+                for per_key in per_ns.values():
+                    out.setdefault(name, {}).update(per_key)
+    return out
+
+
+def _keyed_count(
+    records: int, keys: int, seed: int, max_p: int, parallelism: dict[str, int], options: dict[str, Any]
+) -> JobSpec:
+    if options:
+        raise UnknownJobError(f"job keyed_count takes no job_options, got {', '.join(options)}")
+    src = SequenceSource(records, keys, seed)
+    graph = (
+        JobBuilder("keyed_count", max_p)
+        .source("source", src, parallelism.get("source", 1))
+        .key_by(_key)
+        .process("count", KeyedCount(), parallelism.get("count", 1))
+        .sink(ExactlyOnceFileSinkSpec())
+        .build()
+    )
+
+    def expected() -> list[Any]:
+        return [[r[0], r[1], r[1]] for r in src.all_records()]
+
+    return JobSpec(graph, src, expected, model_states=("count",))
+
+
+def _ttl_verify(
+    records: int, keys: int, seed: int, max_p: int, parallelism: dict[str, int], options: dict[str, Any]
+) -> JobSpec:
+    allowed = {"ttl_ms", "update_type", "visibility"}
+    unknown = set(options) - allowed
+    if unknown:
+        raise UnknownJobError(
+            f"job ttl_verify: unknown job_options {', '.join(sorted(unknown))} (expected {', '.join(sorted(allowed))})"
+        )
+    fn = TtlVerify(
+        int(options.get("ttl_ms", 200)),
+        str(options.get("update_type", "OnCreateAndWrite")),
+        str(options.get("visibility", "NeverReturnExpired")),
+    )
+    fn._config()  # validate the options now, with a clear error
+    src = SequenceSource(records, keys, seed)
+    graph = (
+        JobBuilder("ttl_verify", max_p)
+        .source("source", src, parallelism.get("source", 1))
+        .key_by(_key)
+        .process("count", fn, parallelism.get("count", 1))
+        .sink(ExactlyOnceFileSinkSpec())
+        .build()
+    )
+
+    def expected() -> list[Any]:
+        # observed/expected/now depend on processing time: the exactly-once oracle compares (key, seq)
+        return [[r[0], r[1]] for r in src.all_records()]
+
+    return JobSpec(
+        graph,
+        src,
+        expected,
+        options={"ttl_ms": fn.ttl_ms, "visibility": fn.visibility, "identity": "key_seq"},
+    )
+
+
+JOBS: dict[str, Callable[..., JobSpec]] = {"keyed_count": _keyed_count, "ttl_verify": _ttl_verify}
+
+
+def build_job(
+    name: str,
+    records: int,
+    keys: int,
+    seed: int,
+    max_parallelism: int,
+    parallelism: dict[str, int] | int,
+    options: dict[str, Any] | None = None,
+) -> JobSpec:
+    """A built-in job at the given size and parallelism (an int sets every operator)."""
+    if name not in JOBS:
+        raise UnknownJobError(f"unknown job {name!r}; built-in jobs: {', '.join(JOBS)}")
+    if isinstance(parallelism, int):
+        parallelism = {"source": parallelism, "count": parallelism}
+    unknown = set(parallelism) - {"source", "count"}
+    if unknown:
+        raise UnknownJobError(
+            f"job {name!r} has operators source and count; parallelism names {', '.join(sorted(unknown))}"
+        )
+    return JOBS[name](records, keys, seed, max_parallelism, parallelism, dict(options or {}))
+
+
+def identity_of(spec: JobSpec, record: Any) -> tuple[Any, ...]:
+    """What the exactly-once oracle compares: the whole record, or (key, seq) for jobs whose output
+    depends on processing time."""
+    if spec.options.get("identity") == "key_seq":
+        return (record[0], record[1])
+    return tuple(record)
+
+
+def records_by_key(records: Iterable[Any], spec: JobSpec) -> dict[Any, list[Any]]:
+    out: dict[Any, list[Any]] = {}
+    for r in records:
+        out.setdefault(spec.record_key(r), []).append(r)
+    return out

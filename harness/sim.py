@@ -1,0 +1,571 @@
+"""The ``sim`` executor: every subtask in one process, in-memory channels, a seeded scheduler and a
+simulated clock. Interleavings, barrier delays, crashes and rescales are reproducible from the
+seed: the same seed gives the same history byte for byte.
+
+Each tick of simulated time the coordinator may trigger a checkpoint, the fault hooks (the chaos
+layer's nemesis) see the time, and every runnable subtask takes one step in a seeded order: a source
+emits a seeded number of records, a keyed subtask consumes items from its unblocked channels. A crash
+anywhere restarts the whole job (one failover region, as with Flink's all-to-all keyed edges) from
+the newest intact checkpoint after a restart delay; a rescale restarts it at another parallelism from
+a savepoint or the latest checkpoint. The task code is ``harness.tasks``, shared with Spark.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.coordinator import CheckpointConfig, CheckpointCoordinator, JobFailedError
+from harness.failpoints import Failpoints, InjectedCrash
+from harness.history import HistoryWriter
+from harness.items import CheckpointBarrier, is_control
+from harness.job import JobGraph
+from harness.jobmaster import JobFailure, JobMaster, RestorePlan
+from harness.storage_gate import GatedStorage
+from harness.tasks import SourceTask, StreamTask, TaskEnv, task_name
+from reference_impl.checkpoint import StateFileHandle
+from reference_impl.rescale import restore_subtask
+from reference_impl.time import ManualClock, SkewedClock
+
+__all__ = ["SimConfig", "RescaleRequest", "SimExecutor", "RunSummary"]
+
+
+@dataclass
+class SimConfig:
+    tick_ms: int = 1
+    source_batch: int = 16  # a source emits 1..source_batch records per tick
+    task_budget: int = 256  # items a keyed subtask may consume per tick
+    channel_latency_ms: int = 1
+    ack_latency_ms: int = 1
+    restart_delay_ms: int = 50
+    max_restarts: int = 50
+    time_limit_ms: int = 600_000
+    stats_every_ms: int = 50
+
+
+@dataclass
+class RescaleRequest:
+    """Restart at ``parallelism`` when the trigger is reached (``kind``: checkpoint, time_ms, records)."""
+
+    kind: str
+    value: int
+    parallelism: dict[str, int] | int
+    savepoint: bool = True
+    done: bool = False
+
+
+@dataclass
+class RunSummary:
+    status: str  # finished | failed
+    reason: str
+    attempts: int
+    checkpoints_completed: int
+    records_emitted: int
+    sim_time_ms: int
+    parallelism: dict[str, int] = field(default_factory=dict)
+
+
+class _Channel:
+    """FIFO with delivery times: an item is readable once the clock reaches its time, and never
+    before an earlier item of the same channel (a delayed barrier holds back what follows it)."""
+
+    __slots__ = ("q", "last", "barrier_delay_ms")
+
+    def __init__(self) -> None:
+        self.q: deque[tuple[int, Any]] = deque()
+        self.last = 0
+        self.barrier_delay_ms = 0
+
+    def push(self, at: int, item: Any) -> None:
+        if at < self.last:
+            at = self.last
+        self.last = at
+        self.q.append((at, item))
+
+    def ready(self, now: int) -> bool:
+        return bool(self.q) and self.q[0][0] <= now
+
+
+class _Output:
+    def __init__(self, ex: SimExecutor, channels: list[_Channel]) -> None:
+        self.ex, self.channels = ex, channels
+
+    def send(self, target: int, record: Any) -> None:
+        self.channels[target].push(self.ex.now + self.ex.cfg.channel_latency_ms + self.ex._step_delay, record)
+
+    def broadcast(self, item: Any) -> None:
+        at = self.ex.now + self.ex.cfg.channel_latency_ms + self.ex._step_delay
+        for ch in self.channels:
+            extra = 0
+            if isinstance(item, CheckpointBarrier) and ch.barrier_delay_ms:
+                extra, ch.barrier_delay_ms = ch.barrier_delay_ms, 0
+            ch.push(at + extra, item)
+
+
+class _Gateway:
+    def __init__(self, ex: SimExecutor) -> None:
+        self.ex = ex
+
+    def ack(
+        self,
+        checkpoint_id: int,
+        operator: str,
+        subtask: int,
+        handle: StateFileHandle | None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.ex._to_coordinator(("ack", checkpoint_id, operator, subtask, handle, extra))
+
+    def decline(self, checkpoint_id: int, operator: str, subtask: int, reason: str) -> None:
+        self.ex._to_coordinator(("decline", checkpoint_id, operator, subtask, reason))
+
+
+class SimExecutor:
+    """Runs one job graph to completion (or failure) under simulated time."""
+
+    def __init__(
+        self,
+        graph: JobGraph,
+        run_dir: Path,
+        checkpoint: CheckpointConfig,
+        seed: int = 0,
+        hooks: Any = None,
+        rescales: list[RescaleRequest] | None = None,
+        config: SimConfig | None = None,
+        run_info: dict[str, Any] | None = None,
+        keyed_backend_factory: Callable[..., Any] | None = None,
+    ) -> None:
+        graph.validate()
+        self.graph = graph
+        self.run_dir = Path(run_dir)
+        self.cfg = config or SimConfig()
+        self.seed = seed
+        self.rng = random.Random(f"statechaos-sim-{seed}")
+        self.hooks = hooks
+        self.rescales = list(rescales or [])
+        self.clock = ManualClock(0)
+        self.history = HistoryWriter(self.run_dir / "history.jsonl", self.clock.now_ms)
+        self.master = JobMaster(graph, self.run_dir, checkpoint, self.history)
+        self.storage = GatedStorage(self.master.storage, sleep=self._sleep)
+        self.failpoints = Failpoints(hooks, sleep=self._sleep)
+        self.keyed_backend_factory = keyed_backend_factory
+        self.run_info = run_info or {}
+        self.attempt = -1
+        self.tasks: list[Any] = []
+        self.sources: list[SourceTask] = []
+        self.streams: list[tuple[StreamTask, list[_Channel]]] = []
+        self.channels: dict[str, _Channel] = {}
+        self.coord: CheckpointCoordinator | None = None
+        self.skews: dict[str, int] = {}
+        self.stalled: dict[str, int] = {}
+        self.crash_requests: list[str | None] = []
+        self._inbox: deque[tuple[int, tuple[Any, ...]]] = deque()
+        self._step_delay = 0
+        self._current: str | None = None
+        self.records_emitted = 0
+        self.completed = 0
+        self.final_after: int | None = None
+        self.savepoint_for: tuple[int, RescaleRequest] | None = None
+        self.stopping = False
+        self._last_stats = 0
+
+    @property
+    def now(self) -> int:
+        return self.clock.now_ms()
+
+    # ------------------------------------------------------------------ hooks for the chaos layer
+
+    def task_names(self) -> list[str]:
+        return [t.name for t in self.tasks]
+
+    def channel_names(self) -> list[str]:
+        return sorted(self.channels)
+
+    def crash(self, target: str | None = None) -> None:
+        """Crash a subtask (the whole job fails over) at the next step."""
+        if target is not None and target not in self.task_names():
+            raise ValueError(f"no subtask {target!r} (running: {', '.join(self.task_names())})")
+        self.crash_requests.append(target)
+
+    def delay_next_barrier(self, channel: str, delay_ms: int) -> None:
+        """Hold the next barrier written to ``channel`` (``up[i]->down[j]``) for ``delay_ms``."""
+        if channel not in self.channels:
+            raise ValueError(f"no channel {channel!r} (channels: {', '.join(self.channel_names())})")
+        self.channels[channel].barrier_delay_ms = int(delay_ms)
+
+    def skew_clock(self, target: str, skew_ms: int) -> None:
+        """Shift ``target``'s processing time by ``skew_ms`` (0 heals it); survives restarts."""
+        if target not in self.task_names():
+            raise ValueError(f"no subtask {target!r} (running: {', '.join(self.task_names())})")
+        self.skews[target] = int(skew_ms)
+        for t in self.tasks:
+            if t.name == target:
+                t.env.clock.skew_ms = int(skew_ms)
+
+    def latest_checkpoint_dir(self) -> Path | None:
+        ids = self.master.storage.list_checkpoints(self.master.job_id)
+        return self.master.storage.checkpoint_dir(self.master.job_id, ids[-1]) if ids else None
+
+    # ------------------------------------------------------------------ internals
+
+    def _sleep(self, ms: int) -> None:
+        """A delay inside a task step: its outputs and acks leave later, and it rests meanwhile."""
+        self._step_delay = max(self._step_delay, int(ms))
+        if self._current is not None:
+            self.stalled[self._current] = self.now + self._step_delay
+
+    def _to_coordinator(self, msg: tuple[Any, ...]) -> None:
+        self._inbox.append((self.now + self.cfg.ack_latency_ms + self._step_delay, msg))
+
+    def _notify(self, what: str, checkpoint_id: int) -> None:
+        if what == "trigger":
+            kind = self.coord.pending[checkpoint_id].kind if self.coord else "checkpoint"
+            for s in self.sources:
+                self._current = s.name
+                try:
+                    s.trigger_checkpoint(checkpoint_id, self.now, kind)
+                finally:
+                    self._current = None
+        elif what == "complete":
+            self.completed += 1
+            for t in self.tasks:
+                self._current = t.name
+                try:
+                    t.notify_checkpoint_complete(checkpoint_id)
+                finally:
+                    self._current = None
+            self._on_completed(checkpoint_id)
+        elif what == "abort":
+            for t in self.tasks:
+                t.notify_checkpoint_aborted(checkpoint_id)
+            if self.savepoint_for and self.savepoint_for[0] == checkpoint_id:
+                self.savepoint_for = None  # the savepoint failed: rescale from the latest checkpoint
+                self.stopping = False
+
+    def _on_completed(self, cid: int) -> None:
+        if self.hooks is not None:
+            self.hooks.on_checkpoint_completed(cid)
+        if self.savepoint_for and self.savepoint_for[0] == cid:
+            _, req = self.savepoint_for
+            self.savepoint_for = None
+            self._pending_rescale = req
+        for req in self.rescales:
+            if not req.done and req.kind == "checkpoint" and cid >= req.value:
+                self._request_rescale(req)
+        if self.final_after is not None and cid >= self.final_after:
+            self._finished = True
+
+    def _request_rescale(self, req: RescaleRequest) -> None:
+        if req.done or self.savepoint_for is not None:
+            return
+        req.done = True
+        if req.savepoint and self.coord is not None:
+            cid = self.coord.trigger(self.now, kind="savepoint")
+            self.savepoint_for = (cid, req)
+            self.stopping = True
+        else:
+            self._pending_rescale = req
+
+    # ------------------------------------------------------------------ deploy and restart
+
+    def _deploy(self, graph: JobGraph) -> None:
+        self.attempt += 1
+        self.graph = graph
+        self.channels = {}
+        self.stalled = {}
+        self._inbox.clear()
+        self.stopping = False
+        self.final_after = None
+        plan: RestorePlan = self.master.plan_restore(graph)
+        self.coord = None
+        gateway = _Gateway(self)
+        src = graph.source
+
+        def env(name: str, output: Any) -> TaskEnv:
+            clock = SkewedClock(self.clock, self.skews.get(name, 0))
+            return TaskEnv(
+                self.master.job_id,
+                self.attempt,
+                graph,
+                self.storage,
+                gateway,
+                clock,
+                self.history.emit,
+                self.failpoints,
+                self.run_dir,
+                output,
+            )
+
+        # channels stage by stage: upstream subtask i -> downstream subtask j
+        ups = [task_name(src.name, i) for i in range(src.parallelism)]
+        stage_inputs: list[list[list[_Channel]]] = []  # per stage, per downstream subtask: its inputs
+        outputs: dict[str, list[_Channel]] = {}
+        for stage in graph.stages:
+            per_down: list[list[_Channel]] = [[] for _ in range(stage.parallelism)]
+            for up in ups:
+                outs = []
+                for j in range(stage.parallelism):
+                    ch = _Channel()
+                    self.channels[f"{up}->{task_name(stage.name, j)}"] = ch
+                    outs.append(ch)
+                    per_down[j].append(ch)
+                outputs[up] = outs
+            stage_inputs.append(per_down)
+            ups = [task_name(stage.name, j) for j in range(stage.parallelism)]
+        self.sources = [
+            SourceTask(env(task_name(src.name, i), _Output(self, outputs[task_name(src.name, i)])), i)
+            for i in range(src.parallelism)
+        ]
+        self.streams = []
+        for k, stage in enumerate(graph.stages):
+            for j in range(stage.parallelism):
+                name = task_name(stage.name, j)
+                out = _Output(self, outputs[name]) if name in outputs else None
+                t = StreamTask(env(name, out), k, j, len(stage_inputs[k][j]), self.keyed_backend_factory)
+                self.streams.append((t, stage_inputs[k][j]))
+        self.tasks = [*self.sources, *(t for t, _ in self.streams)]
+        path = plan.path(self.master.checkpoint_root)
+        for t in self.tasks:
+            self._current = t.name
+            try:
+                a = plan.assignments.get((t.operator, t.subtask))
+                restored = (
+                    restore_subtask(plan.checkpoint, a, graph.max_parallelism)
+                    if a is not None and plan.checkpoint
+                    else None
+                )
+                t.restore(restored, plan.checkpoint_id, path)
+            finally:
+                self._current = None
+        self.coord = self.master.new_coordinator(
+            graph, self._notify, self.now, failpoint=lambda name: self.failpoints.hit(name, None)
+        )
+
+    def _teardown(self, reason: str) -> None:
+        self.master.retire(self.coord, self.now, reason)
+        self.coord = None
+        for t in self.tasks:
+            try:
+                t.close()
+            except Exception:
+                pass
+        self.tasks, self.sources, self.streams = [], [], []
+
+    def _restart(self, reason: str) -> None:
+        self._teardown(f"job restart: {reason}")
+        restarts = self.attempt + 1 - self._rescale_count
+        if restarts > self.cfg.max_restarts:
+            raise JobFailure(f"gave up after {self.cfg.max_restarts} restarts; last failure: {reason}")
+        latest = self.master.storage.list_checkpoints(self.master.job_id)
+        self.history.emit(
+            "job_restart",
+            attempt=self.attempt + 1,
+            reason=reason,
+            checkpoint_id=latest[-1] if latest else None,
+        )
+        self.clock.advance(self.cfg.restart_delay_ms)
+        self._safe_deploy(self.graph)
+
+    def _safe_deploy(self, graph: JobGraph) -> None:
+        while True:
+            try:
+                self._deploy(graph)
+                return
+            except InjectedCrash as e:
+                self._teardown(f"job restart: {e}")
+                if self.attempt + 1 - self._rescale_count > self.cfg.max_restarts:
+                    raise JobFailure(
+                        f"gave up after {self.cfg.max_restarts} restarts; last failure: {e}"
+                    ) from None
+                self.history.emit("job_restart", attempt=self.attempt + 1, reason=str(e), checkpoint_id=None)
+                self.clock.advance(self.cfg.restart_delay_ms)
+
+    def _rescale(self, req: RescaleRequest) -> None:
+        old = self.graph.parallelism()
+        new_graph = self.graph.with_parallelism(req.parallelism)
+        self._teardown("rescale")
+        latest = self.master.storage.list_checkpoints(self.master.job_id)
+        self.history.emit(
+            "rescale",
+            **{
+                "from": old,
+                "to": new_graph.parallelism(),
+                "checkpoint_id": latest[-1] if latest else None,
+                "savepoint": req.savepoint,
+            },
+        )
+        self._rescale_count += 1
+        self._safe_deploy(new_graph)
+
+    # ------------------------------------------------------------------ the loop
+
+    def _emit_stats(self) -> None:
+        for t in self.tasks:
+            n_in, n_out = getattr(t, "_stat_in", 0), getattr(t, "_stat_out", 0)
+            if t.records_in > n_in:
+                self.history.emit(
+                    "records_in", operator=t.operator, subtask=t.subtask, count=t.records_in - n_in
+                )
+            if t.records_out > n_out:
+                self.history.emit(
+                    "records_out", operator=t.operator, subtask=t.subtask, count=t.records_out - n_out
+                )
+            t._stat_in, t._stat_out = t.records_in, t.records_out
+
+    def _step_source(self, s: SourceTask) -> None:
+        if self.stopping or s.exhausted():
+            return
+        n = s.poll(self.rng.randint(1, self.cfg.source_batch))
+        if n:
+            self.records_emitted += n
+            if self.hooks is not None:
+                self.hooks.on_records(self.records_emitted)
+
+    def _step_stream(self, t: StreamTask, inputs: list[_Channel]) -> None:
+        budget = self.cfg.task_budget
+        now = self.now
+        while budget > 0:
+            blocked = t.blocked_channels()
+            ready = [i for i, ch in enumerate(inputs) if i not in blocked and ch.ready(now)]
+            if not ready:
+                return
+            i = ready[self.rng.randrange(len(ready))] if len(ready) > 1 else ready[0]
+            q = inputs[i].q
+            if is_control(q[0][1]):
+                t.on_control(i, q.popleft()[1])
+                budget -= 1
+                continue
+            batch = []
+            while q and budget > 0 and q[0][0] <= now and not is_control(q[0][1]):
+                batch.append(q.popleft()[1])
+                budget -= 1
+            t.on_records(i, batch)
+
+    def _deliver_to_coordinator(self) -> None:
+        while self._inbox and self._inbox[0][0] <= self.now and self.coord is not None:
+            _, msg = self._inbox.popleft()
+            if msg[0] == "ack":
+                _, cid, op, sub, handle, extra = msg
+                self.coord.acknowledge(cid, op, sub, handle, self.now, extra)
+            else:
+                _, cid, op, sub, reason = msg
+                self.coord.decline(cid, op, sub, reason, self.now)
+
+    def _tick(self) -> None:
+        assert self.coord is not None
+        if self.crash_requests:
+            target = self.crash_requests.pop(0)
+            raise InjectedCrash("crash_task", target)
+        if self.hooks is not None:
+            self.hooks.on_time(self.now)
+        for req in self.rescales:
+            if not req.done and (
+                (req.kind == "time_ms" and self.now >= req.value)
+                or (req.kind == "records" and self.records_emitted >= req.value)
+            ):
+                self._request_rescale(req)
+        self._deliver_to_coordinator()
+        if self._pending_rescale is not None:
+            return
+        if not self.stopping:
+            self.coord.tick(self.now)
+        order = list(range(len(self.tasks)))
+        self.rng.shuffle(order)
+        n_src = len(self.sources)
+        for idx in order:
+            t = self.tasks[idx]
+            if self.stalled.get(t.name, -1) > self.now:
+                continue
+            self._current, self._step_delay = t.name, 0
+            try:
+                if idx < n_src:
+                    self._step_source(t)
+                else:
+                    self._step_stream(*self.streams[idx - n_src])
+            finally:
+                self._current, self._step_delay = None, 0
+        if (
+            self.final_after is None
+            and not self.stopping
+            and self.sources
+            and all(s.exhausted() for s in self.sources)
+        ):
+            # bounded input is exhausted: a checkpoint triggered from now on covers every record
+            self.final_after = self.coord.next_id
+            if not self.coord.pending:
+                self.coord.trigger(self.now)
+        if self.now - self._last_stats >= self.cfg.stats_every_ms:
+            self._emit_stats()
+            self._last_stats = self.now
+
+    def run(self) -> RunSummary:
+        """Run until the bounded job has committed everything, or fails; always writes ``run_end``."""
+        self._finished = False
+        self._pending_rescale: RescaleRequest | None = None
+        self._rescale_count = 0
+        self.history.emit(
+            "run_start",
+            job=self.graph.name,
+            executor="sim",
+            seed=self.seed,
+            parallelism=self.graph.parallelism(),
+            max_parallelism=self.graph.max_parallelism,
+            config=self.run_info,
+        )
+        status, reason = "finished", "all input processed and committed"
+        try:
+            self._safe_deploy(self.graph)
+            while not self._finished:
+                if self.now > self.cfg.time_limit_ms:
+                    raise JobFailure(f"simulated time limit of {self.cfg.time_limit_ms} ms reached")
+                try:
+                    self._tick()
+                    if self._pending_rescale is not None:
+                        req, self._pending_rescale = self._pending_rescale, None
+                        self._rescale(req)
+                        continue
+                except (InjectedCrash, JobFailedError) as e:
+                    if self._finished:
+                        break
+                    self._restart(str(e))
+                    continue
+                self.clock.advance(self.cfg.tick_ms)
+            for s in self.sources:
+                s.end_input()
+        except JobFailure as e:
+            status, reason = "failed", str(e)
+        finally:
+            self._emit_stats()
+            if self.hooks is not None:
+                try:
+                    self.hooks.heal_all()
+                except Exception:
+                    pass
+            self._teardown("run end")
+            committed = 0
+            out = self.run_dir / "output" / "committed"
+            if out.is_dir():
+                for f in out.glob("*.jsonl"):
+                    with open(f, encoding="utf-8") as fh:
+                        committed += sum(1 for _ in fh)
+            self.history.emit(
+                "run_end",
+                status=status,
+                reason=reason,
+                records_committed=committed,
+                attempts=self.attempt + 1,
+            )
+            self.history.close()
+        return RunSummary(
+            status,
+            reason,
+            self.attempt + 1,
+            self.completed,
+            self.records_emitted,
+            self.now,
+            self.graph.parallelism(),
+        )

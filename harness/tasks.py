@@ -1,0 +1,414 @@
+"""Subtasks: the executor-agnostic task code that the sim and Spark executors both drive.
+
+An executor owns threads, sockets, clocks and scheduling; a task is driven by plain method calls:
+sources by ``poll`` and ``trigger_checkpoint``, keyed stages by ``on_item`` (records, barriers,
+cancel markers, end of input) while the executor honours ``blocked_channels()`` (barrier
+alignment), and both by ``notify_checkpoint_complete``/``_aborted``. Tasks reach the outside only
+through their :class:`TaskEnv`: checkpoint storage, the coordinator gateway, the output writer, the
+history and the failpoints.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from harness.barriers import Alignment, BarrierAligner
+from harness.failpoints import Failpoints
+from harness.items import CancelCheckpointMarker, CheckpointBarrier, EndOfInput
+from harness.job import JobGraph, RuntimeContext, StageSpec
+from harness.sinks import SINK_STATE, TwoPhaseCommitFileSink
+from reference_impl.checkpoint import StateFileHandle
+from reference_impl.checkpoint.format import encode_subtask_state
+from reference_impl.keygroups import (
+    KeyGroupRange,
+    assign_to_key_group,
+    compute_key_group_range_for_operator_index,
+    compute_operator_index_for_key_group,
+)
+from reference_impl.operator_state import OperatorStateBackend
+from reference_impl.rescale import RestoredSubtask
+from reference_impl.snapshot import SubtaskStateSnapshot
+from reference_impl.state import HeapKeyedStateBackend
+from reference_impl.time import TimeProvider
+
+__all__ = [
+    "task_name",
+    "CheckpointWriter",
+    "CoordinatorGateway",
+    "OutputWriter",
+    "TaskEnv",
+    "Partitioner",
+    "SourceTask",
+    "StreamTask",
+    "SPLITS_STATE",
+]
+
+SPLITS_STATE = "__source_splits"
+Emit = Callable[..., None]
+
+
+def task_name(operator: str, subtask: int) -> str:
+    return f"{operator}[{subtask}]"
+
+
+class CheckpointWriter(Protocol):
+    def write_subtask_state(
+        self, job_id: str, checkpoint_id: int, state: SubtaskStateSnapshot
+    ) -> StateFileHandle: ...
+
+
+class CoordinatorGateway(Protocol):
+    def ack(
+        self,
+        checkpoint_id: int,
+        operator: str,
+        subtask: int,
+        handle: StateFileHandle | None,
+        extra: dict[str, Any] | None = None,
+    ) -> None: ...
+
+    def decline(self, checkpoint_id: int, operator: str, subtask: int, reason: str) -> None: ...
+
+
+class OutputWriter(Protocol):
+    """Output channels of one subtask, one per downstream subtask; control items go to all."""
+
+    def send(self, target: int, record: Any) -> None: ...
+
+    def broadcast(self, item: Any) -> None: ...
+
+
+@dataclass
+class TaskEnv:
+    job_id: str
+    attempt: int
+    graph: JobGraph
+    storage: CheckpointWriter
+    gateway: CoordinatorGateway
+    clock: TimeProvider
+    emit: Emit
+    failpoints: Failpoints
+    run_dir: Path
+    output: OutputWriter | None = None
+
+
+class Partitioner:
+    """Routes a record to the downstream subtask owning its key group (cached per key)."""
+
+    def __init__(self, key_selector: Callable[[Any], Any], max_parallelism: int, parallelism: int) -> None:
+        self.key_selector = key_selector
+        self.max_p = max_parallelism
+        self.p = parallelism
+        self._cache: dict[Any, int] = {}
+
+    def __call__(self, record: Any) -> int:
+        key = self.key_selector(record)
+        t = self._cache.get(key)
+        if t is None:
+            kg = assign_to_key_group(key, self.max_p)
+            t = compute_operator_index_for_key_group(self.max_p, self.p, kg)
+            self._cache[key] = t
+        return t
+
+
+class _TaskBase:
+    operator: str
+
+    def __init__(self, env: TaskEnv, operator: str, subtask: int, parallelism: int) -> None:
+        self.env = env
+        self.operator = operator
+        self.subtask = subtask
+        self.parallelism = parallelism
+        self.max_p = env.graph.max_parallelism
+        self.name = task_name(operator, subtask)
+        self.key_group_range = compute_key_group_range_for_operator_index(self.max_p, parallelism, subtask)
+        self.op_state = OperatorStateBackend()
+        self.records_in = 0
+        self.records_out = 0
+        self.restored_from: int | None = None
+
+    def _hit(self, failpoint: str) -> None:
+        self.env.failpoints.hit(failpoint, self.name)
+
+    def _restore_common(
+        self, restored: RestoredSubtask | None, checkpoint_id: int | None, path: str | None, keyed: Any
+    ) -> None:
+        self._hit("during_restore")
+        if restored is not None:
+            if keyed is not None:
+                keyed.restore(restored.keyed)
+            self.op_state.restore(restored.operator)
+        self.restored_from = checkpoint_id
+
+    def _write_restored_file(self, keyed: Any, checkpoint_id: int | None, path: str | None) -> None:
+        """Record what this subtask actually holds after restore: the restored-state oracle compares it
+        with the checkpoint (read independently) and with a sequential model."""
+        d = self.env.run_dir / "restored"
+        d.mkdir(parents=True, exist_ok=True)
+        fname = f"a{self.env.attempt:04d}-{self.operator}-{self.subtask}.state"
+        snap = SubtaskStateSnapshot(
+            self.operator,
+            self.subtask,
+            self.parallelism,
+            self.max_p,
+            keyed=None if keyed is None else keyed.snapshot(),
+            operator=self.op_state.snapshot(),
+        )
+        (d / fname).write_bytes(encode_subtask_state(snap))
+        self.env.emit(
+            "restore",
+            checkpoint_id=checkpoint_id,
+            path=path,
+            attempt=self.env.attempt,
+            operator=self.operator,
+            subtask=self.subtask,
+            parallelism=self.parallelism,
+            key_group_range=[self.key_group_range.start, self.key_group_range.end],
+            restored_state_file=f"restored/{fname}",
+        )
+
+    def _write_and_ack(
+        self, checkpoint_id: int, snap: SubtaskStateSnapshot, extra: dict[str, Any] | None
+    ) -> None:
+        try:
+            handle = self.env.storage.write_subtask_state(self.env.job_id, checkpoint_id, snap)
+        except OSError as e:  # storage unavailable or full: this checkpoint cannot complete
+            self.env.gateway.decline(checkpoint_id, self.operator, self.subtask, f"state write failed: {e}")
+            return
+        self._hit("after_snapshot_before_ack")
+        self.env.gateway.ack(checkpoint_id, self.operator, self.subtask, handle, extra)
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        pass
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class SourceTask(_TaskBase):
+    """One subtask of the source: polls the source function and routes records by key group."""
+
+    is_source = True
+
+    def __init__(self, env: TaskEnv, subtask: int) -> None:
+        spec = env.graph.source
+        super().__init__(env, spec.name, subtask, spec.parallelism)
+        self.function = copy.deepcopy(spec.function)
+        first = env.graph.stages[0]
+        self.partition = Partitioner(first.key_selector, self.max_p, first.parallelism)
+        self.ctx = RuntimeContext(
+            None, self.op_state, env.clock, spec.name, subtask, spec.parallelism, self.max_p
+        )
+        self.finished = False
+
+    def restore(
+        self, restored: RestoredSubtask | None, checkpoint_id: int | None = None, path: str | None = None
+    ) -> None:
+        self._restore_common(restored, checkpoint_id, path, None)
+        splits_state = self.op_state.get_list_state(SPLITS_STATE)
+        if restored is None:
+            everything = self.function.initial_splits()
+            base, rem = divmod(len(everything), self.parallelism)
+            start = self.subtask * base + min(self.subtask, rem)
+            splits_state.update(everything[start : start + base + (1 if self.subtask < rem else 0)])
+        self.function.open(splits_state.get(), self.ctx)
+        self._write_restored_file(None, checkpoint_id, path)
+
+    def poll(self, max_records: int) -> int:
+        """Emit up to ``max_records`` records downstream; returns how many."""
+        records = self.function.poll(max_records)
+        out = self.env.output
+        assert out is not None
+        part = self.partition
+        for r in records:
+            out.send(part(r), r)
+        self.records_out += len(records)
+        return len(records)
+
+    def exhausted(self) -> bool:
+        return self.function.exhausted()
+
+    def trigger_checkpoint(self, checkpoint_id: int, timestamp: int, kind: str = "checkpoint") -> None:
+        """Take this source's snapshot (its splits), inject barrier ``checkpoint_id`` into every output
+        channel, then persist the snapshot and acknowledge with the offsets it covers."""
+        self._hit("before_snapshot")
+        self.op_state.get_list_state(SPLITS_STATE).update(self.function.snapshot_splits())
+        snap = SubtaskStateSnapshot(
+            self.operator,
+            self.subtask,
+            self.parallelism,
+            self.max_p,
+            keyed=None,
+            operator=self.op_state.snapshot(),
+        )
+        offsets = self.function.offsets()
+        assert self.env.output is not None
+        self.env.output.broadcast(CheckpointBarrier(checkpoint_id, timestamp, kind))
+        self._write_and_ack(checkpoint_id, snap, {"source_offsets": offsets})
+
+    def end_input(self) -> None:
+        """The job is done: tell downstream no more records come."""
+        if not self.finished:
+            self.finished = True
+            assert self.env.output is not None
+            self.env.output.broadcast(EndOfInput())
+
+
+class StreamTask(_TaskBase):
+    """One subtask of a keyed stage: aligns barriers across its input channels, runs the keyed
+    function under each record's key, applies chained maps, and writes to the next stage or the
+    exactly-once sink."""
+
+    is_source = False
+
+    def __init__(
+        self,
+        env: TaskEnv,
+        stage_index: int,
+        subtask: int,
+        num_inputs: int,
+        keyed_backend_factory: Callable[[int, KeyGroupRange, TimeProvider], Any] | None = None,
+    ) -> None:
+        self.stage: StageSpec = env.graph.stages[stage_index]
+        super().__init__(env, self.stage.name, subtask, self.stage.parallelism)
+        factory = keyed_backend_factory or (
+            lambda max_p, kgr, clock: HeapKeyedStateBackend(max_p, kgr, clock)
+        )
+        self.keyed = factory(self.max_p, self.key_group_range, env.clock)
+        self.function = copy.deepcopy(self.stage.function)
+        self.maps = list(self.stage.maps)
+        self.ctx = RuntimeContext(
+            self.keyed, self.op_state, env.clock, self.stage.name, subtask, self.stage.parallelism, self.max_p
+        )
+        self.aligner = BarrierAligner(num_inputs)
+        self.num_inputs = num_inputs
+        last = stage_index == len(env.graph.stages) - 1
+        self.partition = (
+            None
+            if last
+            else Partitioner(
+                env.graph.stages[stage_index + 1].key_selector,
+                self.max_p,
+                env.graph.stages[stage_index + 1].parallelism,
+            )
+        )
+        self.sink = (
+            TwoPhaseCommitFileSink(
+                env.run_dir / "output", subtask, env.emit, failpoint=self._hit, attempt=env.attempt
+            )
+            if last
+            else None
+        )
+        self.finished = False
+        self._key_selector = self.stage.key_selector
+
+    def restore(
+        self, restored: RestoredSubtask | None, checkpoint_id: int | None = None, path: str | None = None
+    ) -> None:
+        self._restore_common(restored, checkpoint_id, path, self.keyed)
+        self._write_restored_file(self.keyed, checkpoint_id, path)
+        if self.sink is not None:
+            txns = self.op_state.get_union_list_state(SINK_STATE)
+            self.sink.restore(txns.get(), self.parallelism)
+            txns.clear()
+        self.function.open(self.ctx)
+
+    def blocked_channels(self) -> set[int]:
+        return self.aligner.blocked_channels()
+
+    # ------------------------------------------------------------------ input
+
+    def on_records(self, channel: int, records: list[Any]) -> None:
+        keyed, fn, ctx, sel = self.keyed, self.function, self.ctx, self._key_selector
+        out: list[Any] = []
+        for r in records:
+            keyed.set_current_key(sel(r))
+            fn.process_element(r, ctx)
+            if ctx._out:
+                out.extend(ctx._drain())
+        self.records_in += len(records)
+        if out:
+            self._emit(out)
+
+    def _emit(self, out: list[Any]) -> None:
+        for m in self.maps:
+            out = [m(x) for x in out]
+        self.records_out += len(out)
+        if self.sink is not None:
+            self.sink.write(out)
+        else:
+            assert self.env.output is not None and self.partition is not None
+            for r in out:
+                self.env.output.send(self.partition(r), r)
+
+    def on_control(self, channel: int, item: Any) -> None:
+        if isinstance(item, CheckpointBarrier):
+            if self.aligner.on_barrier(channel, item.checkpoint_id) is Alignment.ALIGNED:
+                self._snapshot(item)
+            self._forward_cancellations()
+        elif isinstance(item, CancelCheckpointMarker):
+            self.aligner.on_cancel(item.checkpoint_id)
+            self._forward_cancellations()
+        elif isinstance(item, EndOfInput):
+            pending = self.aligner.current
+            if self.aligner.on_end_of_input(channel) is Alignment.ALIGNED and pending is not None:
+                self._snapshot(CheckpointBarrier(pending.checkpoint_id, self.env.clock.now_ms()))
+            if len(self.aligner.finished) == self.num_inputs and not self.finished:
+                self.finished = True
+                if self.env.output is not None:
+                    self.env.output.broadcast(item)
+        else:
+            raise TypeError(f"{self.name}: unknown control item {item!r}")
+
+    def _forward_cancellations(self) -> None:
+        while self.aligner.cancelled:
+            cid = self.aligner.cancelled.pop(0)
+            if self.env.output is not None:
+                self.env.output.broadcast(CancelCheckpointMarker(cid))
+
+    def _snapshot(self, barrier: CheckpointBarrier) -> None:
+        """Aligned on ``barrier``: snapshot keyed and operator state, pre-commit the sink, forward the
+        barrier, persist and acknowledge."""
+        cid = barrier.checkpoint_id
+        self._hit("before_snapshot")
+        keyed = self.keyed.snapshot()
+        if self.sink is not None:
+            self.op_state.get_union_list_state(SINK_STATE).update(self.sink.pre_commit(cid))
+        snap = SubtaskStateSnapshot(
+            self.operator,
+            self.subtask,
+            self.parallelism,
+            self.max_p,
+            keyed=keyed,
+            operator=self.op_state.snapshot(),
+        )
+        if self.env.output is not None:
+            self.env.output.broadcast(barrier)
+        self._write_and_ack(cid, snap, None)
+
+    # ------------------------------------------------------------------ notifications
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        if self.sink is not None:
+            self.sink.notify_checkpoint_complete(checkpoint_id)
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        self.aligner.on_cancel(checkpoint_id)
+        self._forward_cancellations()
+
+    def close(self) -> None:
+        try:
+            self.function.close()
+        finally:
+            if self.sink is not None:
+                self.sink.close()
+            closer = getattr(self.keyed, "close", None)
+            if closer is not None:
+                closer()
