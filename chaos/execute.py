@@ -1,30 +1,149 @@
 """Executes a validated scenario on its cluster and returns the oracle verdicts.
 
-This is where the executors plug in: ``sim`` (harness.sim) and ``spark`` (harness.spark) drive the
-same job graph, the :class:`~chaos.schedule.Nemesis` fires the scenario's faults through the
-executor's injectors, and ``harness.oracles`` checks the run. Until the dataflow runtime ships, a run
-stops here with a clear message (exit 2) rather than pretending to have run anything.
+The scenario becomes a built-in job (``harness.jobs``) at its size and parallelism; the
+:class:`~chaos.schedule.Nemesis` fires its faults through injectors built here for the executor in
+use (sim: ``harness.sim``; Spark: ``harness.spark``), rescale steps become restart requests, and
+``harness.oracles`` checks what the run left behind.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import random
 from pathlib import Path
 from typing import Any
 
 from chaos.errors import EnvironmentProblem
+from chaos.injectors.base import Injector, InjectorError
+from chaos.injectors.runtime import CrashTask, DelayBarrier, SkewClock, StorageGateFault
+from chaos.injectors.storage_files import CorruptFile, TruncateFile, pick_checkpoint_file
 from chaos.scenario import Scenario
+from chaos.schedule import Nemesis, PlannedFault, plan
+from chaos.scope import RunScope
+from harness.coordinator import CheckpointConfig
+from harness.jobs import JobSpec, build_job
 
-__all__ = ["execute_scenario"]
+__all__ = [
+    "execute_scenario",
+    "runtime_injector",
+    "checkpoint_config",
+    "rescale_requests",
+    "liveness_bound_ms",
+]
+
+
+def checkpoint_config(sc: Scenario) -> CheckpointConfig:
+    c = sc.checkpoint
+    return CheckpointConfig(
+        interval_ms=c.interval_ms,
+        timeout_ms=c.timeout_ms,
+        max_concurrent=c.max_concurrent,
+        min_pause_ms=c.min_pause_ms,
+        tolerable_failures=c.tolerable_failures,
+        retained=c.retained,
+    )
+
+
+def rescale_requests(sc: Scenario) -> list[Any]:
+    from harness.sim import RescaleRequest
+
+    out = []
+    for i, step in enumerate(sc.rescale):
+        kind = step.at.kind
+        if kind not in ("checkpoint", "time_ms", "records"):
+            raise EnvironmentProblem(
+                f"scenario {sc.name!r}: rescale[{i}].at: a rescale fires at checkpoint:N, time:T or records:N, "
+                f"not {kind}"
+            )
+        out.append(RescaleRequest(kind, int(getattr(step.at, kind)), step.parallelism, step.savepoint))
+    return out
+
+
+def liveness_bound_ms(sc: Scenario) -> int:
+    """Progress must resume within this long after the last fault heals."""
+    return max(10_000, 20 * sc.checkpoint.interval_ms)
+
+
+def runtime_injector(executor: Any, scope: RunScope, p: PlannedFault, rng: random.Random) -> Injector | None:
+    """The injector for faults the runtime performs through executor hooks (every cluster)."""
+    f = p.fault
+    if f.kind == "crash_task":
+        names = executor.task_names()
+        if not names:
+            raise InjectorError("no subtask is running")
+        return CrashTask(executor, str(f.target) if f.target is not None else rng.choice(names))
+    if f.kind == "failpoint":
+        return None  # the runtime acts at the failpoint itself (Nemesis.on_failpoint)
+    if f.kind == "delay_barrier":
+        channels = executor.channel_names()
+        return DelayBarrier(executor, f.channel or rng.choice(channels), f.delay_ms or 0)
+    if f.kind == "clock_skew":
+        return SkewClock(
+            executor,
+            str(f.target) if f.target is not None else rng.choice(executor.task_names()),
+            int(f.skew_ms or 0),
+        )
+    if f.kind == "storage":
+        if f.mode in ("corrupt", "truncate"):
+            d = executor.latest_checkpoint_dir()
+            if d is None:
+                raise InjectorError("no completed checkpoint to damage yet")
+            path = pick_checkpoint_file(d, rng)
+            return (CorruptFile if f.mode == "corrupt" else TruncateFile)(scope, path, rng)
+        return StorageGateFault(executor, str(f.mode), f.delay_ms or 0)
+    raise InjectorError(f"fault kind {f.kind!r} is not supported by this executor")
+
+
+def _job(sc: Scenario) -> JobSpec:
+    from harness.jobs import UnknownJobError
+
+    try:
+        return build_job(
+            sc.job, sc.records, sc.keys, sc.seed, sc.max_parallelism, sc.parallelism, sc.job_options
+        )
+    except (UnknownJobError, ValueError) as e:
+        raise EnvironmentProblem(f"scenario {sc.name!r}: {e}") from None
+
+
+def _run_sim(sc: Scenario, spec: JobSpec, run_dir: Path) -> dict[str, Any]:
+    from harness.sim import SimConfig, SimExecutor
+
+    scope = RunScope(run_id=run_dir.name, paths=[run_dir / "checkpoints"])
+    ex = SimExecutor(
+        spec.graph,
+        run_dir,
+        checkpoint_config(sc),
+        seed=sc.seed,
+        rescales=rescale_requests(sc),
+        config=SimConfig(max_restarts=sc.max_restarts, time_limit_ms=int(sc.timeout_s * 1000)),
+        run_info={"scenario": sc.name, "records": sc.records, "keys": sc.keys, "checks": sc.checks},
+    )
+    nemesis = Nemesis(plan(sc), lambda p, rng: runtime_injector(ex, scope, p, rng), ex.history.emit)
+    ex.hooks = nemesis
+    ex.failpoints.handler = nemesis
+    summary = ex.run()
+    return {
+        "status": summary.status,
+        "reason": summary.reason,
+        "attempts": summary.attempts,
+        "checkpoints_completed": summary.checkpoints_completed,
+        "records_emitted": summary.records_emitted,
+        "sim_time_ms": summary.sim_time_ms,
+        "final_parallelism": summary.parallelism,
+    }
 
 
 def execute_scenario(sc: Scenario, run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Run ``sc`` in ``run_dir``; return (verdicts as plain dicts, run statistics)."""
-    executor = "harness.sim" if sc.cluster_kind == "sim" else "harness.spark"
-    if importlib.util.find_spec(executor) is None or importlib.util.find_spec("harness.oracles") is None:
-        raise EnvironmentProblem(
-            f"scenario {sc.name!r} needs the {sc.cluster_kind} executor ({executor}) and the oracles "
-            "(harness.oracles), which this version of statechaos does not ship yet; "
-            "validate, list, inspect and bench work today"
-        )
-    raise EnvironmentProblem(f"the {executor} executor is present but not wired to scenarios in this version")
+    from harness.oracles import check_all
+
+    spec = _job(sc)
+    if sc.cluster_kind == "sim":
+        stats = _run_sim(sc, spec, run_dir)
+    else:
+        from chaos.spark_run import run_spark
+
+        stats = run_spark(sc, spec, run_dir)
+    verdicts = check_all(
+        run_dir, spec, sc.checks, retained=sc.checkpoint.retained, liveness_bound_ms=liveness_bound_ms(sc)
+    )
+    return [v.to_dict() for v in verdicts], stats

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos.injectors.base import Injector
+from chaos.injectors.base import Injector, InjectorError
 from chaos.scenario import Fault, Scenario
 
 __all__ = ["PlannedFault", "plan", "Nemesis", "DEFAULT_RANDOM_WINDOW_MS", "FailpointAction"]
@@ -126,7 +126,11 @@ class Nemesis:
         p.fired = True
         p.fired_at = self.now_ms
         rng = random.Random(p.rng_seed)
-        injector = self.factory(p, rng)
+        try:
+            injector = self.factory(p, rng)
+        except InjectorError as e:  # nothing to act on right now (no checkpoint yet, target gone)
+            self._failed(p, target_override, str(e))
+            return
         p.injector = injector
         details = injector.describe() if injector else {}
         target = details.get("target") or target_override or p.fault.target
@@ -139,11 +143,24 @@ class Nemesis:
             details=details,
         )
         if injector is not None:
-            injector.start()
+            try:
+                injector.start()
+            except InjectorError as e:
+                p.healed = True
+                self.emit("fault_end", fault_id=p.fault_id, kind=p.fault.kind, error=str(e))
+                return
         # instant faults (a kill, a crash, a damaged file) end as they start; the others last for
         # duration_ms, or until the run ends
         if injector is None or injector.instant:
             self._heal(p)
+
+    def _failed(self, p: PlannedFault, target: str | None, error: str) -> None:
+        """A fault that could not be injected is recorded (Jepsen's :info), never silently dropped."""
+        p.healed = True
+        tgt = target or p.fault.target
+        self.emit("fault_start", fault_id=p.fault_id, kind=p.fault.kind, target=None if tgt is None else str(tgt),
+                  trigger=f"{p.kind}={p.value}", details={"error": error})
+        self.emit("fault_end", fault_id=p.fault_id, kind=p.fault.kind, error=error)
 
     def _heal(self, p: PlannedFault) -> None:
         if p.healed:

@@ -135,7 +135,11 @@ class CheckpointCoordinator:
         p = self.pending.get(checkpoint_id)
         task = (operator, subtask)
         if p is None or task not in p.waiting:
-            if p is None and self.first_id <= checkpoint_id < self.next_id and checkpoint_id not in self._done:
+            if (
+                p is None
+                and self.first_id <= checkpoint_id < self.next_id
+                and checkpoint_id not in self._done
+            ):
                 # a late ack of an aborted checkpoint: its state file must not outlive it (Flink
                 # discards late subtask state the same way)
                 self.storage.discard(self.job_id, checkpoint_id)
@@ -172,7 +176,12 @@ class CheckpointCoordinator:
     def _complete(self, p: PendingCheckpoint, now_ms: int) -> None:
         del self.pending[p.checkpoint_id]
         chk = self.storage.finalize_checkpoint(
-            self.job_id, p.checkpoint_id, p.handles, self.operators, extra=p.extra, timestamp_ms=now_ms,
+            self.job_id,
+            p.checkpoint_id,
+            p.handles,
+            self.operators,
+            extra=p.extra,
+            timestamp_ms=now_ms,
             kind=p.kind,
         )
         self.completed.append(p.checkpoint_id)
@@ -200,7 +209,9 @@ class CheckpointCoordinator:
         for cid in sorted(self.pending):
             self._abort(cid, now_ms, reason, failure=False, notify=False)
 
-    def _abort(self, checkpoint_id: int, now_ms: int, reason: str, failure: bool, notify: bool = True) -> None:
+    def _abort(
+        self, checkpoint_id: int, now_ms: int, reason: str, failure: bool, notify: bool = True
+    ) -> None:
         self.pending.pop(checkpoint_id, None)
         self.storage.discard(self.job_id, checkpoint_id)
         self.last_end_ms = now_ms

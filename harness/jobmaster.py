@@ -13,6 +13,7 @@ from typing import Any
 from harness.coordinator import CheckpointConfig, CheckpointCoordinator
 from harness.history import HistoryWriter
 from harness.job import JobGraph
+from harness.sinks import write_fence
 from reference_impl.checkpoint import CompletedCheckpoint, FileSystemCheckpointStorage, RestoreReport
 from reference_impl.rescale import SubtaskAssignment, assign_state
 
@@ -57,7 +58,7 @@ class JobMaster:
         self.keep_restore_evidence = keep_restore_evidence
         self.next_checkpoint_id = 1
 
-    def plan_restore(self, graph: JobGraph) -> RestorePlan:
+    def plan_restore(self, graph: JobGraph, attempt: int = 0) -> RestorePlan:
         """The newest intact checkpoint (damaged newer ones are skipped and said so in the history) and
         each new subtask's share of it at ``graph``'s parallelism."""
         report = self.storage.restore_latest(self.job_id)
@@ -72,6 +73,10 @@ class JobMaster:
         self.next_checkpoint_id = max(self.next_checkpoint_id, chk.checkpoint_id + 1)
         if self.keep_restore_evidence:
             self._keep_evidence(chk)
+        if report.skipped:
+            fenced = write_fence(self.run_dir / "output", chk.checkpoint_id, attempt)
+            if fenced:
+                self.history.emit("sink_fence", restored_from=chk.checkpoint_id, txns=fenced, attempt=attempt)
         for op, p in graph.parallelism().items():
             if op not in chk.operators:
                 continue  # a new operator starts empty

@@ -36,6 +36,10 @@ def _key(r: Any) -> Any:
     return r[0]
 
 
+def _key_seq(r: Any) -> Any:
+    return (r[0], r[1])
+
+
 class KeyedCount(KeyedProcessFunction):
     """A running count per key in a ValueState."""
 
@@ -175,7 +179,7 @@ def _ttl_verify(
         .source("source", src, parallelism.get("source", 1))
         .key_by(_key)
         .process("count", fn, parallelism.get("count", 1))
-        .sink(ExactlyOnceFileSinkSpec())
+        .sink(ExactlyOnceFileSinkSpec(identity=_key_seq))
         .build()
     )
 

@@ -206,6 +206,10 @@ class SimExecutor:
             if t.name == target:
                 t.env.clock.skew_ms = int(skew_ms)
 
+    def storage_gate(self, mode: str | None, delay_ms: int = 0) -> None:
+        """Make checkpoint writes slow, unavailable or full (None heals)."""
+        self.storage.set(mode, delay_ms)
+
     def latest_checkpoint_dir(self) -> Path | None:
         ids = self.master.storage.list_checkpoints(self.master.job_id)
         return self.master.storage.checkpoint_dir(self.master.job_id, ids[-1]) if ids else None
@@ -280,7 +284,7 @@ class SimExecutor:
         self._inbox.clear()
         self.stopping = False
         self.final_after = None
-        plan: RestorePlan = self.master.plan_restore(graph)
+        plan: RestorePlan = self.master.plan_restore(graph, self.attempt)
         self.coord = None
         gateway = _Gateway(self)
         src = graph.source

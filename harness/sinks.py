@@ -9,6 +9,12 @@ knows every transaction of the checkpoint; each commits those of old subtasks ``
 ``s % p == subtask`` and aborts (deletes) every other leftover of those subtasks. Transaction names
 carry the checkpoint id first, so committed files sort in commit order, and the attempt, so a zombie
 task of a failed attempt can never overwrite a live one's file.
+
+Exactly-once across a checkpoint fallback: if the newest checkpoint is lost to storage damage, the
+job restores an older one although the lost checkpoint's transactions were already committed. The
+driver then writes a *fence* (``fences/fence-<attempt>.json``) naming those orphaned transactions;
+every sink subtask drops records whose identity is in a fenced transaction, since the replay from
+the older checkpoint regenerates exactly them. Nothing committed is ever rewritten or deleted.
 """
 
 from __future__ import annotations
@@ -34,11 +40,44 @@ _TXN = re.compile(r"^c(\d+)-s(\d+)-a(\d+)-(\d+)$")
 _OPEN = re.compile(r"^s(\d+)-a(\d+)-(\d+)$")
 
 
+def _whole(record: Any) -> Any:
+    return json.dumps(record, sort_keys=True)
+
+
 class ExactlyOnceFileSinkSpec:
-    """The sink as a job graph part: the executor decides its directory (``<run>/output``)."""
+    """The sink as a job graph part: the executor decides its directory (``<run>/output``).
+    ``identity`` maps a record to what makes it unique (for fences); default: the whole record."""
+
+    def __init__(self, identity: Callable[[Any], Any] | None = None) -> None:
+        self.identity = identity or _whole
 
     def __repr__(self) -> str:
         return "ExactlyOnceFileSinkSpec()"
+
+
+def write_fence(directory: Path, restored_checkpoint: int, attempt: int) -> list[str]:
+    """Fence the committed transactions of checkpoints newer than ``restored_checkpoint`` (they were
+    committed by a checkpoint that is now lost). Returns the newly fenced transaction names."""
+    d = Path(directory)
+    fenced = _fenced(d)
+    orphans = []
+    for f in committed_files(d):
+        m = _TXN.match(f.stem)
+        if m and int(m.group(1)) > restored_checkpoint and f.stem not in fenced:
+            orphans.append(f.stem)
+    if orphans:
+        (d / "fences").mkdir(parents=True, exist_ok=True)
+        tmp = d / "fences" / f".fence-{attempt:04d}.tmp"
+        tmp.write_text(json.dumps({"restored_from": restored_checkpoint, "txns": orphans}))
+        os.replace(tmp, d / "fences" / f"fence-{attempt:04d}.json")
+    return orphans
+
+
+def _fenced(d: Path) -> set[str]:
+    out: set[str] = set()
+    for f in sorted((d / "fences").glob("fence-*.json")) if (d / "fences").is_dir() else []:
+        out.update(json.loads(f.read_text())["txns"])
+    return out
 
 
 class TwoPhaseCommitFileSink:
@@ -51,6 +90,7 @@ class TwoPhaseCommitFileSink:
         emit: Emit,
         failpoint: Callable[[str], None] | None = None,
         attempt: int = 0,
+        identity: Callable[[Any], Any] | None = None,
     ) -> None:
         self.dir = Path(directory)
         self.subtask = subtask
@@ -64,6 +104,12 @@ class TwoPhaseCommitFileSink:
         self._open: Any = None
         self._open_name: str | None = None
         self._count = 0
+        self.identity = identity or _whole
+        self.suppressed = 0
+        self._fence: set[Any] = set()
+        for txn in _fenced(self.dir):
+            with open(self.dir / "committed" / f"{txn}.jsonl", encoding="utf-8") as fh:
+                self._fence.update(self.identity(json.loads(line)) for line in fh)
 
     def _begin(self) -> None:
         self._seq += 1
@@ -72,7 +118,11 @@ class TwoPhaseCommitFileSink:
         self._count = 0
 
     def write(self, records: Iterable[Any]) -> None:
+        fence = self._fence
         for r in records:
+            if fence and self.identity(r) in fence:
+                self.suppressed += 1  # already committed by a transaction of a lost checkpoint
+                continue
             if self._open is None:
                 self._begin()
             self._open.write(json.dumps(r) + "\n")

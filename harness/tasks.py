@@ -301,7 +301,12 @@ class StreamTask(_TaskBase):
         )
         self.sink = (
             TwoPhaseCommitFileSink(
-                env.run_dir / "output", subtask, env.emit, failpoint=self._hit, attempt=env.attempt
+                env.run_dir / "output",
+                subtask,
+                env.emit,
+                failpoint=self._hit,
+                attempt=env.attempt,
+                identity=getattr(self.stage.sink, "identity", None),
             )
             if last
             else None

@@ -1,5 +1,6 @@
 """State operation cost: ValueState read+update per record with key switching, against a bare-dict
-loop doing the same counting in the same run (the floor Python allows), with and without TTL."""
+loop doing the same counting in the same run (the floor Python allows), with and without TTL; and the
+same loop on the on-disk (RocksDB) backend."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import random
 from chaos.bench.core import Figure, best_rate
 from reference_impl.keygroups import KeyGroupRange
 from reference_impl.state import HeapKeyedStateBackend, ValueStateDescriptor
+from reference_impl.state.ondisk_backend import OnDiskKeyedStateBackend
 from reference_impl.time import ManualClock
 from reference_impl.ttl import StateTtlConfig
 
@@ -44,6 +46,16 @@ def _heap(keys: list[str], ttl: bool, incremental_cleanup: bool = False) -> int:
     return len(keys)
 
 
+def _ondisk(keys: list[str]) -> int:
+    with OnDiskKeyedStateBackend(128, KeyGroupRange(0, 127), ManualClock()) as b:
+        state = b.get_state(ValueStateDescriptor("count", default=0))
+        set_key, value, update = b.set_current_key, state.value, state.update
+        for k in keys:
+            set_key(k)
+            update(value() + 1)
+    return len(keys)
+
+
 def run(quick: bool) -> list[Figure]:
     figures: list[Figure] = []
     sizes = (
@@ -58,8 +70,21 @@ def run(quick: bool) -> list[Figure]:
         heap = best_rate(lambda keys=keys: _heap(keys, False))
         heap_ttl = best_rate(lambda keys=keys: _heap(keys, True))
         heap_ttl_inc = best_rate(lambda keys=keys: _heap(keys, True, incremental_cleanup=True))
+        half = keys[: n // 2]  # half the records: RocksDB is slower and --quick must stay quick
+        ondisk = best_rate(lambda half=half: _ondisk(half), repeats=2 if quick else 3)
         size = {"records": n, "keys": k}
         figures += [
+            Figure(
+                "on-disk ValueState read+update",
+                ondisk,
+                bare,
+                "records/s",
+                "bare dict",
+                None,
+                True,
+                {"records": n // 2, "keys": k},
+                "RocksDB via rocksdict: one get and one put per record, keys and values msgpack",
+            ),
             Figure("heap ValueState read+update", heap, bare, "records/s", "bare dict", 0.5, True, size),
             Figure("heap ValueState with TTL", heap_ttl, bare, "records/s", "bare dict", None, True, size),
             Figure(

@@ -206,10 +206,14 @@ class InputGate:
 
     def _register(self, conn: socket.socket, dec: FrameDecoder, msgs: list[Any]) -> None:
         hello = msgs[0]
-        ok = isinstance(hello, tuple) and len(hello) == 2 and hello[0] == "hello" and isinstance(hello[1], int)
+        ok = (
+            isinstance(hello, tuple) and len(hello) == 2 and hello[0] == "hello" and isinstance(hello[1], int)
+        )
         if not ok:
             conn.close()
-            raise TransportError(f"input gate {self.endpoint}: expected ('hello', channel_index), got {hello!r}")
+            raise TransportError(
+                f"input gate {self.endpoint}: expected ('hello', channel_index), got {hello!r}"
+            )
         idx = hello[1]
         if not 0 <= idx < self.num_channels:
             conn.close()
@@ -252,7 +256,9 @@ class InputGate:
             ch.sock.close()
             ch.sock = None
 
-    def poll(self, blocked: Iterable[int], timeout_s: float, max_messages: int = 1024) -> list[tuple[int, Any]]:
+    def poll(
+        self, blocked: Iterable[int], timeout_s: float, max_messages: int = 1024
+    ) -> list[tuple[int, Any]]:
         """Up to ``max_messages`` messages ``(channel, msg)`` from channels not in ``blocked``.
 
         Waits up to ``timeout_s`` only if nothing is ready. Per channel, order is kept, and a
@@ -267,9 +273,7 @@ class InputGate:
             return out
         deadline = time.monotonic() + max(0.0, timeout_s)
         while True:
-            readable = [
-                ch for i, ch in self._channels.items() if i not in blocked and ch.sock is not None
-            ]
+            readable = [ch for i, ch in self._channels.items() if i not in blocked and ch.sock is not None]
             if not readable:  # everything blocked or finished: just wait out the timeout
                 time.sleep(max(0.0, deadline - time.monotonic()))
                 return self._collect(blocked, max_messages)
@@ -344,7 +348,9 @@ def _connect(endpoint: Endpoint, timeout_s: float, what: str) -> socket.socket:
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
-            raise TransportError(f"{what}: could not connect to {endpoint[0]}:{endpoint[1]} within {timeout_s}s: {last}")
+            raise TransportError(
+                f"{what}: could not connect to {endpoint[0]}:{endpoint[1]} within {timeout_s}s: {last}"
+            )
         try:
             sock = socket.create_connection(tuple(endpoint), timeout=min(left, 5.0))
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -375,7 +381,9 @@ class OutputChannel:
         self.endpoint = (endpoint[0], int(endpoint[1]))
         self.channel_index = channel_index
         self.batch_records = batch_records
-        self._sock: socket.socket | None = _connect(self.endpoint, connect_timeout_s, f"output channel {channel_index}")
+        self._sock: socket.socket | None = _connect(
+            self.endpoint, connect_timeout_s, f"output channel {channel_index}"
+        )
         self._sock.settimeout(send_timeout_s)
         self._batch: list[Any] = []
         self.bytes_sent = 0
@@ -409,7 +417,9 @@ class OutputChannel:
     def send_control(self, msg: tuple[Any, ...]) -> None:
         """Flush buffered records, then send ``msg`` (a tuple whose first element is its tag)."""
         if not isinstance(msg, tuple) or not msg or msg[0] in ("records", "hello"):
-            raise ValueError(f"control message must be a tuple with a tag other than records/hello, got {msg!r}")
+            raise ValueError(
+                f"control message must be a tuple with a tag other than records/hello, got {msg!r}"
+            )
         self.flush()
         self._send(msg)
 
@@ -563,7 +573,9 @@ class CoordinatorServer:
                 and isinstance(msg[2], int)
             )
             if not ok:
-                self._deliver("", (REJECTED, f"bad hello {msg!r}: expected ('hello', task_id: str, attempt: int)"))
+                self._deliver(
+                    "", (REJECTED, f"bad hello {msg!r}: expected ('hello', task_id: str, attempt: int)")
+                )
                 return False
             task_id, attempt = msg[1], msg[2]
             with self._lock:
@@ -576,7 +588,9 @@ class CoordinatorServer:
                     c.task_id, c.attempt = task_id, attempt
             if stale:
                 assert old is not None
-                self._deliver(task_id, (REJECTED, f"stale attempt {attempt} (attempt {old.attempt} is connected)"))
+                self._deliver(
+                    task_id, (REJECTED, f"stale attempt {attempt} (attempt {old.attempt} is connected)")
+                )
                 return False
             if old is not None:
                 old.task_id = None  # forget it: its remaining messages are dropped
@@ -676,11 +690,15 @@ class CoordinatorClient:
     (unless given a timeout). ``poll`` raises ``TransportClosed`` once the driver closed the link and
     everything it sent was returned."""
 
-    def __init__(self, endpoint: Endpoint, task_id: str, attempt: int, connect_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, endpoint: Endpoint, task_id: str, attempt: int, connect_timeout_s: float = 30.0
+    ) -> None:
         self.endpoint = (endpoint[0], int(endpoint[1]))
         self.task_id = task_id
         self.attempt = attempt
-        self._sock: socket.socket | None = _connect(self.endpoint, connect_timeout_s, f"coordinator client {task_id}")
+        self._sock: socket.socket | None = _connect(
+            self.endpoint, connect_timeout_s, f"coordinator client {task_id}"
+        )
         self._sock.settimeout(None)
         self._decoder = FrameDecoder()
         self._pending: deque[Any] = deque()
@@ -690,7 +708,9 @@ class CoordinatorClient:
 
     def send(self, msg: Any) -> None:
         if self._sock is None or self._eof is not None:
-            raise TransportClosed(f"coordinator link of {self.task_id} is closed ({self._eof or 'closed locally'})")
+            raise TransportClosed(
+                f"coordinator link of {self.task_id} is closed ({self._eof or 'closed locally'})"
+            )
         frame = encode_frame(msg)
         with self._lock:
             self._sock.sendall(frame)

@@ -1,0 +1,512 @@
+"""Spark cluster lifecycle and process discovery for the ``spark`` executor and the chaos layer.
+
+Why: the spark executor needs a cluster whose executors are real processes (so chaos can SIGKILL
+them), every process of a run must be found (blast-radius guard) and reaped (Ctrl-C included),
+and a barrier stage needs as many free task slots as it has tasks.
+
+Processes of a run on ``local-cluster`` (measured, pyspark 4.3.0, Java 17, 2 cores):
+- the py4j gateway = driver JVM (``SparkSubmit``), a child of this Python process; the
+  local-cluster Master and Workers live *inside* it (threads, no separate worker JVMs);
+- one executor JVM per worker (``CoarseGrainedExecutorBackend --executor-id N --app-id A
+  --driver-url spark://CoarseGrainedScheduler@127.0.0.1:PORT``), children of the driver JVM;
+- per executor one ``python -m pyspark.daemon`` (child of the executor JVM) and the Python workers
+  it forks (children of the daemon, same command line); a task's Python code runs in a worker.
+
+Measured facts (this machine: 2 cores, local-cluster[2,1,1024]):
+- startup: the SparkSession is up after ~14-17 s, both executors registered ~1 s later.
+- SIGKILL of an executor JVM: the driver logs "Lost executor N ... exited with code 137"; the
+  in-process Worker launches a replacement executor (next executor id) ~0.15 s later, and it is
+  registered with the driver ~3.5 s after the kill.
+- ``SparkContext.stop()`` takes ~1 s and the executors exit with it, but the gateway JVM stays up
+  until it is shut down; ``SparkCluster.stop`` shuts it down when it launched it.
+- Executor logs go to ``$SPARK_HOME/work/<app-id>/<executor-id>/`` (SPARK_HOME is the pyspark
+  package in the venv; local-cluster workers offer no other place); ``stop`` removes that folder
+  unless ``keep_work_dir``.
+- Executors import the project without ``spark.files``: ``spark.pyspark.python`` points at this venv,
+  where statechaos is installed editable. ``ship_project=True`` zips the packages into pyFiles for
+  masters whose Python lacks them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import zipfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+__all__ = ["SparkEnvironmentError", "SparkCluster", "parse_master", "check_java", "alive_pids"]
+
+_LOCAL_CLUSTER = re.compile(r"^local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\]$")
+_EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
+
+
+class SparkEnvironmentError(RuntimeError):
+    """Spark cannot run here (no suitable Java, the cluster does not come up); says what to do."""
+
+
+def parse_master(cluster: str, slots_needed: int) -> str:
+    """Spark master URL for a cluster name, with at least ``slots_needed`` task slots.
+
+    ``local`` -> ``local-cluster[2, ceil(slots/2), 1024]``: two workers so one executor can be killed
+    while another survives; a barrier stage needs as many free slots as it has tasks.
+    """
+    if slots_needed < 1:
+        raise ValueError(f"slots_needed must be >= 1, got {slots_needed}")
+    if cluster == "local":
+        return f"local-cluster[2,{max(1, math.ceil(slots_needed / 2))},1024]"
+    m = _LOCAL_CLUSTER.match(cluster)
+    if m:
+        w, c, mem = (int(x) for x in m.groups())
+        if w * c < slots_needed:
+            raise ValueError(
+                f"{cluster}: {w} workers x {c} cores = {w * c} task slots, but the job needs {slots_needed} "
+                f"(a barrier stage runs all its tasks at once)"
+            )
+        return f"local-cluster[{w},{c},{mem}]"
+    if cluster.startswith("spark://"):
+        return cluster
+    raise ValueError(
+        f"unknown cluster {cluster!r}: expected local, local-cluster[W,C,MEM] or spark://host:port"
+    )
+
+
+def check_java() -> str:
+    """Path of a Java 17+ binary (JAVA_HOME first, then PATH); SparkEnvironmentError if none."""
+    candidates = []
+    if os.environ.get("JAVA_HOME"):
+        candidates.append(os.path.join(os.environ["JAVA_HOME"], "bin", "java"))
+    if shutil.which("java"):
+        candidates.append(shutil.which("java"))
+    hint = "install Java 17 or 21 and set JAVA_HOME, or run through ./dev (it finds or installs one)"
+    too_old = []
+    for java in candidates:
+        if not java or not os.access(java, os.X_OK):
+            continue
+        try:
+            out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30).stderr
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        m = re.search(r'version "(\d+)', out)
+        if m and int(m.group(1)) >= 17:
+            return java
+        too_old.append(f"{java} is Java {m.group(1) if m else '?'}")
+    if too_old:
+        raise SparkEnvironmentError(f"{'; '.join(too_old)}; pyspark 4 needs Java 17+: {hint}")
+    raise SparkEnvironmentError(f"no Java found (JAVA_HOME unset or invalid, no java on PATH): {hint}")
+
+
+def _cmdline(p: psutil.Process) -> list[str]:
+    try:
+        return p.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return []
+
+
+def _arg(cmd: list[str], flag: str) -> str | None:
+    try:
+        return cmd[cmd.index(flag) + 1]
+    except (ValueError, IndexError):
+        return None
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+class SparkCluster:
+    """One Spark application (SparkSession) on a master, plus the processes it started.
+
+    One per Python process at a time (pyspark allows a single active SparkContext).
+    """
+
+    def __init__(
+        self,
+        master: str = "local-cluster[2,1,1024]",
+        *,
+        app_name: str | None = None,
+        task_max_failures: int = 4,
+        stage_max_consecutive_attempts: int = 4,
+        executor_memory_mb: int | None = None,
+        driver_memory_mb: int = 1024,
+        py_files: Sequence[str] = (),
+        ship_project: bool = False,
+        extra_conf: Mapping[str, str] | None = None,
+        log_level: str = "WARN",
+        start_timeout_s: float = 120.0,
+        keep_work_dir: bool = False,
+    ) -> None:
+        self.master = master
+        self.app_name = app_name or f"statechaos-{time.strftime('%H%M%S')}-{uuid.uuid4().hex[:8]}"
+        self.task_max_failures = task_max_failures
+        self.stage_max_consecutive_attempts = stage_max_consecutive_attempts
+        self.driver_memory_mb = driver_memory_mb
+        self.py_files = list(py_files)
+        self.ship_project = ship_project
+        self.extra_conf = dict(extra_conf or {})
+        self.log_level = log_level
+        self.start_timeout_s = start_timeout_s
+        self.keep_work_dir = keep_work_dir
+        m = _LOCAL_CLUSTER.match(master)
+        self.local_cluster: tuple[int, int, int] | None = (
+            (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
+        )
+        if executor_memory_mb is None:
+            executor_memory_mb = min(self.local_cluster[2], 1024) if self.local_cluster else 1024
+        self.executor_memory_mb = executor_memory_mb
+        self.spark: Any = None  # pyspark.sql.SparkSession
+        self.sc: Any = None  # pyspark.SparkContext
+        self.app_id: str | None = None
+        self.startup_s: float | None = None
+        self._driver_url_suffix: str | None = None
+        self._gateway_proc: psutil.Process | None = None
+        self._seen: dict[int, psutil.Process] = {}
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._work_dir: Path | None = None
+        self._state = "new"  # new | started | stopping | stopped
+        self._lock = threading.Lock()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def _conf(self) -> dict[str, str]:
+        py = sys.executable
+        conf = {
+            "spark.master": self.master,
+            "spark.app.name": self.app_name,
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.pyspark.python": py,
+            "spark.pyspark.driver.python": py,
+            "spark.executorEnv.PYSPARK_PYTHON": py,
+            "spark.executorEnv.SPARK_LOCAL_IP": "127.0.0.1",
+            "spark.task.maxFailures": str(self.task_max_failures),
+            "spark.stage.maxConsecutiveAttempts": str(self.stage_max_consecutive_attempts),
+            "spark.driver.memory": f"{self.driver_memory_mb}m",
+            "spark.executor.memory": f"{self.executor_memory_mb}m",
+            "spark.sql.shuffle.partitions": "4",
+            "spark.locality.wait": "0s",
+            # a barrier job submitted before enough executors registered is re-checked, not failed
+            "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s",
+            "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "60",
+            # 2-core box: fewer GC threads, quicker JIT warm-up
+            "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
+            "spark.executor.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
+        }
+        py_files = list(self.py_files)
+        if self.ship_project:
+            py_files.append(self._zip_project())
+        if py_files:
+            conf["spark.submit.pyFiles"] = ",".join(py_files)
+        conf.update(self.extra_conf)
+        return conf
+
+    def _zip_project(self) -> str:
+        """Zip reference_impl and harness (never chaos) for executors whose Python lacks them."""
+        self._tmp = self._tmp or tempfile.TemporaryDirectory(prefix="statechaos-pyfiles-")
+        root = Path(__file__).resolve().parents[2]
+        out = Path(self._tmp.name) / "statechaos.zip"
+        with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+            for pkg in ("reference_impl", "harness"):
+                for f in (root / pkg).rglob("*.py"):
+                    z.write(f, f.relative_to(root).as_posix())
+        return str(out)
+
+    def start(self) -> SparkCluster:
+        """Start the application and wait for the local-cluster executors; SparkEnvironmentError if not."""
+        if self._state != "new":
+            raise RuntimeError(f"SparkCluster already {self._state}; create a new one")
+        check_java()
+        from pyspark import SparkContext
+        from pyspark.sql import SparkSession
+
+        if SparkContext._active_spark_context is not None:
+            raise RuntimeError(
+                "another SparkContext is active in this process; stop it first (one Spark app at a time)"
+            )
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        owns_gateway = SparkContext._gateway is None
+        t0 = time.monotonic()
+        self._state = "started"
+        builder = SparkSession.builder
+        for k, v in self._conf().items():
+            builder = builder.config(k, v)
+        try:
+            self.spark = builder.getOrCreate()
+        except Exception as e:
+            proc = getattr(SparkContext._gateway, "proc", None) if owns_gateway else None
+            if proc is not None:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    self._gateway_proc = psutil.Process(proc.pid)
+            self.stop()
+            raise SparkEnvironmentError(
+                f"Spark did not start on {self.master}: {type(e).__name__}: {e}. Check Java 17/21 (JAVA_HOME), "
+                f"free memory, and that 127.0.0.1 is usable (SPARK_LOCAL_IP=127.0.0.1)"
+            ) from e
+        self.sc = self.spark.sparkContext
+        self.sc.setLogLevel(self.log_level)
+        self.app_id = self.sc.applicationId
+        port = self.sc.getConf().get("spark.driver.port")
+        self._driver_url_suffix = f"@127.0.0.1:{port}"
+        if owns_gateway:
+            proc = getattr(SparkContext._gateway, "proc", None)
+            if proc is not None:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    self._gateway_proc = psutil.Process(proc.pid)
+                    self._seen[proc.pid] = self._gateway_proc
+        if self.local_cluster:
+            spark_home = Path(os.environ.get("SPARK_HOME") or _pyspark_home())
+            self._work_dir = spark_home / "work" / self.app_id
+            w, _, _ = self.local_cluster
+            try:
+                self.wait_for_executors(w, self.start_timeout_s - (time.monotonic() - t0))
+            except TimeoutError as e:
+                self.stop()
+                raise SparkEnvironmentError(
+                    f"{self.master}: {e}; executor logs (if any) are under {self._work_dir} "
+                    f"(kept); check memory (each executor asks {self.executor_memory_mb} MB) and Java"
+                ) from e
+        self.startup_s = time.monotonic() - t0
+        return self
+
+    def __enter__(self) -> SparkCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop the app and make sure every process it started is gone. Idempotent.
+
+        Safe from ``finally`` and signal handlers: a second call while a first one is running (e.g.
+        a second Ctrl-C) SIGKILLs everything the run owns at once.
+        """
+        with self._lock:
+            state = self._state
+            if state == "stopped":
+                return
+            if state != "stopping":
+                self._state = "stopping"
+        if state == "stopping":
+            self._kill(self._snapshot(), hard=True)
+            return
+        procs = self._snapshot()
+        deadline = time.monotonic() + timeout_s
+        if self.spark is not None:
+            t = threading.Thread(target=self._stop_spark, name="spark-stop", daemon=True)
+            t.start()
+            t.join(max(1.0, timeout_s / 2))
+        procs.update(self._snapshot())
+        # executors exit with the context; give them a moment, then force
+        live = [p for p in procs.values() if p is not self._gateway_proc and _alive(p)]
+        _, alive = psutil.wait_procs(live, timeout=max(0.5, min(10.0, deadline - time.monotonic())))
+        self._kill({p.pid: p for p in alive}, hard=False)
+        if self._gateway_proc is not None:
+            self._shutdown_gateway()
+        procs.update(self._snapshot())
+        self._kill(procs, hard=False)
+        if self._work_dir is not None and not self.keep_work_dir:
+            shutil.rmtree(self._work_dir, ignore_errors=True)
+        if self._tmp is not None:
+            self._tmp.cleanup()
+        self._state = "stopped"
+
+    def _stop_spark(self) -> None:
+        with contextlib.suppress(Exception):
+            self.spark.stop()
+
+    def _shutdown_gateway(self) -> None:
+        from pyspark import SparkContext
+
+        gw = SparkContext._gateway
+        if gw is not None and getattr(getattr(gw, "proc", None), "pid", None) == self._gateway_proc.pid:
+            with contextlib.suppress(Exception):
+                gw.shutdown()
+            with contextlib.suppress(Exception):
+                gw.proc.stdin.close()  # the gateway JVM exits when its stdin closes
+            SparkContext._gateway = None
+            SparkContext._jvm = None
+        with contextlib.suppress(Exception):
+            self._gateway_proc.wait(timeout=5)
+
+    def _kill(self, procs: Mapping[int, psutil.Process], hard: bool) -> None:
+        """SIGTERM (or SIGKILL if hard), wait, SIGKILL stragglers, wait; reaps our own children."""
+        live = [p for p in procs.values() if _alive(p)]
+        if not live:
+            return
+        for p in live:
+            with contextlib.suppress(psutil.Error):
+                p.send_signal(signal.SIGKILL if hard else signal.SIGTERM)
+        _, alive = psutil.wait_procs(live, timeout=0.5 if hard else 5)
+        for p in alive:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        psutil.wait_procs(alive, timeout=5)
+
+    # -- process discovery ------------------------------------------------------------------------
+
+    def _snapshot(self) -> dict[int, psutil.Process]:
+        """Every live process of this run now, merged into what was seen before."""
+        found: dict[int, psutil.Process] = {}
+        roots: list[psutil.Process] = []
+        if self._gateway_proc is not None and _alive(self._gateway_proc):
+            roots.append(self._gateway_proc)
+        for pid, p in self._executor_procs().items():
+            found[pid] = p
+            roots.append(p)
+        for r in roots:
+            found[r.pid] = r
+            with contextlib.suppress(psutil.Error):
+                for c in r.children(recursive=True):
+                    found[c.pid] = c
+        for pid, p in found.items():
+            self._seen.setdefault(pid, p)
+        return {pid: p for pid, p in self._seen.items() if _alive(p)}
+
+    def _executor_procs(self) -> dict[int, psutil.Process]:
+        if not self.app_id or not self._driver_url_suffix:
+            return {}
+        out = {}
+        for p in psutil.process_iter(["cmdline"]):
+            cmd = p.info.get("cmdline") or []
+            if _EXECUTOR_CLASS not in cmd:
+                continue
+            if _arg(cmd, "--app-id") != self.app_id:
+                continue
+            if not (_arg(cmd, "--driver-url") or "").endswith(self._driver_url_suffix):
+                continue
+            out[p.pid] = p
+        return out
+
+    def executor_pids(self) -> dict[str, int]:
+        """Spark executor id -> pid of its live executor JVM, found by this app's id and driver URL.
+
+        Only executors on this host are visible: for local-cluster that is all of them; for a remote
+        ``spark://`` master usually none (use the container handles of the compose stack instead).
+        """
+        out: dict[str, int] = {}
+        for pid, p in self._executor_procs().items():
+            if not _alive(p):
+                continue
+            self._seen.setdefault(pid, p)
+            eid = _arg(_cmdline(p), "--executor-id")
+            if eid is not None:
+                out[eid] = pid
+        return out
+
+    def python_daemon_pids(self) -> dict[str, int]:
+        """Executor id -> pid of its ``pyspark.daemon`` (the forking parent of Python workers)."""
+        out: dict[str, int] = {}
+        for eid, pid in self.executor_pids().items():
+            with contextlib.suppress(psutil.Error):
+                for c in psutil.Process(pid).children():
+                    if "pyspark.daemon" in _cmdline(c):
+                        out[eid] = c.pid
+        return out
+
+    def python_worker_pids(self) -> dict[str, list[int]]:
+        """Executor id -> pids of the Python workers running (or idling between) tasks.
+
+        Excludes the ``pyspark.daemon`` itself (killing it takes all the executor's workers and is
+        a different fault); includes workers forked by the daemon and non-daemon ``pyspark.worker``
+        children of the executor JVM.
+        """
+        out: dict[str, list[int]] = {}
+        for eid, pid in self.executor_pids().items():
+            pids: list[int] = []
+            with contextlib.suppress(psutil.Error):
+                for c in psutil.Process(pid).children():
+                    cmd = _cmdline(c)
+                    if "pyspark.daemon" in cmd:
+                        with contextlib.suppress(psutil.Error):
+                            pids += [w.pid for w in c.children() if _alive(w)]
+                    elif "pyspark.worker" in cmd and _alive(c):
+                        pids.append(c.pid)
+            for p in pids:
+                with contextlib.suppress(psutil.Error):
+                    self._seen.setdefault(p, psutil.Process(p))
+            out[eid] = sorted(pids)
+        return out
+
+    def owned_pids(self) -> set[int]:
+        """Every live pid this run started: the gateway/driver JVM (if this cluster launched it), the
+        executor JVMs, their pyspark daemons and Python workers. For RunScope.pids."""
+        if self._state not in ("started", "stopping"):
+            return {pid for pid, p in self._seen.items() if _alive(p)}
+        return set(self._snapshot())
+
+    def seen_pids(self) -> set[int]:
+        """Every pid this run ever owned, dead or alive (to check that ``stop`` left nothing)."""
+        return set(self._seen)
+
+    # -- scheduler state ------------------------------------------------------------------------
+
+    def registered_executors(self) -> list[str]:
+        """Executor ids the driver's scheduler knows now (the driver excluded)."""
+        if self.sc is None:
+            return []
+        jsc = self.sc._jsc.sc()
+        try:
+            ids = jsc.getExecutorIds()  # private[spark] in Scala, public in bytecode
+            s = ids.mkString(",")
+            return [x for x in s.split(",") if x]
+        except Exception:
+            n = jsc.getExecutorMemoryStatus().size() - 1
+            return [str(i) for i in range(n)]
+
+    def wait_for_executors(self, n: int, timeout_s: float = 60.0) -> dict[str, int]:
+        """Wait until ``n`` executors are registered (and, on local-cluster, their JVMs are found);
+        returns ``executor_pids()``. TimeoutError says how many there were."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            reg = set(self.registered_executors())
+            pids = self.executor_pids() if self.local_cluster else {}
+            if self.local_cluster:
+                ok = len(reg & set(pids)) >= n
+            else:
+                ok = len(reg) >= n
+            if ok:
+                return pids
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"{len(reg)} of {n} executors registered ({sorted(reg)}), executor JVMs found: {pids}, "
+                    f"after {timeout_s:.0f}s"
+                )
+            time.sleep(0.1)
+
+    def default_parallelism(self) -> int:
+        return int(self.sc.defaultParallelism) if self.sc is not None else 0
+
+
+def _pyspark_home() -> str:
+    import pyspark
+
+    return str(Path(pyspark.__file__).parent)
+
+
+def alive_pids(pids: Iterable[int]) -> set[int]:
+    """The subset of ``pids`` still running (zombies count as gone)."""
+    out = set()
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            if _alive(psutil.Process(pid)):
+                out.add(pid)
+    return out
