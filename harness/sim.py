@@ -69,6 +69,12 @@ class RunSummary:
     parallelism: dict[str, int] = field(default_factory=dict)
 
 
+def _reason(e: BaseException) -> str:
+    if isinstance(e, (InjectedCrash, JobFailedError)):
+        return str(e)
+    return f"task failure: {type(e).__name__}: {e}"
+
+
 class _Channel:
     """FIFO with delivery times: an item is readable once the clock reaches its time, and never
     before an earlier item of the same channel (a delayed barrier holds back what follows it)."""
@@ -379,7 +385,10 @@ class SimExecutor:
             try:
                 self._deploy(graph)
                 return
-            except InjectedCrash as e:
+            except JobFailure:
+                raise
+            except Exception as e:
+                e = _reason(e)  # type: ignore[assignment]
                 self._teardown(f"job restart: {e}")
                 if self.attempt + 1 - self._rescale_count > self.cfg.max_restarts:
                     raise JobFailure(
@@ -532,10 +541,12 @@ class SimExecutor:
                         req, self._pending_rescale = self._pending_rescale, None
                         self._rescale(req)
                         continue
-                except (InjectedCrash, JobFailedError) as e:
+                except JobFailure:
+                    raise
+                except Exception as e:  # any task failure fails the job over, as in Flink
                     if self._finished:
                         break
-                    self._restart(str(e))
+                    self._restart(_reason(e))
                     continue
                 self.clock.advance(self.cfg.tick_ms)
             for s in self.sources:

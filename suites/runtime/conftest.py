@@ -1,0 +1,40 @@
+"""Helpers for the runtime suite: run a scenario (as a dict) on the sim executor and get verdicts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaos.runner import ScenarioOutcome, run_scenario
+from chaos.scenario import Scenario
+
+BASE: dict[str, Any] = {
+    "name": "t",
+    "cluster": "sim",
+    "job": "keyed_count",
+    "parallelism": {"source": 2, "count": 2},
+    "max_parallelism": 32,
+    "records": 3000,
+    "keys": 40,
+    "checkpoint": {"interval_ms": 40, "retained": 2},
+    "checks": ["exactly_once", "sequence", "restored_state", "rescale", "checkpoint_integrity", "liveness"],
+    "seed": 1,
+}
+
+
+@pytest.fixture
+def sim_run(tmp_path: Path):
+    n = iter(range(10_000))
+
+    def run(**overrides: Any) -> ScenarioOutcome:
+        sc = Scenario.model_validate({**BASE, **overrides})
+        return run_scenario(sc, tmp_path / f"run-{next(n)}")
+
+    return run
+
+
+def failed(outcome: ScenarioOutcome) -> set[str]:
+    assert outcome.error is None, outcome.error
+    return {v["oracle"] for v in outcome.verdicts if not v["passed"]}

@@ -1,0 +1,96 @@
+"""The sim executor end to end: the acceptance run (100,000 records, 20 random crashes, 3
+rescalings), byte-for-byte reproducibility from the seed, and hypothesis exploring seeds, crash
+points, barrier delays and rescale chains with every oracle holding."""
+
+from __future__ import annotations
+
+import time
+
+import allure
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from suites.runtime.conftest import failed
+
+pytestmark = allure.epic("runtime")
+
+
+@allure.feature("sim executor")
+def test_acceptance_100k_records_20_crashes_3_rescalings(sim_run):
+    t0 = time.perf_counter()
+    out = sim_run(
+        name="acceptance",
+        records=100_000,
+        keys=1000,
+        max_parallelism=128,
+        parallelism={"source": 2, "count": 4},
+        checkpoint={"interval_ms": 100, "retained": 2},
+        faults=[{"at": {"random": 20, "within_ms": 5000}, "kind": "crash_task"}],
+        rescale=[
+            {"at": "checkpoint:5", "parallelism": {"source": 3, "count": 2}},
+            {"at": "checkpoint:15", "parallelism": {"source": 1, "count": 5}, "savepoint": False},
+            {"at": "checkpoint:30", "parallelism": {"source": 2, "count": 4}},
+        ],
+        seed=42,
+    )
+    seconds = time.perf_counter() - t0
+    assert failed(out) == set(), [v for v in out.verdicts if not v["passed"]]
+    history = (out.run_dir and open(f"{out.run_dir}/history.jsonl").read().splitlines()) or []
+    kinds = [line for line in history if '"type": "fault_start"' in line and "crash_task" in line]
+    rescales = [line for line in history if '"type": "rescale"' in line]
+    assert len(kinds) == 20 and len(rescales) == 3
+    allure.dynamic.parameter("seconds", round(seconds, 1))
+    assert out.stats["status"] == "finished"
+
+
+@allure.feature("sim executor")
+def test_same_seed_same_history_byte_for_byte(sim_run):
+    kw = dict(
+        faults=[
+            {"at": {"random": 3, "within_ms": 400}, "kind": "crash_task"},
+            {"at": "checkpoint:2", "kind": "delay_barrier", "delay_ms": 60},
+        ],
+        rescale=[{"at": "checkpoint:4", "parallelism": {"source": 3, "count": 3}}],
+        seed=9,
+    )
+    a, b = sim_run(**kw), sim_run(**kw)
+    assert open(f"{a.run_dir}/history.jsonl", "rb").read() == open(f"{b.run_dir}/history.jsonl", "rb").read()
+    c = sim_run(**{**kw, "seed": 10})
+    assert open(f"{a.run_dir}/history.jsonl", "rb").read() != open(f"{c.run_dir}/history.jsonl", "rb").read()
+
+
+channels = st.sampled_from(["source[0]->count[0]", "source[0]->count[1]", "source[1]->count[0]", "source[1]->count[1]"])
+fault = st.one_of(
+    st.builds(lambda t, tgt: {"at": f"time:{t}ms", "kind": "crash_task", "target": tgt},
+              st.integers(1, 700), st.sampled_from([None, "count[0]", "source[1]"])),
+    st.builds(lambda c, ch, d: {"at": f"checkpoint:{c}", "kind": "delay_barrier", "channel": ch, "delay_ms": d},
+              st.integers(1, 6), channels, st.integers(5, 150)),
+    st.builds(lambda fp, act: {"at": {"failpoint": fp}, "kind": "failpoint", "action": act,
+                               **({"delay_ms": 30} if act == "delay" else {})},
+              st.sampled_from(["before_snapshot", "after_snapshot_before_ack", "between_metadata_and_commit",
+                               "during_sink_commit", "during_restore"]),
+              st.sampled_from(["crash", "delay"])),
+)
+rescale_chain = st.lists(st.fixed_dictionaries({"source": st.integers(1, 4), "count": st.integers(1, 5)}),
+                         max_size=3)
+
+
+@allure.feature("sim executor")
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**31), faults=st.lists(fault, max_size=5), chain=rescale_chain)
+def test_every_oracle_holds_under_explored_faults(sim_run, seed, faults, chain):
+    rescale = [{"at": f"checkpoint:{3 * (i + 1)}", "parallelism": p, "savepoint": i % 2 == 0}
+               for i, p in enumerate(chain)]
+    out = sim_run(records=2000, keys=30, faults=faults, rescale=rescale, seed=seed)
+    assert failed(out) == set(), [(v["oracle"], v["details"][:5]) for v in out.verdicts if not v["passed"]]
+
+
+@pytest.mark.parametrize("job", ["keyed_count", "ttl_verify"])
+def test_fault_free_run_commits_the_reference_output(sim_run, job):
+    checks = ["exactly_once", "restored_state", "checkpoint_integrity", "liveness"]
+    if job == "ttl_verify":
+        checks.append("ttl")
+    out = sim_run(job=job, checks=checks)
+    assert failed(out) == set()
+    assert out.stats["attempts"] == 1
