@@ -11,13 +11,23 @@ seeks to the key groups it owns and reads nothing else; each section is verified
 :func:`verify_file` checks the whole file, so a single flipped byte or a truncation anywhere is
 detected. Values are written with the serializers named in each state's metadata (msgpack by
 default); nothing is ever unpickled unless the user opted in.
+
+Version 2 (incremental checkpoints of the on-disk backend) uses the same container for two more file
+types, told apart by the header's ``type``: a *manifest* (the subtask's state file in ``chk-<n>``),
+whose header names, per key group, a chain of shared files in ``<job>/shared/`` (a base, then deltas)
+with their size and crc32, and holds operator state inline; and a *key-group file* (in ``shared/``,
+named by content hash) with one section of rows ``[state, namespace, key, value]`` — in a delta, a
+row ``[state, namespace, key]`` deletes the entry. Unchanged key groups keep pointing at the files of
+the previous checkpoint, so a checkpoint writes only what changed. Version 1 files are unchanged.
 """
 
 from __future__ import annotations
 
+import io
 import struct
 import zlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, BinaryIO
 
 import msgpack
@@ -37,17 +47,28 @@ from reference_impl.snapshot import (
 
 __all__ = [
     "FORMAT_VERSION",
+    "INCREMENTAL_FORMAT_VERSION",
     "CorruptStateFileError",
+    "SharedFileRef",
     "encode_subtask_state",
     "decode_subtask_state",
+    "encode_state_value",
+    "encode_key_group_file",
+    "encode_incremental_manifest",
+    "msgpack_array_header",
+    "referenced_shared_files",
     "verify_file",
+    "verify_shared_file",
 ]
 
 MAGIC, TRAILER_MAGIC = b"SCST", b"TSCS"
 FORMAT_VERSION = 1
+INCREMENTAL_FORMAT_VERSION = 2  # manifests and shared key-group files of incremental checkpoints
+_READABLE_VERSIONS = (FORMAT_VERSION, INCREMENTAL_FORMAT_VERSION)
 _PRE = struct.Struct(">4sHI")
 _U32 = struct.Struct(">I")
 _OPERATOR = "operator"
+_MANIFEST, _KG_FILE = "incremental-manifest", "key-group"
 
 
 class CorruptStateFileError(ValueError):
@@ -128,6 +149,19 @@ def _meta_from_plain(d: dict[str, Any]) -> StateMeta:
     )
 
 
+def _encode_operator(op: OperatorStateSnapshot) -> bytes:
+    rows = []
+    for e in op.states.values():
+        ser = get_serializer(e.value_serializer)
+        if e.mode is OperatorStateMode.BROADCAST:
+            kser = get_serializer(e.key_serializer or "msgpack")
+            body = [[kser.dumps(k), ser.dumps(v)] for k, v in e.value.items()]  # type: ignore[union-attr]
+        else:
+            body = [ser.dumps(v) for v in e.value]
+        rows.append([e.name, OperatorStateMode(e.mode).value, e.value_serializer, e.key_serializer, body])
+    return msgpack.packb(rows, use_bin_type=True)
+
+
 def encode_subtask_state(s: SubtaskStateSnapshot) -> bytes:
     """Serialize one subtask's keyed and operator state into the file format."""
     sections: list[tuple[str | int, bytes]] = []
@@ -151,16 +185,7 @@ def encode_subtask_state(s: SubtaskStateSnapshot) -> bytes:
         }
     op_header = None
     if s.operator is not None:
-        rows = []
-        for e in s.operator.states.values():
-            ser = get_serializer(e.value_serializer)
-            if e.mode is OperatorStateMode.BROADCAST:
-                kser = get_serializer(e.key_serializer or "msgpack")
-                body = [[kser.dumps(k), ser.dumps(v)] for k, v in e.value.items()]  # type: ignore[union-attr]
-            else:
-                body = [ser.dumps(v) for v in e.value]
-            rows.append([e.name, OperatorStateMode(e.mode).value, e.value_serializer, e.key_serializer, body])
-        sections.append((_OPERATOR, msgpack.packb(rows, use_bin_type=True)))
+        sections.append((_OPERATOR, _encode_operator(s.operator)))
         op_header = True
     index = []
     offset = 0
@@ -197,9 +222,10 @@ def _read_header(fh: BinaryIO, name: str) -> _Header:
     magic, version, hlen = _PRE.unpack(pre)
     if magic != MAGIC:
         raise CorruptStateFileError(f"{name}: not a statechaos state file (magic {magic!r})")
-    if version != FORMAT_VERSION:
+    if version not in _READABLE_VERSIONS:
         raise CorruptStateFileError(
-            f"{name}: format version {version}, this statechaos reads {FORMAT_VERSION}"
+            f"{name}: format version {version}, this statechaos reads "
+            + " and ".join(str(v) for v in _READABLE_VERSIONS)
         )
     header = fh.read(hlen)
     crc = fh.read(4)
@@ -211,6 +237,11 @@ def _read_header(fh: BinaryIO, name: str) -> _Header:
         plain = msgpack.unpackb(header, raw=False, strict_map_key=False)
     except Exception as e:
         raise CorruptStateFileError(f"{name}: unreadable header: {e}") from None
+    ftype = plain.get("type") if isinstance(plain, dict) else None
+    if not isinstance(plain, dict) or (version == FORMAT_VERSION) != (ftype is None):
+        raise CorruptStateFileError(f"{name}: header does not match format version {version}")
+    if ftype is not None and ftype not in (_MANIFEST, _KG_FILE):
+        raise CorruptStateFileError(f"{name}: unknown file type {ftype!r}")
     return _Header(plain, _PRE.size + hlen + 4)
 
 
@@ -223,12 +254,19 @@ def verify_file(data: bytes, name: str) -> None:
 
 
 def decode_subtask_state(
-    fh: BinaryIO, name: str, key_group_range: KeyGroupRange | None = None
+    fh: BinaryIO,
+    name: str,
+    key_group_range: KeyGroupRange | None = None,
+    base_dir: str | Path | None = None,
 ) -> tuple[SubtaskStateSnapshot, int]:
     """Read a state file, only the key groups in ``key_group_range`` (all if None); every section read
-    is checksummed. Returns the snapshot and the number of bytes read."""
+    is checksummed. Returns the snapshot and the number of bytes read. A version-2 manifest's key
+    groups are read from the shared files it names, relative to ``base_dir`` (default: the directory
+    of ``name``), each checked against the size and crc32 the manifest recorded."""
     h = _read_header(fh, name)
     p = h.plain
+    if p.get("type") == _KG_FILE:
+        raise CorruptStateFileError(f"{name}: a shared key-group file, not a subtask state file")
     read = h.body_start
     keyed = None
     operator = None
@@ -275,7 +313,147 @@ def decode_subtask_state(
             decoders = {n: _decoder(m) for n, m in metas.items()}
             for st_name, ns, key, v in rows:
                 per_state.setdefault(st_name, {}).setdefault(ns, {})[key] = decoders[st_name](v)
+    if p.get("type") == _MANIFEST and keyed is not None:
+        base = Path(name).parent if base_dir is None else Path(base_dir)
+        decoders = {n: _decoder(m) for n, m in metas.items()}
+        for kg, chain in p["shared"]:
+            if key_group_range is not None and kg not in key_group_range:
+                continue
+            per_state = keyed.key_groups.setdefault(kg, {})
+            for ref in chain:
+                read += _apply_key_group_file(base, SharedFileRef(*ref), name, kg, decoders, per_state)
+            for st_name in [n for n, per_ns in per_state.items() if not any(per_ns.values())]:
+                del per_state[st_name]
+            if not per_state:
+                del keyed.key_groups[kg]
     snap = SubtaskStateSnapshot(
         p["operator_id"], p["subtask_index"], p["parallelism"], p["max_parallelism"], keyed, operator
     )
     return snap, read
+
+
+# ---------------------------------------------------------------------- version 2: incremental
+
+
+@dataclass(frozen=True)
+class SharedFileRef:
+    """A shared key-group file named by a manifest: path relative to the checkpoint directory."""
+
+    path: str
+    size: int
+    crc32: int
+
+
+def msgpack_array_header(n: int) -> bytes:
+    """The msgpack header of an ``n``-element array: rows are spliced from stored bytes after it."""
+    if n < 16:
+        return bytes([0x90 | n])
+    if n < 1 << 16:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
+def encode_state_value(meta: StateMeta, v: Any) -> bytes:
+    """One stored value (snapshot form: TtlValue / lists / dicts) as the bytes of a section row's value."""
+    return MSGPACK.dumps(_enc_value(meta, v))
+
+
+def _container(version: int, header: dict[str, Any], sections: list[tuple[Any, bytes]]) -> bytes:
+    index, offset = [], 0
+    for sid, data in sections:
+        index.append([sid, offset, len(data), _crc(data)])
+        offset += len(data)
+    hb = msgpack.packb({**header, "index": index}, use_bin_type=True)
+    body = _PRE.pack(MAGIC, version, len(hb)) + hb + _U32.pack(_crc(hb)) + b"".join(d for _, d in sections)
+    return body + _U32.pack(_crc(body)) + TRAILER_MAGIC
+
+
+def encode_key_group_file(max_parallelism: int, key_group: int, rows: bytes, delta: bool) -> bytes:
+    """A shared key-group file: ``rows`` is a msgpack array of ``[state, ns, key, value]`` rows (in a
+    delta also ``[state, ns, key]`` deletions), values encoded as :func:`encode_state_value`."""
+    header = {"type": _KG_FILE, "max_parallelism": max_parallelism, "key_group": key_group, "delta": delta}
+    return _container(INCREMENTAL_FORMAT_VERSION, header, [(key_group, rows)])
+
+
+def encode_incremental_manifest(s: SubtaskStateSnapshot, shared: dict[int, list[SharedFileRef]]) -> bytes:
+    """A subtask's manifest: ``s`` gives the ids, keyed metadata (its ``key_groups`` are ignored) and
+    operator state; ``shared`` the chain of shared files per key group, base first."""
+    keyed_header = None
+    if s.keyed is not None:
+        k = s.keyed
+        keyed_header = {
+            "max_parallelism": k.max_parallelism,
+            "range": [k.key_group_range.start, k.key_group_range.end],
+            "states": [_meta_to_plain(m) for m in k.states.values()],
+            "snapshot_time_ms": k.snapshot_time_ms,
+        }
+    sections: list[tuple[Any, bytes]] = []
+    if s.operator is not None:
+        sections.append((_OPERATOR, _encode_operator(s.operator)))
+    header = {
+        "type": _MANIFEST,
+        "operator_id": s.operator_id,
+        "subtask_index": s.subtask_index,
+        "parallelism": s.parallelism,
+        "max_parallelism": s.max_parallelism,
+        "keyed": keyed_header,
+        "operator": True if s.operator is not None else None,
+        "shared": [[kg, [[r.path, r.size, r.crc32] for r in chain]] for kg, chain in sorted(shared.items())],
+    }
+    return _container(INCREMENTAL_FORMAT_VERSION, header, sections)
+
+
+def referenced_shared_files(data: bytes, name: str) -> list[SharedFileRef]:
+    """The shared files a state file names (none for a version-1 file), from its verified header."""
+    h = _read_header(io.BytesIO(data), name)
+    if h.plain.get("type") != _MANIFEST:
+        return []
+    try:
+        return [SharedFileRef(*ref) for _, chain in h.plain["shared"] for ref in chain]
+    except Exception as e:
+        raise CorruptStateFileError(f"{name}: unreadable shared-file list: {e}") from None
+
+
+def verify_shared_file(path: Path, ref: SharedFileRef, referrer: str) -> bytes:
+    """Read a shared file and check it against the manifest's size and crc32 and its own checksums;
+    errors name the shared file and the manifest that references it."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise CorruptStateFileError(f"{path}: missing (shared file referenced by {referrer})") from None
+    if len(data) != ref.size:
+        raise CorruptStateFileError(
+            f"{path}: size {len(data)} bytes, {referrer} says {ref.size} (truncated or damaged)"
+        )
+    if _crc(data) != ref.crc32:
+        raise CorruptStateFileError(f"{path}: checksum mismatch (the shared file is damaged)")
+    verify_file(data, str(path))
+    return data
+
+
+def _apply_key_group_file(
+    base: Path, ref: SharedFileRef, referrer: str, kg: int, decoders: dict[str, Any], per_state: dict
+) -> int:
+    path = base / ref.path
+    data = verify_shared_file(path, ref, referrer)
+    h = _read_header(io.BytesIO(data), str(path))
+    p = h.plain
+    if p.get("type") != _KG_FILE or p.get("key_group") != kg or len(p["index"]) != 1:
+        raise CorruptStateFileError(f"{path}: not the shared file of key group {kg} ({referrer})")
+    _, offset, length, crc = p["index"][0]
+    section = data[h.body_start + offset : h.body_start + offset + length]
+    if len(section) != length or _crc(section) != crc:
+        raise CorruptStateFileError(f"{path}: checksum mismatch in section {kg}")
+    try:
+        rows = MSGPACK.loads(section)
+        for row in rows:
+            st_name, ns, key = row[0], row[1], row[2]
+            if len(row) == 4:
+                per_state.setdefault(st_name, {}).setdefault(ns, {})[key] = decoders[st_name](row[3])
+            else:
+                per_state.get(st_name, {}).get(ns, {}).pop(key, None)
+    except CorruptStateFileError:
+        raise
+    except Exception as e:
+        raise CorruptStateFileError(f"{path}: undecodable key group {kg}: {type(e).__name__}: {e}") from None
+    return len(data)

@@ -4,6 +4,11 @@ them, and ``_metadata`` written last and atomically (write, fsync, rename). A ch
 without ``_metadata`` does not exist. ``_metadata`` names every file with its size and checksum, so
 damage is detected before anything is restored, and restore falls back to the newest intact retained
 checkpoint, saying why.
+
+Incremental checkpoints (on-disk backend) put per-key-group files, named by content hash, into
+``<job>/shared/``; a subtask's manifest in ``chk-<n>`` names the ones it uses, and files of an older
+checkpoint are reused. Validation checks every shared file a manifest names; retention deletes a
+shared file only when no remaining checkpoint directory (completed or pending) names it.
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ from reference_impl.checkpoint.format import (
     CorruptStateFileError,
     decode_subtask_state,
     encode_subtask_state,
+    referenced_shared_files,
     verify_file,
+    verify_shared_file,
 )
 from reference_impl.keygroups import KeyGroupRange
 from reference_impl.snapshot import SubtaskStateSnapshot
@@ -39,6 +46,7 @@ __all__ = [
 ]
 
 METADATA = "_metadata"
+SHARED = "shared"
 METADATA_VERSION = 1
 _CHK = re.compile(r"^chk-(\d+)$")
 
@@ -146,6 +154,8 @@ def validate_checkpoint(directory: Path) -> CompletedCheckpoint:
             raise CheckpointError(f"{p}: checksum mismatch (the file is damaged)")
         try:
             verify_file(data, str(p))
+            for ref in referenced_shared_files(data, str(p)):
+                verify_shared_file(chk.directory / ref.path, ref, str(p))
         except CorruptStateFileError as e:
             raise CheckpointError(str(e)) from None
     return chk
@@ -192,6 +202,50 @@ class FileSystemCheckpointStorage:
         return StateFileHandle(
             state.operator_id, state.subtask_index, name, len(data), zlib.crc32(data) & 0xFFFFFFFF
         )
+
+    def shared_dir(self, job_id: str) -> Path:
+        return self.job_dir(job_id) / SHARED
+
+    def write_shared_file(self, job_id: str, name: str, data: bytes) -> int:
+        """Write ``<job>/shared/<name>`` atomically unless an identical file is already there (names
+        are content hashes). Returns the bytes written (0 when reused)."""
+        if not name or "/" in name or name.startswith("."):
+            raise ValueError(f"invalid shared file name {name!r}")
+        d = self.shared_dir(job_id)
+        d.mkdir(parents=True, exist_ok=True)
+        target = d / name
+        try:
+            if target.stat().st_size == len(data) and target.read_bytes() == data:
+                return 0
+        except FileNotFoundError:
+            pass
+        tmp = d / f".{name}.tmp"
+        _fsync_write(tmp, data)
+        os.replace(tmp, target)
+        return len(data)
+
+    def write_subtask_file(
+        self, job_id: str, checkpoint_id: int, operator_id: str, subtask_index: int, data: bytes
+    ) -> StateFileHandle:
+        """Write an already encoded state file (e.g. an incremental manifest) into ``chk-<n>/``."""
+        d = self.checkpoint_dir(job_id, checkpoint_id)
+        for sub in (d, self.shared_dir(job_id), self.job_dir(job_id) / "taskowned"):
+            sub.mkdir(parents=True, exist_ok=True)
+        name = f"{operator_id}-{subtask_index}.state"
+        _fsync_write(d / name, data)
+        return StateFileHandle(operator_id, subtask_index, name, len(data), zlib.crc32(data) & 0xFFFFFFFF)
+
+    def _shared_refs(self, directory: Path) -> set[Path] | None:
+        """Shared files named by the state files in a checkpoint directory; None if one is unreadable
+        (then nothing may be deleted on its account)."""
+        out: set[Path] = set()
+        for f in directory.glob("*.state"):
+            try:
+                refs = referenced_shared_files(f.read_bytes(), str(f))
+            except (OSError, CorruptStateFileError):
+                return None
+            out.update((directory / r.path).resolve() for r in refs)
+        return out
 
     def finalize_checkpoint(
         self,
@@ -248,11 +302,24 @@ class FileSystemCheckpointStorage:
         return sorted(n for n, p in self.checkpoint_dirs(job_id) if (p / METADATA).is_file())
 
     def retain(self, job_id: str, n: int) -> list[int]:
-        """Keep the newest ``n`` completed checkpoints; delete older ones. Returns the deleted ids."""
+        """Keep the newest ``n`` completed checkpoints; delete older ones, and the shared files that only
+        they used (never one a remaining checkpoint, completed or pending, names). Returns the deleted
+        ids."""
         completed = self.list_checkpoints(job_id)
         doomed = completed[:-n] if n > 0 else completed
+        released: set[Path] = set()
         for cid in doomed:
+            released |= self._shared_refs(self.checkpoint_dir(job_id, cid)) or set()
             self.discard(job_id, cid)
+        if released:
+            still_used: set[Path] = set()
+            for _, d in self.checkpoint_dirs(job_id):
+                refs = self._shared_refs(d)
+                if refs is None:
+                    return doomed  # cannot tell what a remaining checkpoint uses: keep every file
+                still_used |= refs
+            for f in released - still_used:
+                f.unlink(missing_ok=True)
         return doomed
 
     def restore_latest(self, job_id: str) -> RestoreReport:

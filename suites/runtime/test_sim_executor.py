@@ -60,28 +60,53 @@ def test_same_seed_same_history_byte_for_byte(sim_run):
     assert open(f"{a.run_dir}/history.jsonl", "rb").read() != open(f"{c.run_dir}/history.jsonl", "rb").read()
 
 
-channels = st.sampled_from(["source[0]->count[0]", "source[0]->count[1]", "source[1]->count[0]", "source[1]->count[1]"])
-fault = st.one_of(
-    st.builds(lambda t, tgt: {"at": f"time:{t}ms", "kind": "crash_task", "target": tgt},
-              st.integers(1, 700), st.sampled_from([None, "count[0]", "source[1]"])),
-    st.builds(lambda c, ch, d: {"at": f"checkpoint:{c}", "kind": "delay_barrier", "channel": ch, "delay_ms": d},
-              st.integers(1, 6), channels, st.integers(5, 150)),
-    st.builds(lambda fp, act: {"at": {"failpoint": fp}, "kind": "failpoint", "action": act,
-                               **({"delay_ms": 30} if act == "delay" else {})},
-              st.sampled_from(["before_snapshot", "after_snapshot_before_ack", "between_metadata_and_commit",
-                               "during_sink_commit", "during_restore"]),
-              st.sampled_from(["crash", "delay"])),
+channels = st.sampled_from(
+    ["source[0]->count[0]", "source[0]->count[1]", "source[1]->count[0]", "source[1]->count[1]"]
 )
-rescale_chain = st.lists(st.fixed_dictionaries({"source": st.integers(1, 4), "count": st.integers(1, 5)}),
-                         max_size=3)
+fault = st.one_of(
+    st.builds(
+        lambda t, tgt: {"at": f"time:{t}ms", "kind": "crash_task", "target": tgt},
+        st.integers(1, 700),
+        st.sampled_from([None, "count[0]", "source[1]"]),
+    ),
+    st.builds(
+        lambda c, ch, d: {"at": f"checkpoint:{c}", "kind": "delay_barrier", "channel": ch, "delay_ms": d},
+        st.integers(1, 6),
+        channels,
+        st.integers(5, 150),
+    ),
+    st.builds(
+        lambda fp, act: {
+            "at": {"failpoint": fp},
+            "kind": "failpoint",
+            "action": act,
+            **({"delay_ms": 30} if act == "delay" else {}),
+        },
+        st.sampled_from(
+            [
+                "before_snapshot",
+                "after_snapshot_before_ack",
+                "between_metadata_and_commit",
+                "during_sink_commit",
+                "during_restore",
+            ]
+        ),
+        st.sampled_from(["crash", "delay"]),
+    ),
+)
+rescale_chain = st.lists(
+    st.fixed_dictionaries({"source": st.integers(1, 4), "count": st.integers(1, 5)}), max_size=3
+)
 
 
 @allure.feature("sim executor")
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**31), faults=st.lists(fault, max_size=5), chain=rescale_chain)
 def test_every_oracle_holds_under_explored_faults(sim_run, seed, faults, chain):
-    rescale = [{"at": f"checkpoint:{3 * (i + 1)}", "parallelism": p, "savepoint": i % 2 == 0}
-               for i, p in enumerate(chain)]
+    rescale = [
+        {"at": f"checkpoint:{3 * (i + 1)}", "parallelism": p, "savepoint": i % 2 == 0}
+        for i, p in enumerate(chain)
+    ]
     out = sim_run(records=2000, keys=30, faults=faults, rescale=rescale, seed=seed)
     assert failed(out) == set(), [(v["oracle"], v["details"][:5]) for v in out.verdicts if not v["passed"]]
 
