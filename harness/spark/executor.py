@@ -1,0 +1,396 @@
+"""The ``spark`` executor's driver: the job's subtasks run as the tasks of one barrier-mode stage
+(``RDD.barrier().mapPartitions``), followed by a shuffle so the barrier stage is a ShuffleMapStage,
+which Spark relaunches as a whole when a task or an executor dies (a barrier ResultStage it never
+retries). Every relaunch is a new *deployment*: the first task of a new attempt that registers makes
+the driver retire the old checkpoint coordinator and plan a restore from the newest intact
+checkpoint; every task of the deployment restores from it. When Spark gives up on the stage, the
+driver's restart strategy resubmits the job (up to ``max_restarts``); a rescale stops the job (after
+a savepoint, or at once) and resubmits it at the new parallelism. The coordinator, the history and
+the chaos hooks live here, in the driver; tasks reach them over the coordinator link.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.coordinator import CheckpointConfig, CheckpointCoordinator, JobFailedError
+from harness.history import HistoryWriter
+from harness.job import JobGraph
+from harness.jobmaster import JobFailure, JobMaster
+from harness.sim import RescaleRequest, RunSummary
+from harness.spark.cluster import SparkCluster
+from harness.spark.task_runner import layout, run_subtask
+from harness.spark.transport import CoordinatorServer
+from harness.tasks import task_name
+from reference_impl.checkpoint import StateFileHandle
+
+__all__ = ["SparkExecutor"]
+
+
+def _stage_body(graph: JobGraph, run_dir: str, coord: tuple[str, int]) -> Any:
+    def body(it: Any) -> Any:
+        from pyspark import BarrierTaskContext
+
+        list(it)
+        ctx = BarrierTaskContext.get()
+        yield run_subtask(graph, run_dir, coord, ctx.partitionId(), ctx, ctx.taskAttemptId())
+
+    return body
+
+
+@dataclass
+class _Deployment:
+    number: int
+    graph: JobGraph
+    checkpoint_path: str | None
+    registered: set[str]
+    restored: set[str]
+    exhausted: set[str]
+
+
+class SparkExecutor:
+    """Runs one job graph on a Spark cluster (a started :class:`SparkCluster`)."""
+
+    def __init__(self, graph: JobGraph, run_dir: Path, checkpoint: CheckpointConfig, cluster: SparkCluster,
+                 seed: int = 0, hooks: Any = None, rescales: list[RescaleRequest] | None = None,
+                 max_restarts: int = 10, time_limit_s: float = 600, run_info: dict[str, Any] | None = None,
+                 failpoints_on: bool = False) -> None:
+        graph.validate()
+        self.graph = graph
+        self.run_dir = Path(run_dir)
+        self.cluster = cluster
+        self.seed = seed
+        self.hooks = hooks
+        self.rescales = list(rescales or [])
+        self.max_restarts = max_restarts
+        self.time_limit_s = time_limit_s
+        self.run_info = run_info or {}
+        self.failpoints_on = failpoints_on
+        self._t0 = time.monotonic()
+        self.history = HistoryWriter(self.run_dir / "history.jsonl", lambda: int((time.monotonic() - self._t0) * 1000))
+        self.master = JobMaster(graph, self.run_dir, checkpoint, self.history)
+        self.lock = threading.RLock()
+        self.server = CoordinatorServer("127.0.0.1")
+        self.coord: CheckpointCoordinator | None = None
+        self.dep: _Deployment | None = None
+        self.deployments = 0
+        self.skews: dict[str, int] = {}
+        self.storage_mode: tuple[str | None, int] = (None, 0)
+        self.records_emitted = 0
+        self.completed = 0
+        self.final_after: int | None = None
+        self.finishing = False
+        self.savepoint_for: tuple[int, RescaleRequest] | None = None
+        self.pending_rescale: RescaleRequest | None = None
+        self.stopping_for_rescale = False
+        self.restarts = 0
+
+    def now(self) -> int:
+        return int((time.monotonic() - self._t0) * 1000)
+
+    # ------------------------------------------------------------------ hooks for the chaos layer
+
+    def task_names(self) -> list[str]:
+        g = self.dep.graph if self.dep else self.graph
+        return [task_name(op, i) for op, i, _ in layout(g)]
+
+    def channel_names(self) -> list[str]:
+        g = self.dep.graph if self.dep else self.graph
+        ups = [task_name(g.source.name, i) for i in range(g.source.parallelism)]
+        out = []
+        for s in g.stages:
+            downs = [task_name(s.name, j) for j in range(s.parallelism)]
+            out += [f"{u}->{d}" for u in ups for d in downs]
+            ups = downs
+        return out
+
+    def crash(self, target: str | None = None) -> None:
+        if target not in self.task_names():
+            raise ValueError(f"no subtask {target!r} (running: {', '.join(self.task_names())})")
+        self.server.send(target, ("crash",))
+
+    def delay_next_barrier(self, channel: str, delay_ms: int) -> None:
+        if channel not in self.channel_names():
+            raise ValueError(f"no channel {channel!r} (channels: {', '.join(self.channel_names())})")
+        up, down = channel.split("->")
+        self.server.send(up, ("delay_barrier", down, int(delay_ms)))
+
+    def skew_clock(self, target: str, skew_ms: int) -> None:
+        if target not in self.task_names():
+            raise ValueError(f"no subtask {target!r} (running: {', '.join(self.task_names())})")
+        self.skews[target] = int(skew_ms)
+        self.server.send(target, ("skew", int(skew_ms)))
+
+    def storage_gate(self, mode: str | None, delay_ms: int = 0) -> None:
+        self.storage_mode = (mode, int(delay_ms))
+        self.server.broadcast(("storage", mode, int(delay_ms)))
+
+    def latest_checkpoint_dir(self) -> Path | None:
+        ids = self.master.storage.list_checkpoints(self.master.job_id)
+        return self.master.storage.checkpoint_dir(self.master.job_id, ids[-1]) if ids else None
+
+    # ------------------------------------------------------------------ coordinator callbacks
+
+    def _notify(self, what: str, cid: int) -> None:
+        if what == "trigger":
+            assert self.coord is not None
+            kind = self.coord.pending[cid].kind
+            for t in self.task_names():
+                if t.startswith(self.dep.graph.source.name + "["):  # type: ignore[union-attr]
+                    self.server.send(t, ("trigger", cid, self.now(), kind))
+        elif what == "complete":
+            self.completed += 1
+            self.server.broadcast(("complete", cid))
+            if self.hooks is not None:
+                self.hooks.on_checkpoint_completed(cid)
+            if self.savepoint_for and self.savepoint_for[0] == cid:
+                self.pending_rescale = self.savepoint_for[1]
+                self.savepoint_for = None
+            for req in self.rescales:
+                if not req.done and req.kind == "checkpoint" and cid >= req.value:
+                    self._request_rescale(req)
+            if self.final_after is not None and cid >= self.final_after and not self.finishing:
+                self.finishing = True
+                self.server.broadcast(("finish",))
+        elif what == "abort":
+            self.server.broadcast(("abort", cid))
+            if self.savepoint_for and self.savepoint_for[0] == cid:
+                self.pending_rescale = self.savepoint_for[1]  # savepoint failed: rescale from latest
+                self.savepoint_for = None
+
+    def _request_rescale(self, req: RescaleRequest) -> None:
+        if req.done or self.savepoint_for is not None or self.pending_rescale is not None:
+            return
+        req.done = True
+        if req.savepoint and self.coord is not None:
+            cid = self.coord.trigger(self.now(), kind="savepoint")
+            self.savepoint_for = (cid, req)
+        else:
+            self.pending_rescale = req
+
+    def _on_failpoint(self, task: str, name: str, target: str | None) -> None:
+        action = self.hooks.on_failpoint(name, target) if self.hooks is not None else None
+        if action is None:
+            self.server.send(task, ("failpoint_reply", None, 0))
+        else:
+            self.server.send(task, ("failpoint_reply", action.action, int(action.delay_ms)))
+
+    # ------------------------------------------------------------------ messages from tasks
+
+    def _new_deployment(self, graph: JobGraph, reason: str | None) -> None:
+        self.master.retire(self.coord, self.now(), f"job restart: {reason}" if reason else "redeploy")
+        self.coord = None
+        if reason is not None:
+            self.restarts += 1
+            latest = self.master.storage.list_checkpoints(self.master.job_id)
+            self.history.emit("job_restart", attempt=self.deployments, reason=reason,
+                              checkpoint_id=latest[-1] if latest else None)
+            if self.restarts > self.max_restarts:
+                raise JobFailure(f"gave up after {self.max_restarts} restarts; last failure: {reason}")
+        plan = self.master.plan_restore(graph, self.deployments)
+        self.dep = _Deployment(self.deployments, graph, plan.path(self.master.checkpoint_root), set(), set(), set())
+        self.deployments += 1
+        self.final_after = None
+        self.finishing = False
+
+    def _handle(self, task: str, msg: Any) -> None:
+        kind = msg[0]
+        dep = self.dep
+        if kind == "register":
+            assert dep is not None
+            if task in dep.registered:  # a new attempt of a task already deployed: Spark relaunched the stage
+                self._new_deployment(dep.graph, f"task {task} restarted by Spark (stage relaunch)")
+                dep = self.dep
+                assert dep is not None
+            dep.registered.add(task)
+            self.server.send(task, ("deploy", dep.number, dep.checkpoint_path, self.failpoints_on,
+                                    self.skews.get(task, 0)))
+            if self.storage_mode[0] is not None:
+                self.server.send(task, ("storage", *self.storage_mode))
+        elif kind == "restored":
+            assert dep is not None
+            dep.restored.add(task)
+            if len(dep.restored) == len(self.task_names()) and self.coord is None:
+                self.coord = self.master.new_coordinator(dep.graph, self._notify, self.now(),
+                                                         failpoint=lambda n: self._driver_failpoint(n))
+        elif kind == "emit":
+            self.history.emit(msg[1], **msg[2])
+        elif kind == "stats":
+            if msg[1]:
+                op, sub = task.rstrip("]").split("[")
+                self.history.emit("records_in", operator=op, subtask=int(sub), count=int(msg[1]))
+            if msg[2]:
+                op, sub = task.rstrip("]").split("[")
+                self.history.emit("records_out", operator=op, subtask=int(sub), count=int(msg[2]))
+                if dep is not None and op == dep.graph.source.name:
+                    self.records_emitted += int(msg[2])
+                    if self.hooks is not None:
+                        self.hooks.on_records(self.records_emitted)
+        elif kind in ("ack", "decline"):
+            if dep is None or int(msg[1]) != dep.number or self.coord is None:
+                return  # a zombie of an older deployment
+            if kind == "ack":
+                _, _, cid, op, sub, handle, extra = msg
+                h = None if handle is None else StateFileHandle(**handle)
+                self.coord.acknowledge(int(cid), op, int(sub), h, self.now(), extra)
+            else:
+                _, _, cid, op, sub, reason = msg
+                self.coord.decline(int(cid), op, int(sub), reason, self.now())
+        elif kind == "exhausted":
+            if dep is not None:
+                dep.exhausted.add(task)
+        elif kind == "failpoint":
+            self._on_failpoint(task, msg[1], msg[2])
+
+    def _driver_failpoint(self, name: str) -> None:
+        if self.hooks is None:
+            return
+        action = self.hooks.on_failpoint(name, None)
+        if action is not None and action.action == "crash":
+            # the driver's "crash" between _metadata and commit: every task fails over
+            for t in self.task_names():
+                self.server.send(t, ("crash",))
+        elif action is not None and action.delay_ms:
+            time.sleep(action.delay_ms / 1000)
+
+    # ------------------------------------------------------------------ the job
+
+    def _submit(self, graph: JobGraph) -> tuple[threading.Thread, dict[str, Any]]:
+        sc = self.cluster.sc
+        n = len(layout(graph))
+        result: dict[str, Any] = {}
+        body = _stage_body(graph, str(self.run_dir), self.server.endpoint)
+
+        def run() -> None:
+            try:
+                rdd = sc.parallelize(range(n), n).barrier().mapPartitions(body)
+                result["tasks"] = rdd.map(lambda r: (0, r)).groupByKey(1).values().collect()
+            except BaseException as e:  # reported to the driver loop
+                result["error"] = e
+
+        th = threading.Thread(target=run, name="spark-job", daemon=True)
+        th.start()
+        return th, result
+
+    def _drive_once(self, graph: JobGraph, reason: str | None) -> str:
+        """One Spark job: returns "finished", "rescale" or "failed" (Spark gave up on the stage)."""
+        self._new_deployment(graph, reason)
+        th, result = self._submit(graph)
+        while th.is_alive():
+            if time.monotonic() - self._t0 > self.time_limit_s:
+                self.cluster.sc.cancelAllJobs()
+                th.join(30)
+                raise JobFailure(f"time limit of {self.time_limit_s:.0f} s reached")
+            try:
+                while True:
+                    task, msg = self.server.get(timeout_s=0.005)
+                    with self.lock:
+                        self._handle(task, msg)
+            except Exception as e:
+                if isinstance(e, JobFailure):
+                    raise
+                if not _is_empty(e):
+                    if isinstance(e, JobFailedError):
+                        self._fail_deployment(str(e))
+                    else:
+                        raise
+            with self.lock:
+                now = self.now()
+                if self.hooks is not None:
+                    self.hooks.on_time(now)
+                for req in self.rescales:
+                    if not req.done and ((req.kind == "time_ms" and now >= req.value)
+                                         or (req.kind == "records" and self.records_emitted >= req.value)):
+                        self._request_rescale(req)
+                if self.pending_rescale is not None and not self.stopping_for_rescale:
+                    self.stopping_for_rescale = True
+                    self.server.broadcast(("cancel",))
+                if self.coord is not None and not self.stopping_for_rescale:
+                    try:
+                        if self.savepoint_for is None:
+                            self.coord.tick(now)
+                    except JobFailedError as e:
+                        self._fail_deployment(str(e))
+                    dep = self.dep
+                    if (dep is not None and self.final_after is None
+                            and len(dep.exhausted) == dep.graph.source.parallelism):
+                        self.final_after = self.coord.next_id
+                        if not self.coord.pending:
+                            self.coord.trigger(now)
+        th.join()
+        if "error" in result:
+            if self.stopping_for_rescale:
+                return "rescale"
+            return "failed:" + _short(result["error"])
+        if self.stopping_for_rescale:
+            return "rescale"
+        return "finished"
+
+    def _fail_deployment(self, reason: str) -> None:
+        """Too many checkpoint failures: fail every task, so Spark relaunches the stage."""
+        self.history.emit("job_failover", reason=reason)
+        for t in self.task_names():
+            self.server.send(t, ("crash",))
+
+    def run(self) -> RunSummary:
+        self.history.emit("run_start", job=self.graph.name, executor="spark", seed=self.seed,
+                          parallelism=self.graph.parallelism(), max_parallelism=self.graph.max_parallelism,
+                          config={**self.run_info, "master": self.cluster.master})
+        status, reason = "finished", "all input processed and committed"
+        graph, why = self.graph, None
+        try:
+            while True:
+                outcome = self._drive_once(graph, why)
+                if outcome == "finished":
+                    break
+                if outcome == "rescale":
+                    req = self.pending_rescale
+                    assert req is not None
+                    self.pending_rescale, self.stopping_for_rescale = None, False
+                    old = graph.parallelism()
+                    graph = graph.with_parallelism(req.parallelism)
+                    self.master.retire(self.coord, self.now(), "rescale")
+                    self.coord = None
+                    latest = self.master.storage.list_checkpoints(self.master.job_id)
+                    self.history.emit("rescale", **{"from": old, "to": graph.parallelism(),
+                                                    "checkpoint_id": latest[-1] if latest else None,
+                                                    "savepoint": req.savepoint})
+                    why = None
+                    continue
+                why = f"Spark gave up on the stage: {outcome[7:]}"
+        except JobFailure as e:
+            status, reason = "failed", str(e)
+        finally:
+            if self.hooks is not None:
+                try:
+                    self.hooks.heal_all()
+                except Exception:
+                    pass
+            self.master.retire(self.coord, self.now(), "run end")
+            self.server.close()
+            committed = 0
+            out = self.run_dir / "output" / "committed"
+            if out.is_dir():
+                for f in out.glob("*.jsonl"):
+                    with open(f, encoding="utf-8") as fh:
+                        committed += sum(1 for _ in fh)
+            self.history.emit("run_end", status=status, reason=reason, records_committed=committed,
+                              attempts=self.deployments)
+            self.history.close()
+        return RunSummary(status, reason, self.deployments, self.completed, self.records_emitted, self.now(),
+                          graph.parallelism())
+
+
+def _is_empty(e: BaseException) -> bool:
+    import queue
+
+    return isinstance(e, queue.Empty | TimeoutError)
+
+
+def _short(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:300] if text else ''}"

@@ -1,0 +1,302 @@
+"""What runs inside each Spark barrier task: one subtask of the job, driven by the same task code as
+the sim executor (``harness.tasks``). The task registers with the driver's coordinator link, learns
+which deployment it belongs to and which checkpoint to restore, exchanges data endpoints with its
+peers through ``BarrierTaskContext.allGather``, streams records and barriers over TCP, and obeys the
+driver (trigger, complete, abort, finish, cancel, and the chaos hooks: crash, skew, storage gate,
+barrier delay). Any exception fails the Spark task, and with it the barrier stage."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from harness.failpoints import Failpoints, InjectedCrash
+from harness.items import CheckpointBarrier, from_wire, to_wire
+from harness.job import JobGraph
+from harness.spark.transport import CoordinatorClient, InputGate, OutputChannel
+from harness.storage_gate import GatedStorage
+from harness.tasks import SourceTask, StreamTask, TaskEnv, task_name
+from reference_impl.checkpoint import FileSystemCheckpointStorage, StateFileHandle, load_metadata
+from reference_impl.rescale import assign_state, restore_subtask
+from reference_impl.time import SkewedClock, SystemClock
+
+__all__ = ["layout", "run_subtask"]
+
+
+def layout(graph: JobGraph) -> list[tuple[str, int, int]]:
+    """Partition index -> (operator, subtask, stage index or -1 for the source)."""
+    out = [(graph.source.name, i, -1) for i in range(graph.source.parallelism)]
+    for k, s in enumerate(graph.stages):
+        out += [(s.name, j, k) for j in range(s.parallelism)]
+    return out
+
+
+class _Link:
+    """The coordinator link with a buffer, so a blocking request (a failpoint) keeps other messages."""
+
+    def __init__(self, client: CoordinatorClient) -> None:
+        self.client = client
+        self.buffer: deque[Any] = deque()
+
+    def send(self, *msg: Any) -> None:
+        self.client.send(tuple(msg))
+
+    def poll(self) -> list[Any]:
+        self.buffer.extend(self.client.poll(0.0))
+        out = list(self.buffer)
+        self.buffer.clear()
+        return out
+
+    def request(self, msg: tuple[Any, ...], reply: str, timeout_s: float = 30.0) -> Any:
+        self.client.send(msg)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for m in self.client.poll(0.05):
+                if m and m[0] == reply:
+                    return m
+                self.buffer.append(m)
+        raise TimeoutError(f"no {reply} from the driver within {timeout_s} s")
+
+
+class _Output:
+    """Output channels of one task, with per-channel barrier holds (the delay_barrier fault)."""
+
+    def __init__(self, channels: list[OutputChannel], names: list[str]) -> None:
+        self.channels, self.names = channels, names
+        self.hold: dict[int, float] = {}
+        self.held: dict[int, deque[Any]] = {}
+        self.delay_next: dict[int, float] = {}
+
+    def send(self, target: int, record: Any) -> None:
+        if target in self.held:
+            self.held[target].append(("r", record))
+        else:
+            self.channels[target].send_record(record)
+
+    def broadcast(self, item: Any) -> None:
+        wire = to_wire(item)
+        for i, ch in enumerate(self.channels):
+            if isinstance(item, CheckpointBarrier) and i in self.delay_next and i not in self.held:
+                self.hold[i] = time.monotonic() + self.delay_next.pop(i)
+                self.held[i] = deque()
+            if i in self.held:
+                self.held[i].append(("c", wire))
+            else:
+                ch.send_control(wire)
+
+    def release_due(self) -> None:
+        now = time.monotonic()
+        for i in [i for i, t in self.hold.items() if t <= now]:
+            del self.hold[i]
+            for kind, x in self.held.pop(i):
+                if kind == "r":
+                    self.channels[i].send_record(x)
+                else:
+                    self.channels[i].send_control(x)
+
+    def flush(self) -> None:
+        self.release_due()
+        for ch in self.channels:
+            ch.flush()
+
+    def close(self) -> None:
+        for ch in self.channels:
+            try:
+                ch.close(flush=False)
+            except Exception:
+                pass
+
+
+class _Gateway:
+    def __init__(self, link: _Link, deployment: int) -> None:
+        self.link, self.deployment = link, deployment
+
+    def ack(
+        self,
+        checkpoint_id: int,
+        operator: str,
+        subtask: int,
+        handle: StateFileHandle | None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.link.send(
+            "ack",
+            self.deployment,
+            checkpoint_id,
+            operator,
+            subtask,
+            None if handle is None else handle.__dict__,
+            extra or {},
+        )
+
+    def decline(self, checkpoint_id: int, operator: str, subtask: int, reason: str) -> None:
+        self.link.send("decline", self.deployment, checkpoint_id, operator, subtask, reason)
+
+
+class _RemoteFailpoints:
+    def __init__(self, link: _Link) -> None:
+        self.link = link
+
+    def on_failpoint(self, name: str, target: str | None = None) -> Any:
+        m = self.link.request(("failpoint", name, target), "failpoint_reply")
+        if m[1] is None:
+            return None
+        return type("Action", (), {"action": m[1], "delay_ms": m[2]})()
+
+
+def run_subtask(
+    graph: JobGraph, run_dir: str, coordinator: tuple[str, int], partition: int, ctx: Any, spark_attempt: int
+) -> dict[str, Any]:
+    """The body of barrier task ``partition``. Returns a small summary (the stage's output)."""
+    op, sub, stage = layout(graph)[partition]
+    name = task_name(op, sub)
+    client = CoordinatorClient(coordinator, name, spark_attempt)
+    link = _Link(client)
+    gate: InputGate | None = None
+    output: _Output | None = None
+    task: Any = None
+    try:
+        deploy = link.request(("register", partition), "deploy", timeout_s=120)
+        _, deployment, chk_path, failpoints_on, skew = deploy
+        # data endpoints: every task learns every task's input gate through allGather
+        n_inputs = (
+            (graph.source.parallelism if stage == 0 else graph.stages[stage - 1].parallelism)
+            if stage >= 0
+            else 0
+        )
+        if n_inputs:
+            gate = InputGate(n_inputs, host="127.0.0.1")
+        mine = {"task": name, "endpoint": list(gate.endpoint) if gate else None}
+        everyone = {d["task"]: d["endpoint"] for d in map(json.loads, ctx.allGather(json.dumps(mine)))}
+        nxt = graph.stages[stage + 1] if stage + 1 < len(graph.stages) else None
+        if stage == -1:
+            nxt = graph.stages[0]
+        if nxt is not None:
+            names = [task_name(nxt.name, j) for j in range(nxt.parallelism)]
+            output = _Output(
+                [OutputChannel(tuple(everyone[n]), sub, batch_records=256) for n in names], names
+            )
+        if gate is not None:
+            gate.accept(timeout_s=60)
+        clock = SkewedClock(SystemClock(), int(skew or 0))
+        storage = GatedStorage(
+            FileSystemCheckpointStorage(Path(run_dir) / "checkpoints"), sleep=lambda ms: time.sleep(ms / 1000)
+        )
+
+        def emit(type: str, **fields: Any) -> None:  # noqa: A002
+            link.send("emit", type, fields)
+
+        fps = Failpoints(
+            _RemoteFailpoints(link) if failpoints_on else None, sleep=lambda ms: time.sleep(ms / 1000)
+        )
+        env = TaskEnv(
+            graph.name,
+            deployment,
+            graph,
+            storage,
+            _Gateway(link, deployment),
+            clock,
+            emit,
+            fps,
+            Path(run_dir),
+            output,
+        )
+        task = SourceTask(env, sub) if stage == -1 else StreamTask(env, stage, sub, n_inputs)
+        restored = None
+        chk = None
+        if chk_path is not None:
+            chk = load_metadata(Path(run_dir) / "checkpoints" / chk_path)
+            if op in chk.operators:
+                a = assign_state(chk, op, task.parallelism)[sub]
+                restored = restore_subtask(chk, a, graph.max_parallelism)
+        task.restore(restored, None if chk is None else chk.checkpoint_id, chk_path)
+        link.send("restored")
+        return _loop(task, link, gate, output, storage, clock)
+    finally:
+        if task is not None:
+            try:
+                task.close()
+            except Exception:
+                pass
+        if output is not None:
+            output.close()
+        if gate is not None:
+            gate.close()
+        client.close()
+
+
+def _loop(
+    task: Any,
+    link: _Link,
+    gate: InputGate | None,
+    output: _Output | None,
+    storage: GatedStorage,
+    clock: SkewedClock,
+) -> dict[str, Any]:
+    is_source = task.is_source
+    exhausted_sent = False
+    stopped = False
+    got_finish = False
+    last_stats, n_in, n_out = time.monotonic(), 0, 0
+    while True:
+        for m in link.poll():
+            kind = m[0]
+            if kind == "trigger" and is_source:
+                task.trigger_checkpoint(int(m[1]), int(m[2]), str(m[3]))
+                if m[3] == "savepoint":
+                    stopped = True  # stop-with-savepoint: no record after the savepoint's barrier
+            elif kind == "complete":
+                task.notify_checkpoint_complete(int(m[1]))
+            elif kind == "abort":
+                task.notify_checkpoint_aborted(int(m[1]))
+            elif kind == "finish":
+                got_finish = True
+                if is_source:
+                    task.end_input()
+                    assert output is not None
+                    output.flush()
+                    return {"task": task.name, "status": "finished"}
+            elif kind == "cancel":
+                return {"task": task.name, "status": "cancelled"}
+            elif kind == "crash":
+                raise InjectedCrash("crash_task", task.name)
+            elif kind == "skew":
+                clock.skew_ms = int(m[1])
+            elif kind == "storage":
+                storage.set(m[1], int(m[2]))
+            elif kind == "delay_barrier" and output is not None:
+                output.delay_next[output.names.index(m[1])] = int(m[2]) / 1000
+        if is_source:
+            if not stopped and not task.exhausted():
+                task.poll(256)
+            elif not exhausted_sent and task.exhausted():
+                link.send("exhausted")
+                exhausted_sent = True
+                time.sleep(0.002)
+            else:
+                time.sleep(0.002)
+        else:
+            assert gate is not None
+            for ch, msg in gate.poll(task.blocked_channels(), 0.005, 512):
+                tag = msg[0]
+                if tag == "records":
+                    task.on_records(ch, msg[1])
+                elif tag == "eof":
+                    if ch not in task.aligner.finished:
+                        raise ConnectionError(f"{task.name}: input channel {ch} closed before end of input")
+                elif tag == "error":
+                    raise ConnectionError(f"{task.name}: input channel {ch} failed: {msg[1]}")
+                else:
+                    task.on_control(ch, from_wire(msg))
+            if task.finished and got_finish:
+                link.send("stats", task.records_in - n_in, task.records_out - n_out)
+                return {"task": task.name, "status": "finished"}
+        if output is not None:
+            output.flush()
+        now = time.monotonic()
+        if now - last_stats > 0.2:
+            link.send("stats", task.records_in - n_in, task.records_out - n_out)
+            n_in, n_out, last_stats = task.records_in, task.records_out, now
