@@ -146,4 +146,29 @@ def execute_scenario(sc: Scenario, run_dir: Path) -> tuple[list[dict[str, Any]],
     verdicts = check_all(
         run_dir, spec, sc.checks, retained=sc.checkpoint.retained, liveness_bound_ms=liveness_bound_ms(sc)
     )
-    return [v.to_dict() for v in verdicts], stats
+    return [v.to_dict() for v in verdicts] + [_schedule_verdict(sc, run_dir)], stats
+
+
+def _schedule_verdict(sc: Scenario, run_dir: Path) -> dict[str, Any]:
+    """A scenario whose faults never fired proved nothing: say so instead of passing quietly."""
+    from harness.history import read_history
+    from harness.oracles import Verdict
+
+    planned = plan(sc)
+    fired = {e["fault_id"]: e for e in read_history(run_dir / "history.jsonl") if e["type"] == "fault_start"}
+    problems = [
+        f"fault {p.describe()} never fired: the run ended before its trigger (make the run longer)"
+        for p in planned
+        if p.fault_id not in fired
+    ]
+    problems += [
+        f"fault #{i} {e['kind']} could not be injected: {e['details']['error']}"
+        for i, e in sorted(fired.items())
+        if (e.get("details") or {}).get("error")
+    ]
+    return Verdict.of(
+        "fault_schedule",
+        problems,
+        f"all {len(planned)} planned faults fired",
+        "{n} planned faults did not take effect",
+    ).to_dict()

@@ -35,7 +35,8 @@ def spark_master(sc: Scenario, slots: int) -> str:
     if sc.cluster == "docker":
         raise EnvironmentProblem(
             "cluster 'docker': the dockerised Spark executor is not wired to scenarios yet; "
-            "run the scenario with --cluster local or a spark:// master")
+            "run the scenario with --cluster local or a spark:// master"
+        )
     return sc.cluster
 
 
@@ -66,7 +67,8 @@ def run_spark(sc: Scenario, spec: JobSpec, run_dir: Path) -> dict[str, Any]:
         raise EnvironmentProblem(
             f"scenario {sc.name!r}: network faults on the Spark executor need its proxied data channels, "
             "which this version does not ship yet; run the other fault kinds, or network toxics against a "
-            "Toxiproxy-API proxy with chaos.injectors.network")
+            "Toxiproxy-API proxy with chaos.injectors.network"
+        )
     try:
         cluster = SparkCluster(master, app_name=f"statechaos-{sc.name}-{sc.seed}").start()
     except SparkEnvironmentError as e:
@@ -74,8 +76,14 @@ def run_spark(sc: Scenario, spec: JobSpec, run_dir: Path) -> dict[str, Any]:
     try:
         scope = RunScope(run_id=run_dir.name, pids=cluster.owned_pids, paths=[run_dir / "checkpoints"])
         ex = SparkExecutor(
-            spec.graph, run_dir, checkpoint_config(sc), cluster, seed=sc.seed, rescales=rescale_requests(sc),
-            max_restarts=sc.max_restarts, time_limit_s=sc.timeout_s,
+            spec.graph,
+            run_dir,
+            checkpoint_config(sc),
+            cluster,
+            seed=sc.seed,
+            rescales=rescale_requests(sc),
+            max_restarts=sc.max_restarts,
+            time_limit_s=sc.timeout_s,
             run_info={"scenario": sc.name, "records": sc.records, "keys": sc.keys, "checks": sc.checks},
             failpoints_on=any(f.kind == "failpoint" for f in sc.faults),
         )
@@ -99,9 +107,16 @@ def run_spark(sc: Scenario, spec: JobSpec, run_dir: Path) -> dict[str, Any]:
         nemesis = Nemesis(plan(sc), factory, ex.history.emit)
         ex.hooks = nemesis
         summary = ex.run()
-        return {"status": summary.status, "reason": summary.reason, "attempts": summary.attempts,
-                "checkpoints_completed": summary.checkpoints_completed, "records_emitted": summary.records_emitted,
-                "wall_ms": summary.sim_time_ms, "final_parallelism": summary.parallelism, "master": master,
-                "spark_startup_s": round(getattr(cluster, "startup_s", 0.0), 1)}
+        return {
+            "status": summary.status,
+            "reason": summary.reason,
+            "attempts": summary.attempts,
+            "checkpoints_completed": summary.checkpoints_completed,
+            "records_emitted": summary.records_emitted,
+            "wall_ms": summary.sim_time_ms,
+            "final_parallelism": summary.parallelism,
+            "master": master,
+            "spark_startup_s": round(getattr(cluster, "startup_s", 0.0), 1),
+        }
     finally:
         cluster.stop()

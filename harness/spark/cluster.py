@@ -12,11 +12,21 @@ Processes of a run on ``local-cluster`` (measured, pyspark 4.3.0, Java 17, 2 cor
 - per executor one ``python -m pyspark.daemon`` (child of the executor JVM) and the Python workers
   it forks (children of the daemon, same command line); a task's Python code runs in a worker.
 
-Measured facts (this machine: 2 cores, local-cluster[2,1,1024]):
-- startup: the SparkSession is up after ~14-17 s, both executors registered ~1 s later.
+Measured facts (this machine: 2 cores, local-cluster[2,1,1024], other engineers' jobs running):
+- startup (``SparkCluster.start`` until both executors are registered): 8-10 s with the JVM options
+  set here (``-XX:+UseSerialGC -XX:TieredStopAtLevel=1``), 14-17 s with Spark's defaults; override
+  through ``extra_conf`` ("spark.driver.extraJavaOptions" / "spark.executor.extraJavaOptions").
 - SIGKILL of an executor JVM: the driver logs "Lost executor N ... exited with code 137"; the
   in-process Worker launches a replacement executor (next executor id) ~0.15 s later, and it is
-  registered with the driver ~3.5 s after the kill.
+  registered with the driver ~3.5 s after the kill. A running barrier ShuffleMapStage fails
+  (ExecutorLostFailure; Spark kills the sibling tasks) and is resubmitted as a new stage attempt
+  (same stage id); its tasks were running again ~7 s after the kill (suites/spark/test_cluster.py).
+- Python's BarrierTaskContext has no ``stageAttemptNumber()``; ``attemptNumber()`` restarts at 0 in
+  a new stage attempt. ``taskAttemptId()`` (the TID, unique per app, growing) identifies a task
+  attempt; the driver reads the stage attempt with ``SparkCluster.stage_attempt(stage_id)``.
+- pyspark's SparkContext installs its own SIGINT handler when it starts (cancel jobs, raise
+  KeyboardInterrupt): install your own handler *after* ``start()``, or rely on ``try/finally``;
+  ``start`` also registers ``stop`` with ``atexit``. ``stop`` after SIGINT took ~1 s, nothing left.
 - ``SparkContext.stop()`` takes ~1 s and the executors exit with it, but the gateway JVM stays up
   until it is shut down; ``SparkCluster.stop`` shuts it down when it launched it.
 - Executor logs go to ``$SPARK_HOME/work/<app-id>/<executor-id>/`` (SPARK_HOME is the pyspark
@@ -29,6 +39,7 @@ Measured facts (this machine: 2 cores, local-cluster[2,1,1024]):
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import math
 import os
@@ -285,6 +296,7 @@ class SparkCluster:
                     f"(kept); check memory (each executor asks {self.executor_memory_mb} MB) and Java"
                 ) from e
         self.startup_s = time.monotonic() - t0
+        atexit.register(self.stop)
         return self
 
     def __enter__(self) -> SparkCluster:
@@ -328,6 +340,7 @@ class SparkCluster:
         if self._tmp is not None:
             self._tmp.cleanup()
         self._state = "stopped"
+        atexit.unregister(self.stop)
 
     def _stop_spark(self) -> None:
         with contextlib.suppress(Exception):
@@ -491,6 +504,17 @@ class SparkCluster:
                     f"after {timeout_s:.0f}s"
                 )
             time.sleep(0.1)
+
+    def stage_attempt(self, stage_id: int) -> int | None:
+        """Current attempt number of an active (or recently finished) stage, None if unknown.
+
+        Tasks cannot see it (Python's TaskContext has no stageAttemptNumber); use
+        ``ctx.taskAttemptId()`` as a task's attempt: it is unique per app and grows on relaunch.
+        """
+        if self.sc is None:
+            return None
+        info = self.sc.statusTracker().getStageInfo(stage_id)
+        return None if info is None else int(info.currentAttemptId)
 
     def default_parallelism(self) -> int:
         return int(self.sc.defaultParallelism) if self.sc is not None else 0

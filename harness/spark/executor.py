@@ -55,10 +55,20 @@ class _Deployment:
 class SparkExecutor:
     """Runs one job graph on a Spark cluster (a started :class:`SparkCluster`)."""
 
-    def __init__(self, graph: JobGraph, run_dir: Path, checkpoint: CheckpointConfig, cluster: SparkCluster,
-                 seed: int = 0, hooks: Any = None, rescales: list[RescaleRequest] | None = None,
-                 max_restarts: int = 10, time_limit_s: float = 600, run_info: dict[str, Any] | None = None,
-                 failpoints_on: bool = False) -> None:
+    def __init__(
+        self,
+        graph: JobGraph,
+        run_dir: Path,
+        checkpoint: CheckpointConfig,
+        cluster: SparkCluster,
+        seed: int = 0,
+        hooks: Any = None,
+        rescales: list[RescaleRequest] | None = None,
+        max_restarts: int = 10,
+        time_limit_s: float = 600,
+        run_info: dict[str, Any] | None = None,
+        failpoints_on: bool = False,
+    ) -> None:
         graph.validate()
         self.graph = graph
         self.run_dir = Path(run_dir)
@@ -71,7 +81,9 @@ class SparkExecutor:
         self.run_info = run_info or {}
         self.failpoints_on = failpoints_on
         self._t0 = time.monotonic()
-        self.history = HistoryWriter(self.run_dir / "history.jsonl", lambda: int((time.monotonic() - self._t0) * 1000))
+        self.history = HistoryWriter(
+            self.run_dir / "history.jsonl", lambda: int((time.monotonic() - self._t0) * 1000)
+        )
         self.master = JobMaster(graph, self.run_dir, checkpoint, self.history)
         self.lock = threading.RLock()
         self.server = CoordinatorServer("127.0.0.1")
@@ -187,12 +199,18 @@ class SparkExecutor:
         if reason is not None:
             self.restarts += 1
             latest = self.master.storage.list_checkpoints(self.master.job_id)
-            self.history.emit("job_restart", attempt=self.deployments, reason=reason,
-                              checkpoint_id=latest[-1] if latest else None)
+            self.history.emit(
+                "job_restart",
+                attempt=self.deployments,
+                reason=reason,
+                checkpoint_id=latest[-1] if latest else None,
+            )
             if self.restarts > self.max_restarts:
                 raise JobFailure(f"gave up after {self.max_restarts} restarts; last failure: {reason}")
         plan = self.master.plan_restore(graph, self.deployments)
-        self.dep = _Deployment(self.deployments, graph, plan.path(self.master.checkpoint_root), set(), set(), set())
+        self.dep = _Deployment(
+            self.deployments, graph, plan.path(self.master.checkpoint_root), set(), set(), set()
+        )
         self.deployments += 1
         self.final_after = None
         self.finishing = False
@@ -207,16 +225,18 @@ class SparkExecutor:
                 dep = self.dep
                 assert dep is not None
             dep.registered.add(task)
-            self.server.send(task, ("deploy", dep.number, dep.checkpoint_path, self.failpoints_on,
-                                    self.skews.get(task, 0)))
+            self.server.send(
+                task, ("deploy", dep.number, dep.checkpoint_path, self.failpoints_on, self.skews.get(task, 0))
+            )
             if self.storage_mode[0] is not None:
                 self.server.send(task, ("storage", *self.storage_mode))
         elif kind == "restored":
             assert dep is not None
             dep.restored.add(task)
             if len(dep.restored) == len(self.task_names()) and self.coord is None:
-                self.coord = self.master.new_coordinator(dep.graph, self._notify, self.now(),
-                                                         failpoint=lambda n: self._driver_failpoint(n))
+                self.coord = self.master.new_coordinator(
+                    dep.graph, self._notify, self.now(), failpoint=lambda n: self._driver_failpoint(n)
+                )
         elif kind == "emit":
             self.history.emit(msg[1], **msg[2])
         elif kind == "stats":
@@ -303,8 +323,10 @@ class SparkExecutor:
                 if self.hooks is not None:
                     self.hooks.on_time(now)
                 for req in self.rescales:
-                    if not req.done and ((req.kind == "time_ms" and now >= req.value)
-                                         or (req.kind == "records" and self.records_emitted >= req.value)):
+                    if not req.done and (
+                        (req.kind == "time_ms" and now >= req.value)
+                        or (req.kind == "records" and self.records_emitted >= req.value)
+                    ):
                         self._request_rescale(req)
                 if self.pending_rescale is not None and not self.stopping_for_rescale:
                     self.stopping_for_rescale = True
@@ -316,8 +338,11 @@ class SparkExecutor:
                     except JobFailedError as e:
                         self._fail_deployment(str(e))
                     dep = self.dep
-                    if (dep is not None and self.final_after is None
-                            and len(dep.exhausted) == dep.graph.source.parallelism):
+                    if (
+                        dep is not None
+                        and self.final_after is None
+                        and len(dep.exhausted) == dep.graph.source.parallelism
+                    ):
                         self.final_after = self.coord.next_id
                         if not self.coord.pending:
                             self.coord.trigger(now)
@@ -337,9 +362,15 @@ class SparkExecutor:
             self.server.send(t, ("crash",))
 
     def run(self) -> RunSummary:
-        self.history.emit("run_start", job=self.graph.name, executor="spark", seed=self.seed,
-                          parallelism=self.graph.parallelism(), max_parallelism=self.graph.max_parallelism,
-                          config={**self.run_info, "master": self.cluster.master})
+        self.history.emit(
+            "run_start",
+            job=self.graph.name,
+            executor="spark",
+            seed=self.seed,
+            parallelism=self.graph.parallelism(),
+            max_parallelism=self.graph.max_parallelism,
+            config={**self.run_info, "master": self.cluster.master},
+        )
         status, reason = "finished", "all input processed and committed"
         graph, why = self.graph, None
         try:
@@ -356,9 +387,15 @@ class SparkExecutor:
                     self.master.retire(self.coord, self.now(), "rescale")
                     self.coord = None
                     latest = self.master.storage.list_checkpoints(self.master.job_id)
-                    self.history.emit("rescale", **{"from": old, "to": graph.parallelism(),
-                                                    "checkpoint_id": latest[-1] if latest else None,
-                                                    "savepoint": req.savepoint})
+                    self.history.emit(
+                        "rescale",
+                        **{
+                            "from": old,
+                            "to": graph.parallelism(),
+                            "checkpoint_id": latest[-1] if latest else None,
+                            "savepoint": req.savepoint,
+                        },
+                    )
                     why = None
                     continue
                 why = f"Spark gave up on the stage: {outcome[7:]}"
@@ -378,11 +415,23 @@ class SparkExecutor:
                 for f in out.glob("*.jsonl"):
                     with open(f, encoding="utf-8") as fh:
                         committed += sum(1 for _ in fh)
-            self.history.emit("run_end", status=status, reason=reason, records_committed=committed,
-                              attempts=self.deployments)
+            self.history.emit(
+                "run_end",
+                status=status,
+                reason=reason,
+                records_committed=committed,
+                attempts=self.deployments,
+            )
             self.history.close()
-        return RunSummary(status, reason, self.deployments, self.completed, self.records_emitted, self.now(),
-                          graph.parallelism())
+        return RunSummary(
+            status,
+            reason,
+            self.deployments,
+            self.completed,
+            self.records_emitted,
+            self.now(),
+            graph.parallelism(),
+        )
 
 
 def _is_empty(e: BaseException) -> bool:

@@ -258,6 +258,7 @@ def _loop(
                     task.end_input()
                     assert output is not None
                     output.flush()
+                    link.send("stats", task.records_in - n_in, task.records_out - n_out)
                     return {"task": task.name, "status": "finished"}
             elif kind == "cancel":
                 return {"task": task.name, "status": "cancelled"}

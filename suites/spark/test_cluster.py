@@ -1,0 +1,172 @@
+"""Spark smoke tests on local-cluster: barrier tasks talk over the transport, and a barrier
+ShuffleMapStage survives an executor SIGKILL (Spark relaunches the whole stage)."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+
+import pytest
+
+from harness.spark.cluster import SparkCluster, SparkEnvironmentError, alive_pids, check_java, parse_master
+from harness.spark.transport import CoordinatorServer
+
+pytestmark = pytest.mark.spark
+
+N = 2  # tasks of the barrier stage = task slots of local-cluster[2,1,1024]
+
+
+def test_parse_master():
+    assert parse_master("local", 2) == "local-cluster[2,1,1024]"
+    assert parse_master("local", 5) == "local-cluster[2,3,1024]"
+    assert parse_master("local-cluster[3, 2, 512]", 6) == "local-cluster[3,2,512]"
+    assert parse_master("spark://h:7077", 8) == "spark://h:7077"
+    with pytest.raises(ValueError, match=r"2 workers x 1 cores = 2 task slots, but the job needs 3"):
+        parse_master("local-cluster[2,1,1024]", 3)
+    with pytest.raises(ValueError, match="unknown cluster"):
+        parse_master("yarn", 1)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    try:
+        check_java()
+    except SparkEnvironmentError as e:
+        pytest.skip(str(e))
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # executors cannot import this file
+    c = SparkCluster(parse_master("local", N), stage_max_consecutive_attempts=4)
+    c.start()
+    yield c
+    c.stop()
+    cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+
+
+def _exchange_task(it):
+    """Barrier task: open a gate, share endpoints, send to every task (itself included), receive."""
+    import json
+
+    from pyspark import BarrierTaskContext
+
+    from harness.spark.transport import InputGate, OutputChannel
+
+    ctx = BarrierTaskContext.get()
+    me = ctx.partitionId()
+    with InputGate(N) as gate:
+        infos = ctx.allGather(json.dumps({"task": me, "endpoint": list(gate.endpoint)}))
+        peers = sorted((json.loads(s) for s in infos), key=lambda d: d["task"])
+        outs = [OutputChannel(tuple(p["endpoint"]), me, batch_records=2) for p in peers]
+        for dst, out in enumerate(outs):
+            for i in range(5):
+                out.send_record([me, dst, i])
+            out.send_control(("barrier", 1))
+            out.close()
+        gate.accept(timeout_s=30)
+        got, done = [], set()
+        deadline = time.monotonic() + 30
+        while len(done) < N and time.monotonic() < deadline:
+            for ch, msg in gate.poll(set(), timeout_s=0.5, max_messages=100):
+                if msg[0] == "records":
+                    got += [tuple(r) for r in msg[1]]
+                elif msg[0] == "barrier":
+                    got.append(("barrier", ch))
+                else:
+                    done.add(ch)
+    yield (me, got, ctx.taskAttemptId())
+
+
+def test_barrier_tasks_exchange_frames(cluster):
+    rdd = cluster.sc.parallelize(range(N), N).barrier().mapPartitions(_exchange_task)
+    res = dict(rdd.map(lambda r: (r[0], r)).groupByKey().mapValues(list).collect())
+    assert sorted(res) == list(range(N))
+    for me, [(_, got, _attempt)] in res.items():
+        for src in range(N):
+            from_src = [g for g in got if g[0] == src or g == ("barrier", src)]
+            assert from_src == [(src, me, i) for i in range(5)] + [("barrier", src)]
+
+
+def _blocking_task(endpoint):
+    def run(it):
+        from pyspark import BarrierTaskContext
+
+        from harness.spark.transport import CoordinatorClient, TransportClosed
+
+        ctx = BarrierTaskContext.get()
+        # Python's TaskContext has no stage attempt number; the task attempt id (TID) is unique in the
+        # app and grows, so a relaunched task always has a higher one: it is the coordinator attempt.
+        me, tid = ctx.partitionId(), ctx.taskAttemptId()
+        with CoordinatorClient(tuple(endpoint), f"block[{me}]", tid) as client:
+            client.send(("started", me, ctx.stageId(), tid))
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                try:
+                    if any(m[0] == "go" for m in client.poll(timeout_s=0.2)):
+                        break
+                except TransportClosed:
+                    raise RuntimeError("driver went away") from None
+            else:
+                raise RuntimeError("never told to go")
+        ctx.barrier()
+        yield (me, tid)
+
+    return run
+
+
+def test_executor_sigkill_relaunches_barrier_stage_and_stop_reaps_everything(cluster):
+    executors = cluster.wait_for_executors(N, timeout_s=60)
+    with CoordinatorServer() as server:
+        rdd = cluster.sc.parallelize(range(N), N).barrier().mapPartitions(_blocking_task(server.endpoint))
+        result: queue.Queue = queue.Queue()
+
+        def job():
+            try:
+                result.put(("ok", rdd.map(lambda r: r).reduceByKey(max).collect()))
+            except Exception as e:
+                result.put(("error", e))
+
+        t = threading.Thread(target=job, daemon=True)
+        t.start()
+
+        def wait_started(tid_min: int) -> dict[int, tuple[int, int]]:
+            started: dict[int, tuple[int, int]] = {}
+            deadline = time.monotonic() + 60
+            while len(started) < N:
+                assert time.monotonic() < deadline, f"tasks started: {started}"
+                try:
+                    tid, msg = server.get(timeout_s=0.5)
+                except queue.Empty:
+                    assert result.empty(), result.get()
+                    continue
+                if msg[0] == "started" and msg[3] >= tid_min:
+                    started[msg[1]] = (msg[2], msg[3])
+            return started
+
+        first = wait_started(0)
+        stage_id = first[0][0]
+        assert cluster.stage_attempt(stage_id) == 0
+        pids_before = cluster.owned_pids()
+        workers = cluster.python_worker_pids()
+        assert set(workers) == set(executors) and all(workers.values()), workers
+        victim_id, victim = sorted(executors.items())[0]
+        t_kill = time.monotonic()
+        os.kill(victim, signal.SIGKILL)
+        relaunched = wait_started(max(tid for _, tid in first.values()) + 1)
+        t_relaunch = time.monotonic() - t_kill
+        assert {sid for sid, _ in relaunched.values()} == {stage_id}
+        assert cluster.stage_attempt(stage_id) >= 1  # the same barrier stage, a new attempt
+        assert victim_id not in cluster.executor_pids()
+        assert server.broadcast(("go",)) == N
+        status, value = result.get(timeout=60)
+        assert status == "ok", value
+        assert sorted(value) == [(i, relaunched[i][1]) for i in range(N)]
+        print(f"stage relaunched {t_relaunch:.1f}s after SIGKILL of executor {victim_id}")
+    owned = cluster.owned_pids() | pids_before
+    assert len(cluster.executor_pids()) == N  # the Worker replaced the killed executor
+    cluster.stop()
+    cluster.stop()  # idempotent
+    assert alive_pids(owned | cluster.seen_pids()) == set()

@@ -1,0 +1,278 @@
+"""Transport tests without Spark: framing, ordering, backpressure, EOF, coordinator link."""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import socket
+import threading
+import time
+
+import pytest
+
+from harness.spark.transport import (
+    CONNECTED,
+    DISCONNECTED,
+    REJECTED,
+    CoordinatorClient,
+    CoordinatorServer,
+    InputGate,
+    OutputChannel,
+    TransportClosed,
+    TransportError,
+    encode_frame,
+)
+
+
+def _drain(gate: InputGate, blocked=(), until_eof: set[int] | None = None, timeout_s: float = 10.0):
+    """Poll until every channel in ``until_eof`` reported eof; returns [(ch, msg)]."""
+    want = set(until_eof if until_eof is not None else range(gate.num_channels))
+    out = []
+    deadline = time.monotonic() + timeout_s
+    while want and time.monotonic() < deadline:
+        for ch, msg in gate.poll(set(blocked), timeout_s=0.2, max_messages=100):
+            out.append((ch, msg))
+            if msg[0] in ("eof", "error"):
+                want.discard(ch)
+    assert not want, f"channels {want} never finished"
+    return out
+
+
+def _records(msgs, ch):
+    return [r for c, m in msgs if c == ch and m[0] == "records" for r in m[1]]
+
+
+def _connect_all(gate: InputGate, n: int, **kw) -> list[OutputChannel]:
+    outs: list[OutputChannel] = []
+
+    def mk():
+        for i in range(n):
+            outs.append(OutputChannel(gate.endpoint, i, **kw))
+
+    t = threading.Thread(target=mk)
+    t.start()
+    gate.accept(timeout_s=10)
+    t.join()
+    return outs
+
+
+def test_ordering_across_batches_and_control_in_order():
+    with InputGate(2) as gate:
+        outs = _connect_all(gate, 2, batch_records=7)
+        for ch, out in enumerate(outs):
+            for i in range(100):
+                out.send_record([ch, i, "p" * (i % 5), float(i), b"\x00\x01", None])
+                if i in (30, 60):
+                    out.send_control(("barrier", i, 12345, {"kind": "checkpoint"}))
+            out.send_control(("end_of_input",))
+            out.close()
+            assert out.records_sent == 100
+        msgs = _drain(gate)
+    for ch in (0, 1):
+        seq = []
+        for c, m in msgs:
+            if c != ch:
+                continue
+            if m[0] == "records":
+                seq += [("r", r[1]) for r in m[1]]
+            else:
+                seq.append((m[0], m[1] if len(m) > 1 else None))
+        expected = []
+        for i in range(100):
+            expected.append(("r", i))
+            if i in (30, 60):
+                expected.append(("barrier", i))
+        expected += [("end_of_input", None), ("eof", None)]
+        assert seq == expected
+        rec = _records(msgs, ch)[5]
+        assert rec == [ch, 5, "p" * 0, 5.0, b"\x00\x01", None]
+
+
+def test_poll_stops_a_channel_after_a_control_message():
+    with InputGate(1) as gate:
+        (out,) = _connect_all(gate, 1, batch_records=1)
+        out.send_record(1)
+        out.send_control(("barrier", 1))
+        out.send_record(2)
+        time.sleep(0.2)  # everything arrives, likely in one recv
+        first = gate.poll(set(), timeout_s=1, max_messages=100)
+        assert first == [(0, ("records", [1])), (0, ("barrier", 1))]
+        # the caller blocks channel 0 now: the already-read record stays buffered
+        assert gate.poll({0}, timeout_s=0.1, max_messages=100) == []
+        assert gate.has_buffered(0)
+        assert gate.poll(set(), timeout_s=1, max_messages=100) == [(0, ("records", [2]))]
+        out.close()
+
+
+def test_partial_frames_decode_byte_by_byte():
+    with InputGate(1) as gate:
+        s = socket.create_connection(gate.endpoint)
+        data = (
+            encode_frame(("hello", 0))
+            + encode_frame(("records", [[1, "a"], [2, "b"]]))
+            + encode_frame(("x", 1))
+        )
+        t = threading.Thread(
+            target=lambda: [s.sendall(data[i : i + 1]) or time.sleep(0.001) for i in range(len(data))]
+        )
+        t.start()
+        gate.accept(timeout_s=10)
+        t.join()
+        s.close()
+        msgs = _drain(gate)
+    assert msgs == [(0, ("records", [[1, "a"], [2, "b"]])), (0, ("x", 1)), (0, ("eof",))]
+
+
+def test_eof_reported_once_and_truncated_frame_is_an_error():
+    with InputGate(2) as gate:
+        s0 = socket.create_connection(gate.endpoint)
+        s1 = socket.create_connection(gate.endpoint)
+        s0.sendall(encode_frame(("hello", 0)))
+        s1.sendall(encode_frame(("hello", 1)) + encode_frame(("records", [1]))[:-1])
+        gate.accept(timeout_s=10)
+        s0.close()
+        s1.close()
+        msgs = _drain(gate)
+        for _ in range(3):
+            assert gate.poll(set(), timeout_s=0.05) == []
+    assert msgs.count((0, ("eof",))) == 1
+    errs = [m for c, m in msgs if c == 1]
+    assert len(errs) == 1 and errs[0][0] == "error" and "mid-frame" in errs[0][1]
+
+
+def test_blocked_channel_backpressures_its_sender_and_loses_nothing():
+    n = 200_000
+    with InputGate(2) as gate:
+        outs = _connect_all(gate, 2, batch_records=100)
+        progress = [0]
+
+        def writer():
+            for i in range(n):
+                outs[0].send_record([i, "x" * 20])
+                progress[0] = i + 1
+            outs[0].close()
+
+        t = threading.Thread(target=writer, daemon=True)
+        t.start()
+        got: list = []
+        # read channel 0 a little, then block it while channel 1 keeps flowing
+        while len(got) < 1000:
+            got += _records(gate.poll(set(), timeout_s=0.5), 0)
+        outs[1].send_record("c1")
+        outs[1].flush()
+        time.sleep(1.0)
+        stalled_at = progress[0]
+        seen1 = []
+        for _ in range(10):
+            seen1 += gate.poll({0}, timeout_s=0.1)
+        assert all(c == 1 for c, _ in seen1) and (1, ("records", ["c1"])) in seen1
+        assert progress[0] == stalled_at < n, "sender kept writing to a blocked channel"
+        assert t.is_alive()
+        # unblock: everything arrives, in order
+        outs[1].close()
+        msgs = _drain(gate, until_eof={0, 1}, timeout_s=60)
+        t.join(timeout=10)
+        assert not t.is_alive()
+    got += _records(msgs, 0)
+    assert [r[0] for r in got] == list(range(n))
+
+
+def test_bad_hellos_are_rejected_with_clear_errors():
+    with InputGate(2) as gate:
+        s = socket.create_connection(gate.endpoint)
+        s.sendall(encode_frame(("hello", 5)))
+        with pytest.raises(TransportError, match="out of range 0..1"):
+            gate.accept(timeout_s=5)
+        s.close()
+        a = socket.create_connection(gate.endpoint)
+        a.sendall(encode_frame(("hello", 0)))
+        b = socket.create_connection(gate.endpoint)
+        time.sleep(0.1)
+        b.sendall(encode_frame(("hello", 0)))
+        with pytest.raises(TransportError, match="duplicate hello for channel 0"):
+            gate.accept(timeout_s=5)
+        c = socket.create_connection(gate.endpoint)
+        c.sendall(encode_frame(["records", []]))
+        with pytest.raises(TransportError, match="expected \\('hello', channel_index\\)"):
+            gate.accept(timeout_s=5)
+        with pytest.raises(TransportError, match=r"channels \[1\] did not connect"):
+            gate.accept(timeout_s=0.3)
+        for x in (a, b, c):
+            x.close()
+
+
+def test_output_channel_connects_to_a_late_receiver_and_times_out_clearly():
+    probe = socket.create_server(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    with pytest.raises(TransportError, match="could not connect"):
+        OutputChannel(("127.0.0.1", port), 0, connect_timeout_s=0.3)
+
+
+def _expect(server: CoordinatorServer, want, timeout_s=5.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            item = server.get(timeout_s=0.2)
+        except queue.Empty:
+            continue
+        if want(item):
+            return item
+    raise AssertionError("expected message never arrived")
+
+
+def test_coordinator_round_trip_and_reconnect_with_new_attempt():
+    with CoordinatorServer() as server:
+        c0 = CoordinatorClient(server.endpoint, "count[0]", 0)
+        c1 = CoordinatorClient(server.endpoint, "count[1]", 0)
+        _expect(server, lambda it: it == ("count[1]", (CONNECTED, 0)))
+        c0.send(("ack", 1, {"handle": b"\x01"}))
+        assert _expect(server, lambda it: it[1][0] == "ack") == ("count[0]", ("ack", 1, {"handle": b"\x01"}))
+        assert server.connected() == {"count[0]": 0, "count[1]": 0}
+        assert server.broadcast(("complete", 1)) == 2
+        for c in (c0, c1):
+            got = []
+            deadline = time.monotonic() + 5
+            while not got and time.monotonic() < deadline:
+                got = c.poll(timeout_s=0.2)
+            assert got == [("complete", 1)]
+        assert c0.poll() == []
+        # task count[1] dies, a new attempt reconnects and replaces it
+        c1b = CoordinatorClient(server.endpoint, "count[1]", 1)
+        _expect(server, lambda it: it == ("count[1]", (CONNECTED, 1)))
+        assert server.connected()["count[1]"] == 1
+        with contextlib.suppress(OSError):
+            c1.send(("ack", 99))  # the replaced attempt: dropped (or its socket is already shut)
+        c1b.send(("ack", 2))
+        assert _expect(server, lambda it: it[1][0] == "ack") == ("count[1]", ("ack", 2))
+        assert server.send("count[1]", ("trigger", 3))
+        deadline = time.monotonic() + 5
+        got = []
+        while not got and time.monotonic() < deadline:
+            got = c1b.poll(timeout_s=0.2)
+        assert got == [("trigger", 3)]
+        # a stale attempt is refused
+        CoordinatorClient(server.endpoint, "count[1]", 0)
+        _expect(server, lambda it: it[1][0] == REJECTED and "stale attempt 0" in it[1][1])
+        c0.close()
+        _expect(server, lambda it: it[0] == "count[0]" and it[1][0] == DISCONNECTED)
+        assert not server.send("count[0]", ("x",))
+        for c in (c1, c1b):
+            c.close()
+    # server closed: a client sees TransportClosed
+    with CoordinatorServer() as server:
+        c = CoordinatorClient(server.endpoint, "src[0]", 0)
+        _expect(server, lambda it: it[1][0] == CONNECTED)
+    with pytest.raises(TransportClosed):
+        for _ in range(50):
+            c.poll(timeout_s=0.1)
+    c.close()
+
+
+def test_coordinator_rejects_bad_hello():
+    with CoordinatorServer() as server:
+        s = socket.create_connection(server.endpoint)
+        s.sendall(encode_frame(("hello", 7)))
+        item = _expect(server, lambda it: it[1][0] == REJECTED)
+        assert "bad hello" in item[1][1] and "task_id" in item[1][1]
+        s.close()
