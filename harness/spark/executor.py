@@ -230,6 +230,8 @@ class SparkExecutor:
             )
             if self.storage_mode[0] is not None:
                 self.server.send(task, ("storage", *self.storage_mode))
+            if self.stopping_for_rescale:
+                self.server.send(task, ("cancel",))
         elif kind == "restored":
             assert dep is not None
             dep.restored.add(task)

@@ -287,6 +287,8 @@ def _loop(
                     task.on_records(ch, msg[1])
                 elif tag == "eof":
                     if ch not in task.aligner.finished:
+                        if _cancelled(link):  # upstream stopped for a rescale before we heard of it
+                            return {"task": task.name, "status": "cancelled"}
                         raise ConnectionError(f"{task.name}: input channel {ch} closed before end of input")
                 elif tag == "error":
                     raise ConnectionError(f"{task.name}: input channel {ch} failed: {msg[1]}")
@@ -301,3 +303,14 @@ def _loop(
         if now - last_stats > 0.2:
             link.send("stats", task.records_in - n_in, task.records_out - n_out)
             n_in, n_out, last_stats = task.records_in, task.records_out, now
+
+
+def _cancelled(link: _Link, wait_s: float = 3.0) -> bool:
+    """Did the driver cancel this deployment (a rescale)? Waits briefly: the cancel and the closing of
+    an upstream channel travel on different connections."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        link.buffer.extend(link.client.poll(0.05))
+        if any(m and m[0] == "cancel" for m in link.buffer):
+            return True
+    return False

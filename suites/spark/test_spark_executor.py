@@ -1,0 +1,60 @@
+"""The reference keyed job on local-cluster, parallelism 2 sources / 3 keyed, with (a) no faults,
+(b) an executor SIGKILL mid-run, (c) a SIGKILL during barrier alignment, (d) an executor SIGSTOP
+past the checkpoint timeout, then SIGCONT, (e) rescale 3 -> 5 -> 2: every oracle holds in each, and
+no process of a run outlives it."""
+
+from __future__ import annotations
+
+import allure
+import psutil
+import pytest
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, allure.epic("spark"), allure.feature("spark executor")]
+
+BASE = {
+    "cluster": "local",
+    "job": "keyed_count",
+    "parallelism": {"source": 2, "count": 3},
+    "records": 200_000,
+    "keys": 1000,
+    "checkpoint": {"interval_ms": 100, "retained": 2, "timeout_ms": 3000, "tolerable_failures": 5},
+    "checks": ["exactly_once", "sequence", "restored_state", "rescale", "checkpoint_integrity", "liveness"],
+    "timeout_s": 240,
+}
+
+CASES = {
+    "no-faults": {},
+    "executor-sigkill": {"faults": [{"at": "checkpoint:2", "kind": "kill_executor", "target": "executor:0"}]},
+    "sigkill-during-alignment": {
+        "faults": [
+            {
+                "at": "checkpoint:2",
+                "kind": "delay_barrier",
+                "channel": "source[0]->count[1]",
+                "delay_ms": 1500,
+            },
+            {"at": "checkpoint:2", "kind": "kill_executor", "target": "executor:1"},
+        ]
+    },
+    "sigstop-past-timeout": {
+        "faults": [
+            {"at": "checkpoint:2", "kind": "pause_executor", "target": "executor:0", "duration_ms": 5000}
+        ]
+    },
+    "rescale-3-5-2": {
+        "rescale": [
+            {"at": "checkpoint:2", "parallelism": {"source": 2, "count": 5}},
+            {"at": "checkpoint:5", "parallelism": {"source": 2, "count": 2}, "savepoint": False},
+        ]
+    },
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_reference_job_on_local_cluster(run_scenario, case):
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    outcome = run_scenario({**BASE, **CASES[case], "name": f"spark-{case}", "seed": 3})
+    assert outcome.error is None, outcome.error
+    assert outcome.passed, [(v["oracle"], v["summary"], v["details"][:5]) for v in outcome.failed_checks]
+    left = {p.pid for p in psutil.Process().children(recursive=True) if p.is_running()} - before
+    assert not left, f"processes left behind: {left}"
