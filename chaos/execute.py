@@ -161,6 +161,12 @@ def _schedule_verdict(sc: Scenario, run_dir: Path) -> dict[str, Any]:
         for p in planned
         if p.fault_id not in fired
     ]
+    rescales = sum(1 for e in read_history(run_dir / "history.jsonl") if e["type"] == "rescale")
+    if rescales < len(sc.rescale):
+        problems.append(
+            f"only {rescales} of {len(sc.rescale)} rescale steps happened: the run ended before the others' "
+            "triggers (make the run longer)"
+        )
     problems += [
         f"fault #{i} {e['kind']} could not be injected: {e['details']['error']}"
         for i, e in sorted(fired.items())

@@ -44,7 +44,7 @@ CASES = {
     "rescale-3-5-2": {
         "rescale": [
             {"at": "checkpoint:2", "parallelism": {"source": 2, "count": 5}},
-            {"at": "checkpoint:5", "parallelism": {"source": 2, "count": 2}, "savepoint": False},
+            {"at": "checkpoint:4", "parallelism": {"source": 2, "count": 2}, "savepoint": False},
         ]
     },
 }
