@@ -86,11 +86,50 @@ def test_allure_results_for_a_failed_oracle(tmp_path):
     assert "spark.version" in (out / "environment.properties").read_text()
 
 
-def test_run_without_runtime_exits_2_with_json_report(tmp_path, capsys):
+def test_smoke_sim_run_exits_0_with_every_check_in_the_json_report(tmp_path):
     scenario = Path(__file__).resolve().parents[2] / "scenarios" / "smoke-sim.yaml"
     report = tmp_path / "out.json"
     rc = main(["run", str(scenario), "--runs-dir", str(tmp_path / "runs"), "--json", str(report)])
+    data = json.loads(report.read_text())
+    assert rc == 0, data
+    verdicts = data["scenarios"][0]["verdicts"]
+    assert data["passed"] is True and all(v["passed"] for v in verdicts)
+    assert {v["oracle"] for v in verdicts} >= {
+        "exactly_once",
+        "sequence",
+        "restored_state",
+        "rescale",
+        "liveness",
+    }
+
+
+def test_a_broken_runtime_exits_1_and_its_replay_reproduces_the_failure(tmp_path, monkeypatch, capsys):
+    import harness.tasks as tasks
+
+    orig = tasks.SourceTask.restore
+    monkeypatch.setattr(tasks.SourceTask, "restore", lambda self, r, c=None, p=None: orig(self, None, c, p))
+    scenario = Path(__file__).resolve().parents[2] / "scenarios" / "smoke-sim.yaml"
+    report = tmp_path / "out.json"
+    rc = main(["run", str(scenario), "--runs-dir", str(tmp_path / "runs"), "--json", str(report)])
+    assert rc == 1
+    out = capsys.readouterr().out
+    assert "exactly_once" in out and "replay: statechaos replay" in out
+    first = json.loads(report.read_text())["scenarios"][0]
+    run_dir = first["run_dir"]
+    again = tmp_path / "again.json"
+    assert main(["replay", run_dir, "--runs-dir", str(tmp_path / "runs"), "--json", str(again)]) == 1
+    second = json.loads(again.read_text())["scenarios"][0]
+    assert [v["summary"] for v in second["verdicts"]] == [v["summary"] for v in first["verdicts"]]
+    assert (Path(run_dir) / "history.jsonl").read_bytes() == (
+        Path(second["run_dir"]) / "history.jsonl"
+    ).read_bytes()
+
+
+def test_an_unknown_job_exits_2_naming_it(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\ncluster: sim\njob: no_such_job\n")
+    report = tmp_path / "out.json"
+    rc = main(["run", str(bad), "--runs-dir", str(tmp_path / "runs"), "--json", str(report)])
     assert rc == 2
     data = json.loads(report.read_text())
-    assert data["passed"] is False and data["scenarios"][0]["error_kind"] == "input"
-    assert data["scenarios"][0]["replay"].startswith("statechaos replay ")
+    assert data["scenarios"][0]["error_kind"] == "input" and "no_such_job" in data["scenarios"][0]["error"]
