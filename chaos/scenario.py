@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from harness.failpoints import FAILPOINTS  # the runtime owns its failpoint names
+
 __all__ = [
     "FAULT_KINDS",
     "ORACLE_NAMES",
@@ -37,14 +39,6 @@ ORACLE_NAMES = (
     "ttl",
     "checkpoint_integrity",
     "liveness",
-)
-
-FAILPOINTS = (
-    "before_snapshot",
-    "after_snapshot_before_ack",
-    "between_metadata_and_commit",
-    "during_sink_commit",
-    "during_restore",
 )
 
 # fault kind -> cluster kinds it works on ("*" = every cluster)
