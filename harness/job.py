@@ -123,10 +123,15 @@ class SourceFunction:
         """Records emitted so far per split name: stored in ``_metadata`` as ``source_offsets``."""
         raise NotImplementedError
 
-    def prefix(self, offsets: dict[str, int]) -> Iterable[Any]:
-        """The input records before ``offsets`` (per split, in split order): what a sequential model
-        is fed to compute the state a checkpoint must hold."""
+    def between(self, lo: dict[str, int], hi: dict[str, int]) -> Iterable[Any]:
+        """The input records after offsets ``lo`` up to offsets ``hi`` (per split, in split order):
+        what a sequential model is fed to move from one checkpoint's state to the next."""
         raise NotImplementedError
+
+    def prefix(self, offsets: dict[str, int]) -> Iterable[Any]:
+        """The input records before ``offsets``: what a sequential model is fed to compute the state a
+        checkpoint must hold."""
+        return self.between({}, offsets)
 
 
 @dataclass

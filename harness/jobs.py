@@ -14,18 +14,17 @@ oracle), and the state a sequential model reaches on an input prefix (restored-s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from harness.job import JobBuilder, JobGraph, KeyedProcessFunction, RuntimeContext
 from harness.sinks import ExactlyOnceFileSinkSpec
 from harness.sources import SequenceSource
-from reference_impl.keygroups import KeyGroupRange
-from reference_impl.state import HeapKeyedStateBackend, ValueStateDescriptor
+from reference_impl.state import ValueStateDescriptor
 from reference_impl.ttl import StateTtlConfig, StateVisibility, UpdateType
 
-__all__ = ["JobSpec", "JOBS", "build_job", "KeyedCount", "TtlVerify", "UnknownJobError", "sequential_model"]
+__all__ = ["JobSpec", "JOBS", "build_job", "KeyedCount", "TtlVerify", "UnknownJobError"]
 
 
 class UnknownJobError(ValueError):
@@ -110,31 +109,6 @@ class JobSpec:
     stateful_operator: str = "count"
     model_states: tuple[str, ...] = ()  # keyed states the sequential model must match exactly
     options: dict[str, Any] = field(default_factory=dict)
-
-
-def sequential_model(spec: JobSpec, offsets: dict[str, int]) -> dict[str, dict[Any, Any]]:
-    """Keyed state of the stateful operator after feeding it, in one process, exactly the input
-    before ``offsets``: state name -> key -> value (values without TTL timestamps)."""
-    max_p = spec.graph.max_parallelism
-    backend = HeapKeyedStateBackend(max_p, KeyGroupRange(0, max_p - 1))
-    stage = next(s for s in spec.graph.stages if s.name == spec.stateful_operator)
-    import copy
-
-    fn = copy.deepcopy(stage.function)
-    ctx = RuntimeContext(backend, None, backend.time_provider, stage.name, 0, 1, max_p)  # type: ignore[arg-type]
-    fn.open(ctx)
-    for r in spec.source.prefix(offsets):
-        backend.set_current_key(stage.key_selector(r))
-        fn.process_element(r, ctx)
-        ctx._drain()
-    out: dict[str, dict[Any, Any]] = {}
-    snap = backend.snapshot()
-    for per_state in snap.key_groups.values():
-        for name, per_ns in per_state.items():
-            if name in spec.model_states:
-                for per_key in per_ns.values():
-                    out.setdefault(name, {}).update(per_key)
-    return out
 
 
 def _keyed_count(
@@ -226,10 +200,3 @@ def identity_of(spec: JobSpec, record: Any) -> tuple[Any, ...]:
     if spec.options.get("identity") == "key_seq":
         return (record[0], record[1])
     return tuple(record)
-
-
-def records_by_key(records: Iterable[Any], spec: JobSpec) -> dict[Any, list[Any]]:
-    out: dict[Any, list[Any]] = {}
-    for r in records:
-        out.setdefault(spec.record_key(r), []).append(r)
-    return out

@@ -83,11 +83,6 @@ class SequenceSource(SourceFunction):
     def offsets(self) -> dict[str, int]:
         return {key_name(k): n for k, n in self._splits}
 
-    def prefix(self, offsets: dict[str, int]) -> Iterator[Any]:
-        for i in range(self.keys):
-            for seq in range(1, int(offsets.get(key_name(i), 0)) + 1):
-                yield [key_name(i), seq, self.payload(i, seq), 0]
-
     def between(self, lo: dict[str, int], hi: dict[str, int]) -> Iterator[Any]:
         """Records after ``lo`` up to ``hi`` (per key), key by key."""
         for i in range(self.keys):
@@ -150,8 +145,8 @@ class FileSource(SourceFunction):
     def offsets(self) -> dict[str, int]:
         return {p: n for p, n in self._splits}
 
-    def prefix(self, offsets: dict[str, int]) -> Iterator[Any]:
+    def between(self, lo: dict[str, int], hi: dict[str, int]) -> Iterator[Any]:
         for p in self.paths:
             lines = self._read(p)
-            for n in range(int(offsets.get(p, 0))):
+            for n in range(int(lo.get(p, 0)), int(hi.get(p, 0))):
                 yield self._decode(p, n, lines[n])

@@ -11,7 +11,7 @@ from harness.job import RuntimeContext
 from harness.jobs import JobSpec
 from harness.oracles.artifacts import RunArtifacts
 from harness.oracles.verdict import Verdict
-from reference_impl.keygroups import KeyGroupRange
+from reference_impl.keygroups import KeyGroupRange, assign_to_key_group
 from reference_impl.snapshot import TtlValue
 from reference_impl.state import VOID_NAMESPACE, HeapKeyedStateBackend
 
@@ -116,7 +116,9 @@ def check_restored_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
                     for per in mine.values()
                     for key, v in per.get(st, {}).get(VOID_NAMESPACE, {}).items()
                 }
-                want = {k for k in model.keys(st) if _kg(k, spec) in kgr}
+                want = {
+                    k for k in model.keys(st) if assign_to_key_group(k, spec.graph.max_parallelism) in kgr
+                }
                 for key in sorted(want | set(held), key=repr):
                     m = model.state(st, key)
                     if held.get(key) != m:
@@ -131,9 +133,3 @@ def check_restored_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
         "{n} differences between restored state and checkpoint/model",
         restores=checked,
     )
-
-
-def _kg(key: Any, spec: JobSpec) -> int:
-    from reference_impl.keygroups import assign_to_key_group
-
-    return assign_to_key_group(key, spec.graph.max_parallelism)
