@@ -129,36 +129,36 @@ class _TaskBase:
         self.op_state = OperatorStateBackend()
         self.records_in = 0
         self.records_out = 0
-        self.restored_from: int | None = None
+        self.keyed: Any = None  # the keyed state backend, for keyed stages
 
     def _hit(self, failpoint: str) -> None:
         self.env.failpoints.hit(failpoint, self.name)
 
-    def _restore_common(
-        self, restored: RestoredSubtask | None, checkpoint_id: int | None, path: str | None, keyed: Any
-    ) -> None:
+    def _restore_state(self, restored: RestoredSubtask | None) -> None:
         self._hit("during_restore")
         if restored is not None:
-            if keyed is not None:
-                keyed.restore(restored.keyed)
+            if self.keyed is not None:
+                self.keyed.restore(restored.keyed)
             self.op_state.restore(restored.operator)
-        self.restored_from = checkpoint_id
 
-    def _write_restored_file(self, keyed: Any, checkpoint_id: int | None, path: str | None) -> None:
+    def _subtask_snapshot(self) -> SubtaskStateSnapshot:
+        """Keyed (if any) and operator state of this subtask, as checkpoints and restored files hold it."""
+        return SubtaskStateSnapshot(
+            self.operator,
+            self.subtask,
+            self.parallelism,
+            self.max_p,
+            keyed=None if self.keyed is None else self.keyed.snapshot(),
+            operator=self.op_state.snapshot(),
+        )
+
+    def _write_restored_file(self, checkpoint_id: int | None, path: str | None) -> None:
         """Record what this subtask actually holds after restore: the restored-state oracle compares it
         with the checkpoint (read independently) and with a sequential model."""
         d = self.env.run_dir / "restored"
         d.mkdir(parents=True, exist_ok=True)
         fname = f"a{self.env.attempt:04d}-{self.operator}-{self.subtask}.state"
-        snap = SubtaskStateSnapshot(
-            self.operator,
-            self.subtask,
-            self.parallelism,
-            self.max_p,
-            keyed=None if keyed is None else keyed.snapshot(),
-            operator=self.op_state.snapshot(),
-        )
-        (d / fname).write_bytes(encode_subtask_state(snap))
+        (d / fname).write_bytes(encode_subtask_state(self._subtask_snapshot()))
         self.env.emit(
             "restore",
             checkpoint_id=checkpoint_id,
@@ -211,7 +211,7 @@ class SourceTask(_TaskBase):
     def restore(
         self, restored: RestoredSubtask | None, checkpoint_id: int | None = None, path: str | None = None
     ) -> None:
-        self._restore_common(restored, checkpoint_id, path, None)
+        self._restore_state(restored)
         splits_state = self.op_state.get_list_state(SPLITS_STATE)
         if restored is None:
             everything = self.function.initial_splits()
@@ -219,7 +219,7 @@ class SourceTask(_TaskBase):
             start = self.subtask * base + min(self.subtask, rem)
             splits_state.update(everything[start : start + base + (1 if self.subtask < rem else 0)])
         self.function.open(splits_state.get(), self.ctx)
-        self._write_restored_file(None, checkpoint_id, path)
+        self._write_restored_file(checkpoint_id, path)
 
     def poll(self, max_records: int) -> int:
         """Emit up to ``max_records`` records downstream; returns how many."""
@@ -240,14 +240,7 @@ class SourceTask(_TaskBase):
         channel, then persist the snapshot and acknowledge with the offsets it covers."""
         self._hit("before_snapshot")
         self.op_state.get_list_state(SPLITS_STATE).update(self.function.snapshot_splits())
-        snap = SubtaskStateSnapshot(
-            self.operator,
-            self.subtask,
-            self.parallelism,
-            self.max_p,
-            keyed=None,
-            operator=self.op_state.snapshot(),
-        )
+        snap = self._subtask_snapshot()
         offsets = self.function.offsets()
         assert self.env.output is not None
         self.env.output.broadcast(CheckpointBarrier(checkpoint_id, timestamp, kind))
@@ -317,8 +310,8 @@ class StreamTask(_TaskBase):
     def restore(
         self, restored: RestoredSubtask | None, checkpoint_id: int | None = None, path: str | None = None
     ) -> None:
-        self._restore_common(restored, checkpoint_id, path, self.keyed)
-        self._write_restored_file(self.keyed, checkpoint_id, path)
+        self._restore_state(restored)
+        self._write_restored_file(checkpoint_id, path)
         if self.sink is not None:
             txns = self.op_state.get_union_list_state(SINK_STATE)
             self.sink.restore(txns.get(), self.parallelism)
@@ -383,17 +376,9 @@ class StreamTask(_TaskBase):
         barrier, persist and acknowledge."""
         cid = barrier.checkpoint_id
         self._hit("before_snapshot")
-        keyed = self.keyed.snapshot()
         if self.sink is not None:
             self.op_state.get_union_list_state(SINK_STATE).update(self.sink.pre_commit(cid))
-        snap = SubtaskStateSnapshot(
-            self.operator,
-            self.subtask,
-            self.parallelism,
-            self.max_p,
-            keyed=keyed,
-            operator=self.op_state.snapshot(),
-        )
+        snap = self._subtask_snapshot()
         if self.env.output is not None:
             self.env.output.broadcast(barrier)
         self._write_and_ack(cid, snap, None)
