@@ -44,7 +44,7 @@ def checkpoint_config(sc: Scenario) -> CheckpointConfig:
 
 
 def rescale_requests(sc: Scenario) -> list[Any]:
-    from harness.sim import RescaleRequest
+    from harness.jobmaster import RescaleRequest
 
     out = []
     for i, step in enumerate(sc.rescale):
@@ -120,16 +120,7 @@ def _run_sim(sc: Scenario, spec: JobSpec, run_dir: Path) -> dict[str, Any]:
     nemesis = Nemesis(plan(sc), lambda p, rng: runtime_injector(ex, scope, p, rng), ex.history.emit)
     ex.hooks = nemesis
     ex.failpoints.handler = nemesis
-    summary = ex.run()
-    return {
-        "status": summary.status,
-        "reason": summary.reason,
-        "attempts": summary.attempts,
-        "checkpoints_completed": summary.checkpoints_completed,
-        "records_emitted": summary.records_emitted,
-        "sim_time_ms": summary.sim_time_ms,
-        "final_parallelism": summary.parallelism,
-    }
+    return ex.run().to_stats()
 
 
 def execute_scenario(sc: Scenario, run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:

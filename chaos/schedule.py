@@ -158,8 +158,14 @@ class Nemesis:
         """A fault that could not be injected is recorded (Jepsen's :info), never silently dropped."""
         p.healed = True
         tgt = target or p.fault.target
-        self.emit("fault_start", fault_id=p.fault_id, kind=p.fault.kind, target=None if tgt is None else str(tgt),
-                  trigger=f"{p.kind}={p.value}", details={"error": error})
+        self.emit(
+            "fault_start",
+            fault_id=p.fault_id,
+            kind=p.fault.kind,
+            target=None if tgt is None else str(tgt),
+            trigger=f"{p.kind}={p.value}",
+            details={"error": error},
+        )
         self.emit("fault_end", fault_id=p.fault_id, kind=p.fault.kind, error=error)
 
     def _heal(self, p: PlannedFault) -> None:

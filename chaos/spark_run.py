@@ -106,17 +106,7 @@ def run_spark(sc: Scenario, spec: JobSpec, run_dir: Path) -> dict[str, Any]:
 
         nemesis = Nemesis(plan(sc), factory, ex.history.emit)
         ex.hooks = nemesis
-        summary = ex.run()
-        return {
-            "status": summary.status,
-            "reason": summary.reason,
-            "attempts": summary.attempts,
-            "checkpoints_completed": summary.checkpoints_completed,
-            "records_emitted": summary.records_emitted,
-            "wall_ms": summary.sim_time_ms,
-            "final_parallelism": summary.parallelism,
-            "master": master,
-            "spark_startup_s": round(getattr(cluster, "startup_s", 0.0), 1),
-        }
+        stats = ex.run().to_stats()
+        return {**stats, "master": master, "spark_startup_s": round(getattr(cluster, "startup_s", 0.0), 1)}
     finally:
         cluster.stop()

@@ -13,15 +13,54 @@ from typing import Any
 from harness.coordinator import CheckpointConfig, CheckpointCoordinator
 from harness.history import HistoryWriter
 from harness.job import JobGraph
-from harness.sinks import write_fence
+from harness.sinks import committed_files, write_fence
 from reference_impl.checkpoint import CompletedCheckpoint, FileSystemCheckpointStorage, RestoreReport
 from reference_impl.rescale import SubtaskAssignment, assign_state
 
-__all__ = ["RestorePlan", "JobMaster", "JobFailure"]
+__all__ = ["RestorePlan", "JobMaster", "JobFailure", "RescaleRequest", "RunSummary"]
 
 
 class JobFailure(RuntimeError):
     """The job cannot go on (restart budget spent, unrestorable state); the message says why."""
+
+
+@dataclass
+class RescaleRequest:
+    """Restart at ``parallelism`` when the trigger is reached (``kind``: checkpoint, time_ms, records)."""
+
+    kind: str
+    value: int
+    parallelism: dict[str, int] | int
+    savepoint: bool = True
+    done: bool = False
+
+    def due(self, now_ms: int, records: int, checkpoint: int | None = None) -> bool:
+        """Has the trigger been reached? ``checkpoint`` is a just-completed checkpoint id, if any."""
+        reached = {"time_ms": now_ms, "records": records, "checkpoint": checkpoint}.get(self.kind)
+        return not self.done and reached is not None and reached >= self.value
+
+
+@dataclass
+class RunSummary:
+    status: str  # finished | failed
+    reason: str
+    attempts: int
+    checkpoints_completed: int
+    records_emitted: int
+    time_ms: int
+    parallelism: dict[str, int] = field(default_factory=dict)
+    simulated: bool = True  # time_ms is simulated time (sim) or wall time (Spark)
+
+    def to_stats(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "reason": self.reason,
+            "attempts": self.attempts,
+            "checkpoints_completed": self.checkpoints_completed,
+            "records_emitted": self.records_emitted,
+            "sim_time_ms" if self.simulated else "wall_ms": self.time_ms,
+            "final_parallelism": self.parallelism,
+        }
 
 
 @dataclass
@@ -48,6 +87,7 @@ class JobMaster:
         checkpoint: CheckpointConfig,
         history: HistoryWriter,
         keep_restore_evidence: bool = True,
+        max_restarts: int = 50,
     ) -> None:
         self.job_id = graph.name
         self.run_dir = Path(run_dir)
@@ -57,6 +97,8 @@ class JobMaster:
         self.history = history
         self.keep_restore_evidence = keep_restore_evidence
         self.next_checkpoint_id = 1
+        self.max_restarts = max_restarts
+        self.restarts = 0
 
     def plan_restore(self, graph: JobGraph, attempt: int = 0) -> RestorePlan:
         """The newest intact checkpoint (damaged newer ones are skipped and said so in the history) and
@@ -128,3 +170,37 @@ class JobMaster:
             return
         coord.abort_all(now_ms, reason)
         self.next_checkpoint_id = max(self.next_checkpoint_id, coord.next_id)
+
+    def latest_checkpoint_id(self) -> int | None:
+        ids = self.storage.list_checkpoints(self.job_id)
+        return ids[-1] if ids else None
+
+    def latest_checkpoint_dir(self) -> Path | None:
+        cid = self.latest_checkpoint_id()
+        return None if cid is None else self.storage.checkpoint_dir(self.job_id, cid)
+
+    def failover(self, attempt: int, reason: str) -> None:
+        """Count a restart against the budget (JobFailure when it is spent) and record it."""
+        self.restarts += 1
+        if self.restarts > self.max_restarts:
+            raise JobFailure(f"gave up after {self.max_restarts} restarts; last failure: {reason}")
+        self.history.emit(
+            "job_restart", attempt=attempt, reason=reason, checkpoint_id=self.latest_checkpoint_id()
+        )
+
+    def record_rescale(self, old: dict[str, int], new: dict[str, int], savepoint: bool) -> None:
+        self.history.emit(
+            "rescale",
+            **{"from": old, "to": new, "checkpoint_id": self.latest_checkpoint_id(), "savepoint": savepoint},
+        )
+
+    def end_run(self, status: str, reason: str, attempts: int) -> None:
+        """The last history event, with what the sink committed; closes the history."""
+        committed = 0
+        for f in committed_files(self.run_dir / "output"):
+            with open(f, encoding="utf-8") as fh:
+                committed += sum(1 for _ in fh)
+        self.history.emit(
+            "run_end", status=status, reason=reason, records_committed=committed, attempts=attempts
+        )
+        self.history.close()

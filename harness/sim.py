@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +24,14 @@ from harness.failpoints import Failpoints, InjectedCrash
 from harness.history import HistoryWriter
 from harness.items import CheckpointBarrier, is_control
 from harness.job import JobGraph
-from harness.jobmaster import JobFailure, JobMaster, RestorePlan
+from harness.jobmaster import JobFailure, JobMaster, RescaleRequest, RestorePlan, RunSummary
 from harness.storage_gate import GatedStorage
 from harness.tasks import SourceTask, StreamTask, TaskEnv, task_name
 from reference_impl.checkpoint import StateFileHandle
 from reference_impl.rescale import restore_subtask
 from reference_impl.time import ManualClock, SkewedClock
 
-__all__ = ["SimConfig", "RescaleRequest", "SimExecutor", "RunSummary"]
+__all__ = ["SimConfig", "RescaleRequest", "SimExecutor", "RunSummary"]  # the last two re-exported
 
 
 @dataclass
@@ -45,28 +45,6 @@ class SimConfig:
     max_restarts: int = 50
     time_limit_ms: int = 600_000
     stats_every_ms: int = 50
-
-
-@dataclass
-class RescaleRequest:
-    """Restart at ``parallelism`` when the trigger is reached (``kind``: checkpoint, time_ms, records)."""
-
-    kind: str
-    value: int
-    parallelism: dict[str, int] | int
-    savepoint: bool = True
-    done: bool = False
-
-
-@dataclass
-class RunSummary:
-    status: str  # finished | failed
-    reason: str
-    attempts: int
-    checkpoints_completed: int
-    records_emitted: int
-    sim_time_ms: int
-    parallelism: dict[str, int] = field(default_factory=dict)
 
 
 def _reason(e: BaseException) -> str:
@@ -155,7 +133,9 @@ class SimExecutor:
         self.rescales = list(rescales or [])
         self.clock = ManualClock(0)
         self.history = HistoryWriter(self.run_dir / "history.jsonl", self.clock.now_ms)
-        self.master = JobMaster(graph, self.run_dir, checkpoint, self.history)
+        self.master = JobMaster(
+            graph, self.run_dir, checkpoint, self.history, max_restarts=self.cfg.max_restarts
+        )
         self.storage = GatedStorage(self.master.storage, sleep=self._sleep)
         self.failpoints = Failpoints(hooks, sleep=self._sleep)
         self.keyed_backend_factory = keyed_backend_factory
@@ -178,6 +158,7 @@ class SimExecutor:
         self.savepoint_for: tuple[int, RescaleRequest] | None = None
         self.stopping = False
         self._last_stats = 0
+        self._reported: dict[str, tuple[int, int]] = {}  # task -> counts already in the history
 
     @property
     def now(self) -> int:
@@ -217,8 +198,7 @@ class SimExecutor:
         self.storage.set(mode, delay_ms)
 
     def latest_checkpoint_dir(self) -> Path | None:
-        ids = self.master.storage.list_checkpoints(self.master.job_id)
-        return self.master.storage.checkpoint_dir(self.master.job_id, ids[-1]) if ids else None
+        return self.master.latest_checkpoint_dir()
 
     # ------------------------------------------------------------------ internals
 
@@ -264,7 +244,7 @@ class SimExecutor:
             self.savepoint_for = None
             self._pending_rescale = req
         for req in self.rescales:
-            if not req.done and req.kind == "checkpoint" and cid >= req.value:
+            if req.due(self.now, self.records_emitted, cid):
                 self._request_rescale(req)
         if self.final_after is not None and cid >= self.final_after:
             self._finished = True
@@ -285,6 +265,7 @@ class SimExecutor:
     def _deploy(self, graph: JobGraph) -> None:
         self.attempt += 1
         self.graph = graph
+        self._reported = {}
         self.channels = {}
         self.stalled = {}
         self._inbox.clear()
@@ -365,22 +346,14 @@ class SimExecutor:
                 pass
         self.tasks, self.sources, self.streams = [], [], []
 
-    def _restart(self, reason: str) -> None:
+    def _fail_over(self, reason: str) -> None:
+        """The job failed: tear it down, count the restart, wait the restart delay."""
         self._teardown(f"job restart: {reason}")
-        restarts = self.attempt + 1 - self._rescale_count
-        if restarts > self.cfg.max_restarts:
-            raise JobFailure(f"gave up after {self.cfg.max_restarts} restarts; last failure: {reason}")
-        latest = self.master.storage.list_checkpoints(self.master.job_id)
-        self.history.emit(
-            "job_restart",
-            attempt=self.attempt + 1,
-            reason=reason,
-            checkpoint_id=latest[-1] if latest else None,
-        )
+        self.master.failover(self.attempt + 1, reason)
         self.clock.advance(self.cfg.restart_delay_ms)
-        self._safe_deploy(self.graph)
 
     def _safe_deploy(self, graph: JobGraph) -> None:
+        """Deploy ``graph``; a failure while deploying (e.g. during restore) fails over and retries."""
         while True:
             try:
                 self._deploy(graph)
@@ -388,37 +361,20 @@ class SimExecutor:
             except JobFailure:
                 raise
             except Exception as e:
-                e = _reason(e)  # type: ignore[assignment]
-                self._teardown(f"job restart: {e}")
-                if self.attempt + 1 - self._rescale_count > self.cfg.max_restarts:
-                    raise JobFailure(
-                        f"gave up after {self.cfg.max_restarts} restarts; last failure: {e}"
-                    ) from None
-                self.history.emit("job_restart", attempt=self.attempt + 1, reason=str(e), checkpoint_id=None)
-                self.clock.advance(self.cfg.restart_delay_ms)
+                self._fail_over(_reason(e))
 
     def _rescale(self, req: RescaleRequest) -> None:
         old = self.graph.parallelism()
         new_graph = self.graph.with_parallelism(req.parallelism)
         self._teardown("rescale")
-        latest = self.master.storage.list_checkpoints(self.master.job_id)
-        self.history.emit(
-            "rescale",
-            **{
-                "from": old,
-                "to": new_graph.parallelism(),
-                "checkpoint_id": latest[-1] if latest else None,
-                "savepoint": req.savepoint,
-            },
-        )
-        self._rescale_count += 1
+        self.master.record_rescale(old, new_graph.parallelism(), req.savepoint)
         self._safe_deploy(new_graph)
 
     # ------------------------------------------------------------------ the loop
 
     def _emit_stats(self) -> None:
         for t in self.tasks:
-            n_in, n_out = getattr(t, "_stat_in", 0), getattr(t, "_stat_out", 0)
+            n_in, n_out = self._reported.get(t.name, (0, 0))
             if t.records_in > n_in:
                 self.history.emit(
                     "records_in", operator=t.operator, subtask=t.subtask, count=t.records_in - n_in
@@ -427,7 +383,7 @@ class SimExecutor:
                 self.history.emit(
                     "records_out", operator=t.operator, subtask=t.subtask, count=t.records_out - n_out
                 )
-            t._stat_in, t._stat_out = t.records_in, t.records_out
+            self._reported[t.name] = (t.records_in, t.records_out)
 
     def _step_source(self, s: SourceTask) -> None:
         if self.stopping or s.exhausted():
@@ -476,10 +432,7 @@ class SimExecutor:
         if self.hooks is not None:
             self.hooks.on_time(self.now)
         for req in self.rescales:
-            if not req.done and (
-                (req.kind == "time_ms" and self.now >= req.value)
-                or (req.kind == "records" and self.records_emitted >= req.value)
-            ):
+            if req.due(self.now, self.records_emitted):
                 self._request_rescale(req)
         self._deliver_to_coordinator()
         if self._pending_rescale is not None:
@@ -519,7 +472,6 @@ class SimExecutor:
         """Run until the bounded job has committed everything, or fails; always writes ``run_end``."""
         self._finished = False
         self._pending_rescale: RescaleRequest | None = None
-        self._rescale_count = 0
         self.history.emit(
             "run_start",
             job=self.graph.name,
@@ -546,7 +498,8 @@ class SimExecutor:
                 except Exception as e:  # any task failure fails the job over, as in Flink
                     if self._finished:
                         break
-                    self._restart(_reason(e))
+                    self._fail_over(_reason(e))
+                    self._safe_deploy(self.graph)
                     continue
                 self.clock.advance(self.cfg.tick_ms)
             for s in self.sources:
@@ -561,20 +514,7 @@ class SimExecutor:
                 except Exception:
                     pass
             self._teardown("run end")
-            committed = 0
-            out = self.run_dir / "output" / "committed"
-            if out.is_dir():
-                for f in out.glob("*.jsonl"):
-                    with open(f, encoding="utf-8") as fh:
-                        committed += sum(1 for _ in fh)
-            self.history.emit(
-                "run_end",
-                status=status,
-                reason=reason,
-                records_committed=committed,
-                attempts=self.attempt + 1,
-            )
-            self.history.close()
+            self.master.end_run(status, reason, self.attempt + 1)
         return RunSummary(
             status,
             reason,

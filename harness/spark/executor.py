@@ -20,8 +20,7 @@ from typing import Any
 from harness.coordinator import CheckpointConfig, CheckpointCoordinator, JobFailedError
 from harness.history import HistoryWriter
 from harness.job import JobGraph
-from harness.jobmaster import JobFailure, JobMaster
-from harness.sim import RescaleRequest, RunSummary
+from harness.jobmaster import JobFailure, JobMaster, RescaleRequest, RunSummary
 from harness.spark.cluster import SparkCluster
 from harness.spark.task_runner import layout, run_subtask
 from harness.spark.transport import CoordinatorServer
@@ -76,7 +75,6 @@ class SparkExecutor:
         self.seed = seed
         self.hooks = hooks
         self.rescales = list(rescales or [])
-        self.max_restarts = max_restarts
         self.time_limit_s = time_limit_s
         self.run_info = run_info or {}
         self.failpoints_on = failpoints_on
@@ -84,7 +82,7 @@ class SparkExecutor:
         self.history = HistoryWriter(
             self.run_dir / "history.jsonl", lambda: int((time.monotonic() - self._t0) * 1000)
         )
-        self.master = JobMaster(graph, self.run_dir, checkpoint, self.history)
+        self.master = JobMaster(graph, self.run_dir, checkpoint, self.history, max_restarts=max_restarts)
         self.lock = threading.RLock()
         self.server = CoordinatorServer("127.0.0.1")
         self.coord: CheckpointCoordinator | None = None
@@ -99,7 +97,6 @@ class SparkExecutor:
         self.savepoint_for: tuple[int, RescaleRequest] | None = None
         self.pending_rescale: RescaleRequest | None = None
         self.stopping_for_rescale = False
-        self.restarts = 0
 
     def now(self) -> int:
         return int((time.monotonic() - self._t0) * 1000)
@@ -142,8 +139,7 @@ class SparkExecutor:
         self.server.broadcast(("storage", mode, int(delay_ms)))
 
     def latest_checkpoint_dir(self) -> Path | None:
-        ids = self.master.storage.list_checkpoints(self.master.job_id)
-        return self.master.storage.checkpoint_dir(self.master.job_id, ids[-1]) if ids else None
+        return self.master.latest_checkpoint_dir()
 
     # ------------------------------------------------------------------ coordinator callbacks
 
@@ -163,7 +159,7 @@ class SparkExecutor:
                 self.pending_rescale = self.savepoint_for[1]
                 self.savepoint_for = None
             for req in self.rescales:
-                if not req.done and req.kind == "checkpoint" and cid >= req.value:
+                if req.due(self.now(), self.records_emitted, cid):
                     self._request_rescale(req)
             if self.final_after is not None and cid >= self.final_after and not self.finishing:
                 self.finishing = True
@@ -197,16 +193,7 @@ class SparkExecutor:
         self.master.retire(self.coord, self.now(), f"job restart: {reason}" if reason else "redeploy")
         self.coord = None
         if reason is not None:
-            self.restarts += 1
-            latest = self.master.storage.list_checkpoints(self.master.job_id)
-            self.history.emit(
-                "job_restart",
-                attempt=self.deployments,
-                reason=reason,
-                checkpoint_id=latest[-1] if latest else None,
-            )
-            if self.restarts > self.max_restarts:
-                raise JobFailure(f"gave up after {self.max_restarts} restarts; last failure: {reason}")
+            self.master.failover(self.deployments, reason)
         plan = self.master.plan_restore(graph, self.deployments)
         self.dep = _Deployment(
             self.deployments, graph, plan.path(self.master.checkpoint_root), set(), set(), set()
@@ -325,10 +312,7 @@ class SparkExecutor:
                 if self.hooks is not None:
                     self.hooks.on_time(now)
                 for req in self.rescales:
-                    if not req.done and (
-                        (req.kind == "time_ms" and now >= req.value)
-                        or (req.kind == "records" and self.records_emitted >= req.value)
-                    ):
+                    if req.due(now, self.records_emitted):
                         self._request_rescale(req)
                 if self.pending_rescale is not None and not self.stopping_for_rescale:
                     self.stopping_for_rescale = True
@@ -388,16 +372,7 @@ class SparkExecutor:
                     graph = graph.with_parallelism(req.parallelism)
                     self.master.retire(self.coord, self.now(), "rescale")
                     self.coord = None
-                    latest = self.master.storage.list_checkpoints(self.master.job_id)
-                    self.history.emit(
-                        "rescale",
-                        **{
-                            "from": old,
-                            "to": graph.parallelism(),
-                            "checkpoint_id": latest[-1] if latest else None,
-                            "savepoint": req.savepoint,
-                        },
-                    )
+                    self.master.record_rescale(old, graph.parallelism(), req.savepoint)
                     why = None
                     continue
                 why = f"Spark gave up on the stage: {outcome[7:]}"
@@ -411,20 +386,7 @@ class SparkExecutor:
                     pass
             self.master.retire(self.coord, self.now(), "run end")
             self.server.close()
-            committed = 0
-            out = self.run_dir / "output" / "committed"
-            if out.is_dir():
-                for f in out.glob("*.jsonl"):
-                    with open(f, encoding="utf-8") as fh:
-                        committed += sum(1 for _ in fh)
-            self.history.emit(
-                "run_end",
-                status=status,
-                reason=reason,
-                records_committed=committed,
-                attempts=self.deployments,
-            )
-            self.history.close()
+            self.master.end_run(status, reason, self.deployments)
         return RunSummary(
             status,
             reason,
@@ -433,6 +395,7 @@ class SparkExecutor:
             self.records_emitted,
             self.now(),
             graph.parallelism(),
+            simulated=False,
         )
 
 
