@@ -7,6 +7,7 @@ barrier delay). Any exception fails the Spark task, and with it the barrier stag
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections import deque
@@ -16,7 +17,7 @@ from typing import Any
 from harness.failpoints import Failpoints, InjectedCrash
 from harness.items import CheckpointBarrier, from_wire, to_wire
 from harness.job import JobGraph
-from harness.spark.transport import CoordinatorClient, InputGate, OutputChannel
+from harness.spark.transport import CoordinatorClient, InputGate, OutputChannel, TransportError
 from harness.storage_gate import GatedStorage
 from harness.tasks import SourceTask, StreamTask, TaskEnv, task_name
 from reference_impl.checkpoint import FileSystemCheckpointStorage, StateFileHandle, load_metadata
@@ -96,6 +97,15 @@ class _Output:
                     self.channels[i].send_record(x)
                 else:
                     self.channels[i].send_control(x)
+
+    def stop(self) -> None:
+        """Tell every downstream task, in band, that this deployment is cancelled: the message
+        precedes the connection's close, so a receiver never mistakes the close for a failure."""
+        self.hold.clear()
+        self.held.clear()
+        for ch in self.channels:
+            with contextlib.suppress(OSError, TransportError):  # that receiver has stopped already
+                ch.send_control(("stop",))
 
     def flush(self) -> None:
         self.release_due()
@@ -261,6 +271,8 @@ def _loop(
                     link.send("stats", task.records_in - n_in, task.records_out - n_out)
                     return {"task": task.name, "status": "finished"}
             elif kind == "cancel":
+                if output is not None:
+                    output.stop()
                 return {"task": task.name, "status": "cancelled"}
             elif kind == "crash":
                 raise InjectedCrash("crash_task", task.name)
@@ -285,10 +297,12 @@ def _loop(
                 tag = msg[0]
                 if tag == "records":
                     task.on_records(ch, msg[1])
+                elif tag == "stop":  # upstream was cancelled (a rescale): so is this deployment
+                    if output is not None:
+                        output.stop()
+                    return {"task": task.name, "status": "cancelled"}
                 elif tag == "eof":
                     if ch not in task.aligner.finished:
-                        if _cancelled(link):  # upstream stopped for a rescale before we heard of it
-                            return {"task": task.name, "status": "cancelled"}
                         raise ConnectionError(f"{task.name}: input channel {ch} closed before end of input")
                 elif tag == "error":
                     raise ConnectionError(f"{task.name}: input channel {ch} failed: {msg[1]}")
@@ -303,14 +317,3 @@ def _loop(
         if now - last_stats > 0.2:
             link.send("stats", task.records_in - n_in, task.records_out - n_out)
             n_in, n_out, last_stats = task.records_in, task.records_out, now
-
-
-def _cancelled(link: _Link, wait_s: float = 3.0) -> bool:
-    """Did the driver cancel this deployment (a rescale)? Waits briefly: the cancel and the closing of
-    an upstream channel travel on different connections."""
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        link.buffer.extend(link.client.poll(0.05))
-        if any(m and m[0] == "cancel" for m in link.buffer):
-            return True
-    return False
