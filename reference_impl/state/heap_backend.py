@@ -13,39 +13,20 @@ import copy
 from collections.abc import Iterator
 from typing import Any
 
-from reference_impl.keygroups import KeyGroupRange, assign_to_key_group, check_parallelism
-from reference_impl.serializers import check_compatible
+from reference_impl.keygroups import KeyGroupRange, assign_to_key_group
 from reference_impl.snapshot import KeyedStateSnapshot, StateKind, StateMeta, StateRestoreError, TtlValue
 from reference_impl.state.descriptors import StateDescriptor
 from reference_impl.state.handles import (
     VOID_NAMESPACE,
-    AggregatingState,
-    ListState,
-    MapState,
-    ReducingState,
     StateTable,
-    ValueState,
 )
-from reference_impl.time import SystemClock, TimeProvider
+from reference_impl.state.keyed_backend import KeyedStateBackendBase, KeyGroupOutOfRangeError
+from reference_impl.time import TimeProvider
 from reference_impl.ttl import StateTtlConfig, is_expired
 
-__all__ = ["HeapKeyedStateBackend", "KeyGroupOutOfRangeError"]
+__all__ = ["HeapKeyedStateBackend", "KeyGroupOutOfRangeError"]  # the error re-exported
 
-_HANDLES = {
-    StateKind.VALUE: ValueState,
-    StateKind.LIST: ListState,
-    StateKind.REDUCING: ReducingState,
-    StateKind.AGGREGATING: AggregatingState,
-    StateKind.MAP: MapState,
-}
 _IMMUTABLE = (int, float, str, bytes, bool, type(None))
-
-
-class KeyGroupOutOfRangeError(KeyError):
-    """A key reached a backend that does not own its key group: routing is broken."""
-
-    def __str__(self) -> str:
-        return str(self.args[0])
 
 
 def _copy(v: Any) -> Any:
@@ -58,23 +39,15 @@ def _copy(v: Any) -> Any:
     return copy.deepcopy(v)
 
 
-class HeapKeyedStateBackend:
+class HeapKeyedStateBackend(KeyedStateBackendBase):
     """Keyed state of one subtask, held in dicts. ``time_provider`` drives TTL (default: wall clock)."""
 
     def __init__(
         self, max_parallelism: int, key_group_range: KeyGroupRange, time_provider: TimeProvider | None = None
     ) -> None:
-        check_parallelism(max_parallelism)
-        if key_group_range and key_group_range.end >= max_parallelism:
-            raise ValueError(f"{key_group_range} exceeds max_parallelism={max_parallelism}")
-        self.max_parallelism = max_parallelism
-        self.key_group_range = key_group_range
-        self.time_provider: TimeProvider = time_provider or SystemClock()
-        self.current_key: Any = None
-        self.current_key_group: int | None = None
+        super().__init__(max_parallelism, key_group_range, time_provider)
         self._kg_of: dict[Any, int] = {}
         self._tables: dict[str, StateTable] = {}
-        self._handles: dict[tuple[str, Any], Any] = {}
         self._restored: dict[str, tuple[StateMeta, dict[Any, dict[Any, Any]]]] = {}
         self._per_record_cleanup: list[tuple[StateTable, int]] = []
 
@@ -83,47 +56,18 @@ class HeapKeyedStateBackend:
     def set_current_key(self, key: Any) -> None:
         kg = self._kg_of.get(key)
         if kg is None:
-            kg = assign_to_key_group(key, self.max_parallelism)
-            if not self.key_group_range.start <= kg <= self.key_group_range.end:
-                raise KeyGroupOutOfRangeError(
-                    f"key {key!r} belongs to key group {kg}, outside this backend's {self.key_group_range} "
-                    f"(max_parallelism={self.max_parallelism}): records are routed to the wrong subtask"
-                )
-            self._kg_of[key] = kg
+            kg = self._kg_of[key] = self._owned_key_group(key)
         self.current_key = key
         self.current_key_group = kg
         if self._per_record_cleanup:
             for table, n in self._per_record_cleanup:
                 self.incremental_cleanup(table, n)
 
-    def get_current_key(self) -> Any:
-        return self.current_key
-
     def key_group_of(self, key: Any) -> int:
         kg = self._kg_of.get(key)
         return assign_to_key_group(key, self.max_parallelism) if kg is None else kg
 
     # ------------------------------------------------------------------ state
-
-    def get_state(self, descriptor: StateDescriptor) -> Any:
-        """The handle for ``descriptor`` in the default namespace (created or restored on first use)."""
-        return self.get_partitioned_state(VOID_NAMESPACE, descriptor)
-
-    def get_partitioned_state(self, namespace: Any, descriptor: StateDescriptor) -> Any:
-        handle = self._handles.get((descriptor.name, namespace))
-        if handle is not None:
-            if handle._t.descriptor is not descriptor:
-                self._check_same(handle._t.descriptor, descriptor)
-            return handle
-        table = self._table(descriptor)
-        handle = _HANDLES[descriptor.kind](self, table, namespace)
-        self._handles[(descriptor.name, namespace)] = handle
-        return handle
-
-    def _check_same(self, old: StateDescriptor, new: StateDescriptor) -> None:
-        if old.kind != new.kind:
-            raise StateRestoreError(f"state {new.name!r} is a {old.kind.value} state, not {new.kind.value}")
-        self._check_compatible(old.meta(), new)
 
     def _table(self, descriptor: StateDescriptor) -> StateTable:
         table = self._tables.get(descriptor.name)
@@ -146,23 +90,6 @@ class HeapKeyedStateBackend:
         ):
             self._per_record_cleanup.append((table, ttl.incremental_cleanup.cleanup_size))
         return table
-
-    @staticmethod
-    def _check_compatible(meta: StateMeta, d: StateDescriptor) -> None:
-        new = d.meta()
-        if meta.kind != new.kind:
-            raise StateRestoreError(
-                f"state {d.name!r} was checkpointed as a {StateKind(meta.kind).value} state but is "
-                f"restored as a {new.kind.value} state"
-            )
-        if (meta.ttl is None) != (new.ttl is None):
-            was, now = ("TTL", "non-TTL") if meta.ttl is not None else ("non-TTL", "TTL")
-            raise StateRestoreError(
-                f"state {d.name!r} was checkpointed as {was} state and cannot be restored as {now}"
-            )
-        check_compatible(d.name, "values", meta.value_serializer, new.value_serializer)
-        if meta.map_key_serializer or new.map_key_serializer:
-            check_compatible(d.name, "map keys", meta.map_key_serializer or "", new.map_key_serializer or "")
 
     def incremental_cleanup(self, table: StateTable, n: int) -> None:
         """Check ``n`` entries of ``table`` with a persistent cursor and drop expired ones (Flink's
@@ -285,18 +212,9 @@ class HeapKeyedStateBackend:
         """Load the key groups of this backend's range from ``snapshots`` (any old parallelism)."""
         if self._tables or self._restored:
             raise StateRestoreError("restore() must run on a fresh backend, before any state is used")
+        for name, meta in self._restored_metas(snapshots).items():
+            self._restored[name] = (meta, {})
         for snap in snapshots:
-            if snap.max_parallelism != self.max_parallelism:
-                raise StateRestoreError(
-                    f"checkpoint has max_parallelism={snap.max_parallelism} but the job has "
-                    f"{self.max_parallelism}: max parallelism can never change for existing state"
-                )
-            for name, meta in snap.states.items():
-                if name in self._restored and self._restored[name][0] != meta:
-                    raise StateRestoreError(
-                        f"state {name!r} has conflicting metadata across restored snapshots"
-                    )
-                self._restored.setdefault(name, (meta, {}))
             for kg, per_state in snap.key_groups.items():
                 if kg not in self.key_group_range:
                     continue

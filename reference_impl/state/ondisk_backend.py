@@ -47,7 +47,7 @@ from reference_impl.checkpoint.format import (
     msgpack_array_header,
 )
 from reference_impl.checkpoint.storage import FileSystemCheckpointStorage, StateFileHandle
-from reference_impl.keygroups import KeyGroupRange, assign_to_key_group, check_parallelism
+from reference_impl.keygroups import KeyGroupRange, assign_to_key_group
 from reference_impl.serializers import MSGPACK, Serializer, get_serializer
 from reference_impl.snapshot import (
     KeyedStateSnapshot,
@@ -61,25 +61,13 @@ from reference_impl.snapshot import (
 from reference_impl.state.descriptors import MapStateDescriptor, StateDescriptor
 from reference_impl.state.handles import (
     VOID_NAMESPACE,
-    AggregatingState,
-    ListState,
-    MapState,
-    ReducingState,
-    ValueState,
 )
-from reference_impl.state.heap_backend import HeapKeyedStateBackend, KeyGroupOutOfRangeError
-from reference_impl.time import SystemClock, TimeProvider
+from reference_impl.state.keyed_backend import KeyedStateBackendBase
+from reference_impl.time import TimeProvider
 from reference_impl.ttl import StateTtlConfig, is_expired
 
 __all__ = ["OnDiskKeyedStateBackend", "IncrementalCheckpointResult"]
 
-_HANDLES = {
-    StateKind.VALUE: ValueState,
-    StateKind.LIST: ListState,
-    StateKind.REDUCING: ReducingState,
-    StateKind.AGGREGATING: AggregatingState,
-    StateKind.MAP: MapState,
-}
 _KG = [kg.to_bytes(2, "big") for kg in range(1 << 15)]
 _MISSING = object()
 _KEY_CACHE_LIMIT = 1 << 16
@@ -305,7 +293,7 @@ def _release(db: Rdict, path: Path, remove: bool) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-class OnDiskKeyedStateBackend:
+class OnDiskKeyedStateBackend(KeyedStateBackendBase):
     """Keyed state of one subtask in an embedded RocksDB under ``directory`` (a temp dir by default,
     removed on :meth:`close`, on exit of a ``with`` block, or when the backend is garbage collected).
     Same API and semantics as :class:`~reference_impl.state.HeapKeyedStateBackend`."""
@@ -320,14 +308,7 @@ class OnDiskKeyedStateBackend:
         compaction_interval_records: int | None = 100_000,
         remove_on_close: bool | None = None,
     ) -> None:
-        check_parallelism(max_parallelism)
-        if key_group_range and key_group_range.end >= max_parallelism:
-            raise ValueError(f"{key_group_range} exceeds max_parallelism={max_parallelism}")
-        self.max_parallelism = max_parallelism
-        self.key_group_range = key_group_range
-        self.time_provider: TimeProvider = time_provider or SystemClock()
-        self.current_key: Any = None
-        self.current_key_group: int | None = None
+        super().__init__(max_parallelism, key_group_range, time_provider)
         self._kg_b = b""
         self._key_b = b""
         own = directory is None
@@ -348,7 +329,6 @@ class OnDiskKeyedStateBackend:
         self._infos: dict[str, _StateInfo] = {}
         self._by_sid: dict[bytes, _StateInfo] = {}
         self._tables: dict[str, _DiskTable] = {}
-        self._handles: dict[tuple[str, Any], Any] = {}
         self._cache: dict[bytes, list[Any]] = {}
         self._per_record_cleanup: list[tuple[_DiskTable, int]] = []
         self._compaction_interval = compaction_interval_records
@@ -381,12 +361,7 @@ class OnDiskKeyedStateBackend:
     def _key_info(self, key: Any) -> tuple[int, bytes, bytes]:
         info = self._keys.get(key)
         if info is None:
-            kg = assign_to_key_group(key, self.max_parallelism)
-            if not self.key_group_range.start <= kg <= self.key_group_range.end:
-                raise KeyGroupOutOfRangeError(
-                    f"key {key!r} belongs to key group {kg}, outside this backend's {self.key_group_range} "
-                    f"(max_parallelism={self.max_parallelism}): records are routed to the wrong subtask"
-                )
+            kg = self._owned_key_group(key)
             if len(self._keys) >= _KEY_CACHE_LIMIT:
                 self._keys.clear()  # bounded: state may outgrow memory, the key cache must not
             info = self._keys[key] = (kg, _KG[kg], MSGPACK.dumps(key))
@@ -405,9 +380,6 @@ class OnDiskKeyedStateBackend:
             self._records += 1
             if self._compaction_interval and self._records >= self._compaction_interval:
                 self.compact_expired()
-
-    def get_current_key(self) -> Any:
-        return self.current_key
 
     def key_group_of(self, key: Any) -> int:
         info = self._keys.get(key)
@@ -431,26 +403,6 @@ class OnDiskKeyedStateBackend:
 
     # ------------------------------------------------------------------ state
 
-    def get_state(self, descriptor: StateDescriptor) -> Any:
-        """The handle for ``descriptor`` in the default namespace (created or restored on first use)."""
-        return self.get_partitioned_state(VOID_NAMESPACE, descriptor)
-
-    def get_partitioned_state(self, namespace: Any, descriptor: StateDescriptor) -> Any:
-        handle = self._handles.get((descriptor.name, namespace))
-        if handle is not None:
-            if handle._t.descriptor is not descriptor:
-                self._check_same(handle._t.descriptor, descriptor)
-            return handle
-        table = self._table(descriptor)
-        handle = _HANDLES[descriptor.kind](self, table, namespace)
-        self._handles[(descriptor.name, namespace)] = handle
-        return handle
-
-    def _check_same(self, old: StateDescriptor, new: StateDescriptor) -> None:
-        if old.kind != new.kind:
-            raise StateRestoreError(f"state {new.name!r} is a {old.kind.value} state, not {new.kind.value}")
-        HeapKeyedStateBackend._check_compatible(old.meta(), new)
-
     def _register(self, name: str, meta: StateMeta, codec: Codec, ttl: StateTtlConfig | None) -> _StateInfo:
         old = self._infos.get(name)
         sid = old.sid if old is not None else len(self._infos)
@@ -470,7 +422,7 @@ class OnDiskKeyedStateBackend:
             return table
         restored = self._infos.get(descriptor.name)
         if restored is not None:  # restored, not yet requested: check before taking it
-            HeapKeyedStateBackend._check_compatible(restored.meta, descriptor)
+            self._check_compatible(restored.meta, descriptor)
         kser = descriptor.key_serializer if isinstance(descriptor, MapStateDescriptor) else None
         ttl = descriptor.ttl_config
         codec = _codec(descriptor.kind, ttl is not None, descriptor.serializer, kser)
@@ -626,19 +578,7 @@ class OnDiskKeyedStateBackend:
         """Load the key groups of this backend's range from ``snapshots`` (any old parallelism)."""
         if self._infos:
             raise StateRestoreError("restore() must run on a fresh backend, before any state is used")
-        metas: dict[str, StateMeta] = {}
-        for snap in snapshots:
-            if snap.max_parallelism != self.max_parallelism:
-                raise StateRestoreError(
-                    f"checkpoint has max_parallelism={snap.max_parallelism} but the job has "
-                    f"{self.max_parallelism}: max parallelism can never change for existing state"
-                )
-            for name, meta in snap.states.items():
-                if name in metas and metas[name] != meta:
-                    raise StateRestoreError(
-                        f"state {name!r} has conflicting metadata across restored snapshots"
-                    )
-                metas[name] = meta
+        metas = self._restored_metas(snapshots)
         for name, meta in metas.items():
             kser = get_serializer(meta.map_key_serializer) if meta.map_key_serializer else None
             codec = _codec(
