@@ -24,24 +24,9 @@ from reference_impl.state import (
     ValueStateDescriptor,
 )
 from reference_impl.time import ManualClock
+from suites.reference.functions import SumToStr
 
 MAX_P = 128
-
-
-class SumToStr:
-    """Flink's test aggregate: long sum of ints, result as a string."""
-
-    def create_accumulator(self):
-        return 0
-
-    def add(self, value, acc):
-        return acc + value
-
-    def get_result(self, acc):
-        return str(acc)
-
-    def merge(self, a, b):
-        return a + b
 
 
 def backend(kgr: KeyGroupRange | None = None) -> HeapKeyedStateBackend:

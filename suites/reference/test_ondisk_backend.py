@@ -39,6 +39,7 @@ from reference_impl.state import (
 from reference_impl.state.ondisk_backend import OnDiskKeyedStateBackend
 from reference_impl.time import ManualClock
 from reference_impl.ttl import StateTtlConfig, StateVisibility, UpdateType
+from suites.reference.functions import SumToStr
 
 MAX_P = 128
 FULL = KeyGroupRange(0, MAX_P - 1)
@@ -71,20 +72,6 @@ def _close_backends() -> Iterator[None]:
 @pytest.fixture(params=list(FACTORIES))
 def make(request: pytest.FixtureRequest) -> Factory:
     return FACTORIES[request.param]
-
-
-class SumToStr:
-    def create_accumulator(self):
-        return 0
-
-    def add(self, v, acc):
-        return acc + v
-
-    def get_result(self, acc):
-        return str(acc)
-
-    def merge(self, a, b):
-        return a + b
 
 
 def _add(a, b):

@@ -23,22 +23,9 @@ from reference_impl.ttl import (
     expiration_timestamp,
     is_expired,
 )
+from suites.reference.functions import SumToStr
 
 TTL = 100
-
-
-class SumToStr:
-    def create_accumulator(self):
-        return 0
-
-    def add(self, v, acc):
-        return acc + v
-
-    def get_result(self, acc):
-        return str(acc)
-
-    def merge(self, a, b):
-        return a + b
 
 
 # per state type: descriptor factory, write(handle, x), read(handle) -> observed, and what one write of
