@@ -19,6 +19,7 @@ from reference_impl.state import StateDescriptor
 from reference_impl.time import TimeProvider
 
 __all__ = [
+    "task_name",
     "RuntimeContext",
     "KeyedProcessFunction",
     "SourceFunction",
@@ -28,6 +29,11 @@ __all__ = [
     "JobBuilder",
     "JobDefinitionError",
 ]
+
+
+def task_name(operator: str, subtask: int) -> str:
+    """How a subtask is named everywhere (history, fault targets, channels): ``count[1]``."""
+    return f"{operator}[{subtask}]"
 
 
 class JobDefinitionError(ValueError):
@@ -166,6 +172,25 @@ class JobGraph:
 
     def parallelism(self) -> dict[str, int]:
         return {self.source.name: self.source.parallelism, **{s.name: s.parallelism for s in self.stages}}
+
+    def subtasks(self) -> list[tuple[str, int, int]]:
+        """Every subtask as (operator, index, stage index or -1 for the source), sources first: the
+        order executors deploy them in (on Spark, the barrier stage's partition order)."""
+        out = [(self.source.name, i, -1) for i in range(self.source.parallelism)]
+        for k, s in enumerate(self.stages):
+            out += [(s.name, j, k) for j in range(s.parallelism)]
+        return out
+
+    def channels(self) -> list[tuple[str, str]]:
+        """Every data channel as (upstream, downstream) subtask names, stage by stage: each upstream
+        subtask feeds every subtask of the next stage (a keyed exchange)."""
+        ups = [task_name(self.source.name, i) for i in range(self.source.parallelism)]
+        out = []
+        for s in self.stages:
+            downs = [task_name(s.name, j) for j in range(s.parallelism)]
+            out += [(u, d) for u in ups for d in downs]
+            ups = downs
+        return out
 
     def with_parallelism(self, parallelism: dict[str, int] | int) -> JobGraph:
         """The same graph at another parallelism (a rescale); unknown operator names are an error."""

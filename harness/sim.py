@@ -23,10 +23,10 @@ from harness.coordinator import CheckpointConfig, CheckpointCoordinator, JobFail
 from harness.failpoints import Failpoints, InjectedCrash
 from harness.history import HistoryWriter
 from harness.items import CheckpointBarrier, is_control
-from harness.job import JobGraph
+from harness.job import JobGraph, task_name
 from harness.jobmaster import JobFailure, JobMaster, RescaleRequest, RestorePlan, RunSummary
 from harness.storage_gate import GatedStorage
-from harness.tasks import SourceTask, StreamTask, TaskEnv, task_name
+from harness.tasks import SourceTask, StreamTask, TaskEnv
 from reference_impl.checkpoint import StateFileHandle
 from reference_impl.rescale import restore_subtask
 from reference_impl.time import ManualClock, SkewedClock
@@ -274,7 +274,6 @@ class SimExecutor:
         plan: RestorePlan = self.master.plan_restore(graph, self.attempt)
         self.coord = None
         gateway = _Gateway(self)
-        src = graph.source
 
         def env(name: str, output: Any) -> TaskEnv:
             clock = SkewedClock(self.clock, self.skews.get(name, 0))
@@ -291,33 +290,23 @@ class SimExecutor:
                 output,
             )
 
-        # channels stage by stage: upstream subtask i -> downstream subtask j
-        ups = [task_name(src.name, i) for i in range(src.parallelism)]
-        stage_inputs: list[list[list[_Channel]]] = []  # per stage, per downstream subtask: its inputs
+        # one channel per (upstream, downstream) pair; a task's outputs in downstream order, its
+        # inputs in upstream order (the channel index the task sees)
         outputs: dict[str, list[_Channel]] = {}
-        for stage in graph.stages:
-            per_down: list[list[_Channel]] = [[] for _ in range(stage.parallelism)]
-            for up in ups:
-                outs = []
-                for j in range(stage.parallelism):
-                    ch = _Channel()
-                    self.channels[f"{up}->{task_name(stage.name, j)}"] = ch
-                    outs.append(ch)
-                    per_down[j].append(ch)
-                outputs[up] = outs
-            stage_inputs.append(per_down)
-            ups = [task_name(stage.name, j) for j in range(stage.parallelism)]
-        self.sources = [
-            SourceTask(env(task_name(src.name, i), _Output(self, outputs[task_name(src.name, i)])), i)
-            for i in range(src.parallelism)
-        ]
-        self.streams = []
-        for k, stage in enumerate(graph.stages):
-            for j in range(stage.parallelism):
-                name = task_name(stage.name, j)
-                out = _Output(self, outputs[name]) if name in outputs else None
-                t = StreamTask(env(name, out), k, j, len(stage_inputs[k][j]), self.keyed_backend_factory)
-                self.streams.append((t, stage_inputs[k][j]))
+        inputs: dict[str, list[_Channel]] = {}
+        for up, down in graph.channels():
+            ch = self.channels[f"{up}->{down}"] = _Channel()
+            outputs.setdefault(up, []).append(ch)
+            inputs.setdefault(down, []).append(ch)
+        self.sources, self.streams = [], []
+        for op, i, k in graph.subtasks():
+            name = task_name(op, i)
+            out = _Output(self, outputs[name]) if name in outputs else None
+            if k < 0:
+                self.sources.append(SourceTask(env(name, out), i))
+            else:
+                t = StreamTask(env(name, out), k, i, len(inputs[name]), self.keyed_backend_factory)
+                self.streams.append((t, inputs[name]))
         self.tasks = [*self.sources, *(t for t, _ in self.streams)]
         path = plan.path(self.master.checkpoint_root)
         for t in self.tasks:

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from harness.barriers import Alignment, BarrierAligner
 from harness.failpoints import Failpoints
 from harness.items import CancelCheckpointMarker, CheckpointBarrier, EndOfInput
-from harness.job import JobGraph, RuntimeContext, StageSpec
+from harness.job import JobGraph, RuntimeContext, StageSpec, task_name  # task_name re-exported
 from harness.sinks import SINK_STATE, TwoPhaseCommitFileSink
 from reference_impl.checkpoint import StateFileHandle
 from reference_impl.checkpoint.format import encode_subtask_state
@@ -49,10 +49,6 @@ __all__ = [
 
 SPLITS_STATE = "__source_splits"
 Emit = Callable[..., None]
-
-
-def task_name(operator: str, subtask: int) -> str:
-    return f"{operator}[{subtask}]"
 
 
 class CheckpointWriter(Protocol):

@@ -19,12 +19,11 @@ from typing import Any
 
 from harness.coordinator import CheckpointConfig, CheckpointCoordinator, JobFailedError
 from harness.history import HistoryWriter
-from harness.job import JobGraph
+from harness.job import JobGraph, task_name
 from harness.jobmaster import JobFailure, JobMaster, RescaleRequest, RunSummary
 from harness.spark.cluster import SparkCluster
-from harness.spark.task_runner import layout, run_subtask
+from harness.spark.task_runner import run_subtask
 from harness.spark.transport import CoordinatorServer
-from harness.tasks import task_name
 from reference_impl.checkpoint import StateFileHandle
 
 __all__ = ["SparkExecutor"]
@@ -105,17 +104,11 @@ class SparkExecutor:
 
     def task_names(self) -> list[str]:
         g = self.dep.graph if self.dep else self.graph
-        return [task_name(op, i) for op, i, _ in layout(g)]
+        return [task_name(op, i) for op, i, _ in g.subtasks()]
 
     def channel_names(self) -> list[str]:
         g = self.dep.graph if self.dep else self.graph
-        ups = [task_name(g.source.name, i) for i in range(g.source.parallelism)]
-        out = []
-        for s in g.stages:
-            downs = [task_name(s.name, j) for j in range(s.parallelism)]
-            out += [f"{u}->{d}" for u in ups for d in downs]
-            ups = downs
-        return out
+        return [f"{u}->{d}" for u, d in g.channels()]
 
     def crash(self, target: str | None = None) -> None:
         if target not in self.task_names():
@@ -270,7 +263,7 @@ class SparkExecutor:
 
     def _submit(self, graph: JobGraph) -> tuple[threading.Thread, dict[str, Any]]:
         sc = self.cluster.sc
-        n = len(layout(graph))
+        n = len(graph.subtasks())
         result: dict[str, Any] = {}
         body = _stage_body(graph, str(self.run_dir), self.server.endpoint)
 

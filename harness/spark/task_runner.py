@@ -24,15 +24,7 @@ from reference_impl.checkpoint import FileSystemCheckpointStorage, StateFileHand
 from reference_impl.rescale import assign_state, restore_subtask
 from reference_impl.time import SkewedClock, SystemClock
 
-__all__ = ["layout", "run_subtask"]
-
-
-def layout(graph: JobGraph) -> list[tuple[str, int, int]]:
-    """Partition index -> (operator, subtask, stage index or -1 for the source)."""
-    out = [(graph.source.name, i, -1) for i in range(graph.source.parallelism)]
-    for k, s in enumerate(graph.stages):
-        out += [(s.name, j, k) for j in range(s.parallelism)]
-    return out
+__all__ = ["run_subtask"]
 
 
 class _Link:
@@ -161,7 +153,7 @@ def run_subtask(
     graph: JobGraph, run_dir: str, coordinator: tuple[str, int], partition: int, ctx: Any, spark_attempt: int
 ) -> dict[str, Any]:
     """The body of barrier task ``partition``. Returns a small summary (the stage's output)."""
-    op, sub, stage = layout(graph)[partition]
+    op, sub, stage = graph.subtasks()[partition]
     name = task_name(op, sub)
     client = CoordinatorClient(coordinator, name, spark_attempt)
     link = _Link(client)
