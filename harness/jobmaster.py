@@ -17,7 +17,7 @@ from harness.sinks import committed_files, write_fence
 from reference_impl.checkpoint import CompletedCheckpoint, FileSystemCheckpointStorage, RestoreReport
 from reference_impl.rescale import SubtaskAssignment, assign_state
 
-__all__ = ["RestorePlan", "JobMaster", "JobFailure", "RescaleRequest", "RunSummary"]
+__all__ = ["RestorePlan", "JobMaster", "JobFailure", "RescaleRequest", "RescaleSchedule", "RunSummary"]
 
 
 class JobFailure(RuntimeError):
@@ -38,6 +38,46 @@ class RescaleRequest:
         """Has the trigger been reached? ``checkpoint`` is a just-completed checkpoint id, if any."""
         reached = {"time_ms": now_ms, "records": records, "checkpoint": checkpoint}.get(self.kind)
         return not self.done and reached is not None and reached >= self.value
+
+
+class RescaleSchedule:
+    """When and from what a job rescales. A due request with ``savepoint`` triggers a savepoint (the
+    executor stops its sources while it is pending) and becomes ready when it completes; without one
+    it is ready at once. A savepoint that is aborted, or lost to a failover, falls back to the latest
+    checkpoint: the rescale still happens, never silently dropped."""
+
+    def __init__(self, requests: list[RescaleRequest]) -> None:
+        self.requests = list(requests)
+        self.savepoint: tuple[int, RescaleRequest] | None = None
+        self.ready: RescaleRequest | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self.savepoint is not None or self.ready is not None
+
+    def check(self, now_ms: int, records: int, coord: Any, completed: int | None = None) -> None:
+        """Act on requests due now (``completed``: a checkpoint that just completed)."""
+        for req in self.requests:
+            if self.busy or not req.due(now_ms, records, completed):
+                continue
+            req.done = True
+            if req.savepoint and coord is not None:
+                self.savepoint = (coord.trigger(now_ms, kind="savepoint"), req)
+            else:
+                self.ready = req
+
+    def on_completed(self, checkpoint_id: int) -> None:
+        if self.savepoint is not None and self.savepoint[0] == checkpoint_id:
+            self.ready, self.savepoint = self.savepoint[1], None
+
+    def on_lost(self, checkpoint_id: int | None = None) -> None:
+        """The savepoint was aborted (``checkpoint_id``), or every pending checkpoint was lost (None)."""
+        if self.savepoint is not None and checkpoint_id in (None, self.savepoint[0]):
+            self.ready, self.savepoint = self.savepoint[1], None
+
+    def take(self) -> RescaleRequest | None:
+        req, self.ready = self.ready, None
+        return req
 
 
 @dataclass

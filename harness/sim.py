@@ -24,7 +24,7 @@ from harness.failpoints import Failpoints, InjectedCrash
 from harness.history import HistoryWriter
 from harness.items import CheckpointBarrier, is_control
 from harness.job import JobGraph, task_name
-from harness.jobmaster import JobFailure, JobMaster, RescaleRequest, RestorePlan, RunSummary
+from harness.jobmaster import JobFailure, JobMaster, RescaleRequest, RescaleSchedule, RestorePlan, RunSummary
 from harness.storage_gate import GatedStorage
 from harness.tasks import SourceTask, StreamTask, TaskEnv
 from reference_impl.checkpoint import StateFileHandle
@@ -130,7 +130,7 @@ class SimExecutor:
         self.seed = seed
         self.rng = random.Random(f"statechaos-sim-{seed}")
         self.hooks = hooks
-        self.rescales = list(rescales or [])
+        self.rescales = RescaleSchedule(list(rescales or []))
         self.clock = ManualClock(0)
         self.history = HistoryWriter(self.run_dir / "history.jsonl", self.clock.now_ms)
         self.master = JobMaster(
@@ -155,8 +155,6 @@ class SimExecutor:
         self.records_emitted = 0
         self.completed = 0
         self.final_after: int | None = None
-        self.savepoint_for: tuple[int, RescaleRequest] | None = None
-        self.stopping = False
         self._last_stats = 0
         self._reported: dict[str, tuple[int, int]] = {}  # task -> counts already in the history
 
@@ -232,33 +230,20 @@ class SimExecutor:
         elif what == "abort":
             for t in self.tasks:
                 t.notify_checkpoint_aborted(checkpoint_id)
-            if self.savepoint_for and self.savepoint_for[0] == checkpoint_id:
-                self.savepoint_for = None  # the savepoint failed: rescale from the latest checkpoint
-                self.stopping = False
+            self.rescales.on_lost(checkpoint_id)
 
     def _on_completed(self, cid: int) -> None:
         if self.hooks is not None:
             self.hooks.on_checkpoint_completed(cid)
-        if self.savepoint_for and self.savepoint_for[0] == cid:
-            _, req = self.savepoint_for
-            self.savepoint_for = None
-            self._pending_rescale = req
-        for req in self.rescales:
-            if req.due(self.now, self.records_emitted, cid):
-                self._request_rescale(req)
+        self.rescales.on_completed(cid)
+        self.rescales.check(self.now, self.records_emitted, self.coord, cid)
         if self.final_after is not None and cid >= self.final_after:
             self._finished = True
 
-    def _request_rescale(self, req: RescaleRequest) -> None:
-        if req.done or self.savepoint_for is not None:
-            return
-        req.done = True
-        if req.savepoint and self.coord is not None:
-            cid = self.coord.trigger(self.now, kind="savepoint")
-            self.savepoint_for = (cid, req)
-            self.stopping = True
-        else:
-            self._pending_rescale = req
+    @property
+    def stopping(self) -> bool:
+        """Sources stop while a savepoint for a rescale is pending (stop-with-savepoint)."""
+        return self.rescales.savepoint is not None
 
     # ------------------------------------------------------------------ deploy and restart
 
@@ -269,7 +254,6 @@ class SimExecutor:
         self.channels = {}
         self.stalled = {}
         self._inbox.clear()
-        self.stopping = False
         self.final_after = None
         plan: RestorePlan = self.master.plan_restore(graph, self.attempt)
         self.coord = None
@@ -338,6 +322,7 @@ class SimExecutor:
     def _fail_over(self, reason: str) -> None:
         """The job failed: tear it down, count the restart, wait the restart delay."""
         self._teardown(f"job restart: {reason}")
+        self.rescales.on_lost()  # a pending savepoint died with the job
         self.master.failover(self.attempt + 1, reason)
         self.clock.advance(self.cfg.restart_delay_ms)
 
@@ -420,11 +405,9 @@ class SimExecutor:
             raise InjectedCrash("crash_task", target)
         if self.hooks is not None:
             self.hooks.on_time(self.now)
-        for req in self.rescales:
-            if req.due(self.now, self.records_emitted):
-                self._request_rescale(req)
+        self.rescales.check(self.now, self.records_emitted, self.coord)
         self._deliver_to_coordinator()
-        if self._pending_rescale is not None:
+        if self.rescales.ready is not None:
             return
         if not self.stopping:
             self.coord.tick(self.now)
@@ -460,7 +443,6 @@ class SimExecutor:
     def run(self) -> RunSummary:
         """Run until the bounded job has committed everything, or fails; always writes ``run_end``."""
         self._finished = False
-        self._pending_rescale: RescaleRequest | None = None
         self.history.emit(
             "run_start",
             job=self.graph.name,
@@ -478,8 +460,8 @@ class SimExecutor:
                     raise JobFailure(f"simulated time limit of {self.cfg.time_limit_ms} ms reached")
                 try:
                     self._tick()
-                    if self._pending_rescale is not None:
-                        req, self._pending_rescale = self._pending_rescale, None
+                    req = self.rescales.take()
+                    if req is not None:
                         self._rescale(req)
                         continue
                 except JobFailure:

@@ -20,7 +20,7 @@ from typing import Any
 from harness.coordinator import CheckpointConfig, CheckpointCoordinator, JobFailedError
 from harness.history import HistoryWriter
 from harness.job import JobGraph, task_name
-from harness.jobmaster import JobFailure, JobMaster, RescaleRequest, RunSummary
+from harness.jobmaster import JobFailure, JobMaster, RescaleRequest, RescaleSchedule, RunSummary
 from harness.spark.cluster import SparkCluster
 from harness.spark.task_runner import run_subtask
 from harness.spark.transport import CoordinatorServer
@@ -73,7 +73,7 @@ class SparkExecutor:
         self.cluster = cluster
         self.seed = seed
         self.hooks = hooks
-        self.rescales = list(rescales or [])
+        self.rescales = RescaleSchedule(list(rescales or []))
         self.time_limit_s = time_limit_s
         self.run_info = run_info or {}
         self.failpoints_on = failpoints_on
@@ -93,8 +93,6 @@ class SparkExecutor:
         self.completed = 0
         self.final_after: int | None = None
         self.finishing = False
-        self.savepoint_for: tuple[int, RescaleRequest] | None = None
-        self.pending_rescale: RescaleRequest | None = None
         self.stopping_for_rescale = False
 
     def now(self) -> int:
@@ -140,38 +138,23 @@ class SparkExecutor:
         if what == "trigger":
             assert self.coord is not None
             kind = self.coord.pending[cid].kind
-            for t in self.task_names():
-                if t.startswith(self.dep.graph.source.name + "["):  # type: ignore[union-attr]
-                    self.server.send(t, ("trigger", cid, self.now(), kind))
+            assert self.dep is not None
+            for op, i, stage in self.dep.graph.subtasks():
+                if stage < 0:
+                    self.server.send(task_name(op, i), ("trigger", cid, self.now(), kind))
         elif what == "complete":
             self.completed += 1
             self.server.broadcast(("complete", cid))
             if self.hooks is not None:
                 self.hooks.on_checkpoint_completed(cid)
-            if self.savepoint_for and self.savepoint_for[0] == cid:
-                self.pending_rescale = self.savepoint_for[1]
-                self.savepoint_for = None
-            for req in self.rescales:
-                if req.due(self.now(), self.records_emitted, cid):
-                    self._request_rescale(req)
+            self.rescales.on_completed(cid)
+            self.rescales.check(self.now(), self.records_emitted, self.coord, cid)
             if self.final_after is not None and cid >= self.final_after and not self.finishing:
                 self.finishing = True
                 self.server.broadcast(("finish",))
         elif what == "abort":
             self.server.broadcast(("abort", cid))
-            if self.savepoint_for and self.savepoint_for[0] == cid:
-                self.pending_rescale = self.savepoint_for[1]  # savepoint failed: rescale from latest
-                self.savepoint_for = None
-
-    def _request_rescale(self, req: RescaleRequest) -> None:
-        if req.done or self.savepoint_for is not None or self.pending_rescale is not None:
-            return
-        req.done = True
-        if req.savepoint and self.coord is not None:
-            cid = self.coord.trigger(self.now(), kind="savepoint")
-            self.savepoint_for = (cid, req)
-        else:
-            self.pending_rescale = req
+            self.rescales.on_lost(cid)
 
     def _on_failpoint(self, task: str, name: str, target: str | None) -> None:
         action = self.hooks.on_failpoint(name, target) if self.hooks is not None else None
@@ -185,6 +168,7 @@ class SparkExecutor:
     def _new_deployment(self, graph: JobGraph, reason: str | None) -> None:
         self.master.retire(self.coord, self.now(), f"job restart: {reason}" if reason else "redeploy")
         self.coord = None
+        self.rescales.on_lost()  # a pending savepoint died with the deployment
         if reason is not None:
             self.master.failover(self.deployments, reason)
         plan = self.master.plan_restore(graph, self.deployments)
@@ -222,11 +206,10 @@ class SparkExecutor:
         elif kind == "emit":
             self.history.emit(msg[1], **msg[2])
         elif kind == "stats":
+            op, sub = task.rstrip("]").split("[")
             if msg[1]:
-                op, sub = task.rstrip("]").split("[")
                 self.history.emit("records_in", operator=op, subtask=int(sub), count=int(msg[1]))
             if msg[2]:
-                op, sub = task.rstrip("]").split("[")
                 self.history.emit("records_out", operator=op, subtask=int(sub), count=int(msg[2]))
                 if dep is not None and op == dep.graph.source.name:
                     self.records_emitted += int(msg[2])
@@ -304,15 +287,13 @@ class SparkExecutor:
                 now = self.now()
                 if self.hooks is not None:
                     self.hooks.on_time(now)
-                for req in self.rescales:
-                    if req.due(now, self.records_emitted):
-                        self._request_rescale(req)
-                if self.pending_rescale is not None and not self.stopping_for_rescale:
+                self.rescales.check(now, self.records_emitted, self.coord)
+                if self.rescales.ready is not None and not self.stopping_for_rescale:
                     self.stopping_for_rescale = True
                     self.server.broadcast(("cancel",))
                 if self.coord is not None and not self.stopping_for_rescale:
                     try:
-                        if self.savepoint_for is None:
+                        if self.rescales.savepoint is None:
                             self.coord.tick(now)
                     except JobFailedError as e:
                         self._fail_deployment(str(e))
@@ -358,9 +339,9 @@ class SparkExecutor:
                 if outcome == "finished":
                     break
                 if outcome == "rescale":
-                    req = self.pending_rescale
+                    req = self.rescales.take()
                     assert req is not None
-                    self.pending_rescale, self.stopping_for_rescale = None, False
+                    self.stopping_for_rescale = False
                     old = graph.parallelism()
                     graph = graph.with_parallelism(req.parallelism)
                     self.master.retire(self.coord, self.now(), "rescale")

@@ -4,6 +4,7 @@ points, barrier delays and rescale chains with every oracle holding."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import allure
@@ -122,3 +123,22 @@ def test_fault_free_run_commits_the_reference_output(sim_run, job):
     out = sim_run(job=job, checks=checks)
     assert failed(out) == set()
     assert out.stats["attempts"] == 1
+
+
+@allure.feature("sim executor")
+def test_a_savepoint_lost_to_a_failover_still_rescales_from_the_latest_checkpoint(sim_run):
+    out = sim_run(
+        faults=[{"at": "checkpoint:3", "kind": "crash_task", "target": "count[0]"}],
+        rescale=[{"at": "checkpoint:3", "parallelism": {"source": 3, "count": 3}}],
+    )
+    assert failed(out) == set(), [v for v in out.verdicts if not v["passed"]]
+    history = [json.loads(line) for line in open(f"{out.run_dir}/history.jsonl")]
+    savepoints = [e for e in history if e["type"] == "checkpoint_triggered" and e["kind"] == "savepoint"]
+    lost = [
+        e
+        for e in history
+        if e["type"] == "checkpoint_aborted" and e["checkpoint_id"] == savepoints[0]["checkpoint_id"]
+    ]
+    rescale = [e for e in history if e["type"] == "rescale"]
+    assert lost and len(rescale) == 1 and rescale[0]["to"] == {"source": 3, "count": 3}
+    assert rescale[0]["checkpoint_id"] < savepoints[0]["checkpoint_id"]
