@@ -164,20 +164,14 @@ def run_subtask(
         deploy = link.request(("register", partition), "deploy", timeout_s=120)
         _, deployment, chk_path, failpoints_on, skew = deploy
         # data endpoints: every task learns every task's input gate through allGather
-        n_inputs = (
-            (graph.source.parallelism if stage == 0 else graph.stages[stage - 1].parallelism)
-            if stage >= 0
-            else 0
-        )
+        channels = graph.channels()
+        n_inputs = sum(1 for _, down in channels if down == name)
         if n_inputs:
             gate = InputGate(n_inputs, host="127.0.0.1")
         mine = {"task": name, "endpoint": list(gate.endpoint) if gate else None}
         everyone = {d["task"]: d["endpoint"] for d in map(json.loads, ctx.allGather(json.dumps(mine)))}
-        nxt = graph.stages[stage + 1] if stage + 1 < len(graph.stages) else None
-        if stage == -1:
-            nxt = graph.stages[0]
-        if nxt is not None:
-            names = [task_name(nxt.name, j) for j in range(nxt.parallelism)]
+        names = [down for up, down in channels if up == name]
+        if names:
             output = _Output(
                 [OutputChannel(tuple(everyone[n]), sub, batch_records=256) for n in names], names
             )
