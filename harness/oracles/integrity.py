@@ -22,14 +22,9 @@ def check_checkpoint_integrity(art: RunArtifacts, spec: JobSpec, retained: int =
         if b <= a:
             problems.append(f"checkpoint {b} completed after checkpoint {a}: ids must only grow")
     root = art.run_dir / "checkpoints" / spec.graph.name
-    damaged = art.damaged_paths()
-
-    def damaged_chk(d: Path) -> int | None:
-        for t, p in damaged:
-            if Path(p).resolve().parent == d.resolve() or Path(p).resolve() == d.resolve():
-                return t
-        return None
-
+    damage_time: dict[str, int] = {}  # checkpoint directory name -> when a fault first damaged it
+    for t, p in art.damaged_paths():
+        damage_time.setdefault(Path(p).parent.name, t)
     on_disk = {int(p.name[4:]): p for p in root.glob("chk-*")} if root.is_dir() else {}
     for cid, d in sorted(on_disk.items()):
         if not (d / "_metadata").is_file():
@@ -38,18 +33,14 @@ def check_checkpoint_integrity(art: RunArtifacts, spec: JobSpec, retained: int =
         try:
             validate_checkpoint(d)
         except CheckpointError as e:
-            if damaged_chk(d) is None:
+            if d.name not in damage_time:
                 problems.append(f"checkpoint {cid} is damaged but no fault damaged it: {e}")
     aborted = {int(e["checkpoint_id"]) for e in art.of_type("checkpoint_aborted")} - set(completed)
     for cid in sorted(aborted & set(on_disk)):
         problems.append(f"aborted checkpoint {cid} left {on_disk[cid]} behind")
-    intact = [c for c in completed if not (c in on_disk and damaged_chk(on_disk[c]) is not None)]
     for cid in sorted(set(completed))[-retained:]:
-        if cid not in on_disk and cid in intact:
+        if cid not in on_disk:
             problems.append(f"checkpoint {cid} is among the newest {retained} retained but vanished")
-    damage_time = {}
-    for t, p in damaged:
-        damage_time.setdefault(Path(p).parent.name, t)
     for e in art.of_type("restore"):
         if e.get("checkpoint_id") is None:
             continue
