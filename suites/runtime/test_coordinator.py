@@ -126,3 +126,34 @@ def test_retention_keeps_the_newest(tmp_path):
         assert c.tick(n * 100) == n
         ack_all(c, storage, n, n * 100 + 10)
     assert storage.list_checkpoints("job") == [3, 4]
+
+
+def test_a_late_ack_of_an_aborted_checkpoint_leaves_no_files(tmp_path):
+    c, storage, events, _ = make(tmp_path, tolerable_failures=5, timeout_ms=50)
+    cid = c.tick(100)
+    c.tick(150)  # expired and aborted before anyone acknowledged
+    assert not storage.checkpoint_dir("job", cid).exists()
+    h = storage.write_subtask_state(
+        "job", cid, SubtaskStateSnapshot("count", 0, 1, 128)
+    )  # a paused task wakes
+    assert storage.checkpoint_dir("job", cid).exists()
+    assert c.acknowledge(cid, "count", 0, h, 160) is False
+    assert not storage.checkpoint_dir("job", cid).exists()
+
+
+def test_an_ack_from_before_this_coordinator_never_discards(tmp_path):
+    storage = FileSystemCheckpointStorage(tmp_path)
+    h = storage.write_subtask_state("job", 3, SubtaskStateSnapshot("count", 0, 1, 128))
+    storage.finalize_checkpoint("job", 3, [h], {"count": {"parallelism": 1, "max_parallelism": 128}})
+    c = CheckpointCoordinator(
+        "job",
+        CheckpointConfig(100),
+        TASKS,
+        {},
+        storage,
+        lambda *a: None,
+        lambda *a, **k: None,
+        first_checkpoint_id=4,
+    )
+    c.acknowledge(3, "count", 0, h, 10)  # a zombie of the previous attempt
+    assert storage.list_checkpoints("job") == [3]

@@ -142,3 +142,15 @@ def test_a_savepoint_lost_to_a_failover_still_rescales_from_the_latest_checkpoin
     rescale = [e for e in history if e["type"] == "rescale"]
     assert lost and len(rescale) == 1 and rescale[0]["to"] == {"source": 3, "count": 3}
     assert rescale[0]["checkpoint_id"] < savepoints[0]["checkpoint_id"]
+
+
+@allure.feature("sim executor")
+def test_a_fault_that_never_fires_fails_the_run_instead_of_passing_quietly(sim_run):
+    out = sim_run(
+        faults=[{"at": "time:10m", "kind": "crash_task"}],
+        rescale=[{"at": "checkpoint:9999", "parallelism": 3}],
+    )
+    assert failed(out) == {"fault_schedule"}
+    details = next(v for v in out.verdicts if v["oracle"] == "fault_schedule")["details"]
+    assert any("crash_task at time_ms=600000 never fired" in d for d in details)
+    assert any("only 0 of 1 rescale steps happened" in d for d in details)

@@ -74,3 +74,26 @@ def test_restore_at_lower_parallelism_commits_every_old_subtasks_transactions(tm
         s.restore(union, parallelism=2)
     assert sorted(read_committed(tmp_path / "out")) == ["r0", "r1", "r2", "r3"]
     assert not list((tmp_path / "out" / "pending").iterdir())
+
+
+def test_a_fence_drops_replayed_records_a_lost_checkpoint_already_committed(tmp_path):
+    from harness.sinks import write_fence
+
+    events = []
+    s = sink(tmp_path, events)
+    s.write(["a"])
+    s.pre_commit(2)
+    s.notify_checkpoint_complete(2)
+    s.write(["b", "c"])
+    s.pre_commit(3)
+    s.notify_checkpoint_complete(3)  # checkpoint 3's files are damaged later: restore falls back to 2
+    s.close()
+    assert write_fence(tmp_path / "out", restored_checkpoint=2, attempt=1) == ["c00000003-s0000-a0000-000002"]
+    assert write_fence(tmp_path / "out", restored_checkpoint=2, attempt=2) == []  # fenced once
+    r = sink(tmp_path, events, attempt=1)
+    r.restore([])
+    r.write(["b", "c", "d"])  # the replay after checkpoint 2 regenerates b and c
+    r.pre_commit(4)
+    r.notify_checkpoint_complete(4)
+    assert sorted(read_committed(tmp_path / "out")) == ["a", "b", "c", "d"]
+    assert r.suppressed == 2
