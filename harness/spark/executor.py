@@ -69,7 +69,8 @@ class SparkExecutor:
     ) -> None:
         graph.validate()
         self.graph = graph
-        self.run_dir = Path(run_dir)
+        # absolute: executors run in their own working directories and must find the same files
+        self.run_dir = Path(run_dir).resolve()
         self.cluster = cluster
         self.seed = seed
         self.hooks = hooks

@@ -58,3 +58,16 @@ def test_reference_job_on_local_cluster(run_scenario, case):
     assert outcome.passed, [(v["oracle"], v["summary"], v["details"][:5]) for v in outcome.failed_checks]
     left = {p.pid for p in psutil.Process().children(recursive=True) if p.is_running()} - before
     assert not left, f"processes left behind: {left}"
+
+
+def test_a_relative_runs_dir_works_although_executors_have_their_own_cwd(tmp_path, monkeypatch):
+    from chaos.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "name: relative\ncluster: local\nparallelism: {source: 1, count: 2}\nrecords: 20000\nkeys: 100\n"
+        "checkpoint: {interval_ms: 100ms}\nchecks: [exactly_once, checkpoint_integrity, liveness]\n"
+    )
+    assert main(["run", "s.yaml", "--runs-dir", "runs", "--json", "out.json"]) == 0
+    assert list((tmp_path / "runs").glob("*/output/committed/*.jsonl"))
