@@ -5,7 +5,6 @@ every process it started are gone when this returns, also on failure and Ctrl-C.
 
 from __future__ import annotations
 
-import math
 import random
 from pathlib import Path
 from typing import Any
@@ -30,14 +29,18 @@ def _slots(sc: Scenario, spec: JobSpec) -> int:
 
 
 def spark_master(sc: Scenario, slots: int) -> str:
-    if sc.cluster == "local":
-        return f"local-cluster[2,{max(1, math.ceil(slots / 2))},1024]"
+    """The master URL for the scenario's cluster, with enough task slots for its largest deployment."""
+    from harness.spark.cluster import parse_master
+
     if sc.cluster == "docker":
         raise EnvironmentProblem(
             "cluster 'docker': the dockerised Spark executor is not wired to scenarios yet; "
             "run the scenario with --cluster local or a spark:// master"
         )
-    return sc.cluster
+    try:
+        return parse_master(sc.cluster, slots)
+    except ValueError as e:  # e.g. a local-cluster[W,C,M] with too few slots for the barrier stage
+        raise EnvironmentProblem(f"scenario {sc.name!r}: cluster: {e}") from None
 
 
 def _executor_target(cluster: Any, target: str | None, rng: random.Random) -> tuple[str, int]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from chaos.allure_results import write_allure_results
 from chaos.cli import main
 from chaos.runner import ScenarioOutcome
@@ -133,3 +135,14 @@ def test_an_unknown_job_exits_2_naming_it(tmp_path):
     assert rc == 2
     data = json.loads(report.read_text())
     assert data["scenarios"][0]["error_kind"] == "input" and "no_such_job" in data["scenarios"][0]["error"]
+
+
+def test_a_local_cluster_too_small_for_the_barrier_stage_is_an_input_error():
+    from chaos.errors import EnvironmentProblem, classify
+    from chaos.scenario import Scenario
+    from chaos.spark_run import spark_master
+
+    sc = Scenario.model_validate({"name": "x", "cluster": "local-cluster[1,2,512]"})
+    with pytest.raises(EnvironmentProblem, match=r"2 task slots, but the job needs 5") as e:
+        spark_master(sc, 5)
+    assert classify(e.value) == "input"
