@@ -74,6 +74,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     )
 
 
+def _cmd_resume(args: argparse.Namespace) -> int:
+    from chaos.runner import resume
+
+    return resume(Path(args.run_dir), console=console, json_path=Path(args.json) if args.json else None)
+
+
 def _cmd_replay(args: argparse.Namespace) -> int:
     from chaos.runner import replay
 
@@ -154,6 +160,13 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--json", metavar="FILE")
     rp.add_argument("--runs-dir", default=os.environ.get("STATECHAOS_RUNS_DIR", "runs"))
     rp.set_defaults(fn=_cmd_replay)
+
+    rs = sub.add_parser(
+        "resume", help="replace a dead driver: finish a Spark run from its newest intact checkpoint"
+    )
+    rs.add_argument("run_dir")
+    rs.add_argument("--json", metavar="FILE")
+    rs.set_defaults(fn=_cmd_resume)
 
     i = sub.add_parser("inspect", help="dump a checkpoint or savepoint")
     i.add_argument("checkpoint_dir")

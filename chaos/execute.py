@@ -59,8 +59,13 @@ def rescale_requests(sc: Scenario) -> list[Any]:
 
 
 def liveness_bound_ms(sc: Scenario) -> int:
-    """Progress must resume within this long after the last fault heals."""
-    return max(10_000, 20 * sc.checkpoint.interval_ms)
+    """Progress must resume within this long after the last fault heals: the scenario's
+    ``recovery_bound_ms``, else 20 checkpoint intervals and at least 10 s on the simulator, 30 s on
+    Spark (a lost executor is noticed, the barrier stage's other tasks killed, an executor JVM
+    relaunched and every task restored before the first checkpoint can complete)."""
+    if sc.recovery_bound_ms is not None:
+        return int(sc.recovery_bound_ms)
+    return max(10_000 if sc.cluster_kind == "sim" else 30_000, 20 * sc.checkpoint.interval_ms)
 
 
 def runtime_injector(executor: Any, scope: RunScope, p: PlannedFault, rng: random.Random) -> Injector | None:
@@ -123,8 +128,11 @@ def _run_sim(sc: Scenario, spec: JobSpec, run_dir: Path) -> dict[str, Any]:
     return ex.run().to_stats()
 
 
-def execute_scenario(sc: Scenario, run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Run ``sc`` in ``run_dir``; return (verdicts as plain dicts, run statistics)."""
+def execute_scenario(
+    sc: Scenario, run_dir: Path, resume: bool = False
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Run ``sc`` in ``run_dir`` (``resume``: take over a dead driver's run); return (verdicts as plain
+    dicts, run statistics)."""
     from harness.oracles import check_all
 
     spec = _job(sc)
@@ -133,7 +141,7 @@ def execute_scenario(sc: Scenario, run_dir: Path) -> tuple[list[dict[str, Any]],
     else:
         from chaos.spark_run import run_spark
 
-        stats = run_spark(sc, spec, run_dir)
+        stats = run_spark(sc, spec, run_dir, resume=resume)
     verdicts = check_all(
         run_dir, spec, sc.checks, retained=sc.checkpoint.retained, liveness_bound_ms=liveness_bound_ms(sc)
     )

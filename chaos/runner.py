@@ -7,6 +7,7 @@ can run the very same experiment again and ``statechaos report`` can plot it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import time
@@ -73,17 +74,21 @@ def _new_run_dir(runs_dir: Path, sc: Scenario) -> Path:
     return d
 
 
-def run_scenario(sc: Scenario, run_dir: Path, source: str = "<scenario>") -> ScenarioOutcome:
-    """Execute one validated scenario in ``run_dir`` and check its oracles."""
+def run_scenario(
+    sc: Scenario, run_dir: Path, source: str = "<scenario>", resume: bool = False
+) -> ScenarioOutcome:
+    """Execute one validated scenario in ``run_dir`` and check its oracles; ``resume``: as a new driver
+    taking over the run of one that died."""
     from chaos.errors import classify
     from chaos.execute import execute_scenario
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / SCENARIO_FILE).write_text(yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False))
+    if not resume:
+        (run_dir / SCENARIO_FILE).write_text(yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False))
     outcome = ScenarioOutcome(sc.name, source, str(run_dir), sc.cluster, sc.seed)
     t0 = time.perf_counter()
     try:
-        verdicts, stats = execute_scenario(sc, run_dir)
+        verdicts, stats = execute_scenario(sc, run_dir, resume=resume)
         outcome.verdicts = verdicts
         outcome.stats = stats
     except KeyboardInterrupt:
@@ -166,11 +171,17 @@ def run_scenarios(
         transient=False,
     ) as progress:
         task = progress.add_task("scenarios", total=len(prepared))
-        for path, sc in prepared:
-            progress.update(task, description=f"{sc.name} on {sc.cluster}")
-            run_dir = _new_run_dir(runs_dir, sc)
-            outcomes.append(run_scenario(sc, run_dir, source=str(path)))
-            progress.advance(task)
+        with contextlib.ExitStack() as shared:
+            if sum(sc.cluster_kind == "docker" for _, sc in prepared) > 1:
+                # one compose stack for all docker scenarios of this run: starting it is the slow part
+                from chaos.cluster.docker_spark import docker_session
+
+                shared.enter_context(docker_session(runs_dir))
+            for path, sc in prepared:
+                progress.update(task, description=f"{sc.name} on {sc.cluster}")
+                run_dir = _new_run_dir(runs_dir, sc)
+                outcomes.append(run_scenario(sc, run_dir, source=str(path)))
+                progress.advance(task)
     _summary(outcomes, console)
     if json_path:
         json_path.parent.mkdir(parents=True, exist_ok=True)
@@ -198,3 +209,23 @@ def replay(run_dir: Path, runs_dir: Path, console: Console, json_path: Path | No
     sc = load_scenario(src)
     console.print(f"replaying {sc.name} (seed {sc.seed}) from {run_dir}")
     return run_scenarios([(src, sc)], None, None, runs_dir, json_path, None, console)
+
+
+def resume(run_dir: Path, console: Console, json_path: Path | None = None) -> int:
+    """Replace the dead driver of a Spark run: a new driver restores the job from the newest intact
+    checkpoint of its storage, finishes it in the same run directory, and the oracles judge the whole."""
+    from chaos.cli import UsageError
+
+    src = run_dir / SCENARIO_FILE
+    if not src.is_file():
+        raise UsageError(f"{run_dir}: not a run directory (no {SCENARIO_FILE})")
+    sc = load_scenario(src)
+    if sc.cluster_kind == "sim":
+        raise UsageError(f"{run_dir}: a sim run has no driver to replace; use statechaos replay")
+    console.print(f"resuming {sc.name} (seed {sc.seed}) in {run_dir} with a new driver")
+    outcome = run_scenario(sc, run_dir, source=str(src), resume=True)
+    _summary([outcome], console)
+    if json_path is not None:
+        report = {"passed": outcome.passed, "scenarios": [outcome.to_dict()]}
+        json_path.write_text(json.dumps(report, indent=2, default=str))
+    return _exit_code([outcome])

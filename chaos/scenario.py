@@ -60,7 +60,17 @@ FAULT_KINDS: dict[str, tuple[str, ...]] = {
 }
 
 STORAGE_MODES = ("slow", "unavailable", "full", "corrupt", "truncate")
-TOXICS = ("latency", "jitter", "bandwidth", "slow_close", "timeout", "reset_peer", "slicer", "limit_data")
+TOXICS = (
+    "latency",
+    "jitter",
+    "bandwidth",
+    "slow_close",
+    "timeout",
+    "reset_peer",
+    "slicer",
+    "limit_data",
+    "disable",
+)
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
 
@@ -110,8 +120,11 @@ class Trigger(_Strict):
     failpoint: str | None = None
     random: Annotated[int, Field(ge=1, description="how many firings, at seeded random times")] | None = None
     within_ms: Duration | None = None  # window for random triggers
+    # fire this long after a checkpoint or records trigger is reached (e.g. in the middle of the next
+    # checkpoint's barrier alignment, which the completion of the previous one cannot catch)
+    after_ms: Duration | None = None
 
-    @field_validator("time_ms", "within_ms", mode="before")
+    @field_validator("time_ms", "within_ms", "after_ms", mode="before")
     @classmethod
     def _duration(cls, v: Any) -> Any:
         return None if v is None else parse_duration_ms(v)
@@ -137,6 +150,8 @@ class Trigger(_Strict):
             )
         if self.within_ms is not None and self.random is None:
             raise ValueError("within_ms only applies to random triggers")
+        if self.after_ms is not None and self.checkpoint is None and self.records is None:
+            raise ValueError("after_ms only applies to checkpoint and records triggers")
         return self
 
     @property
@@ -147,7 +162,8 @@ class Trigger(_Strict):
         raise AssertionError("validated trigger has a kind")
 
     def describe(self) -> str:
-        return f"{self.kind}={getattr(self, self.kind)}"
+        after = f"+{self.after_ms}ms" if self.after_ms else ""
+        return f"{self.kind}={getattr(self, self.kind)}{after}"
 
 
 def _check_parallelism(v: Any) -> Any:
@@ -201,7 +217,9 @@ class Fault(_Strict):
     toxic: str | None = None  # network
     attributes: dict[str, int | float] = Field(default_factory=dict)  # network toxic attributes
     toxicity: Annotated[float, Field(ge=0, le=1)] = 1.0
-    stream: Literal["upstream", "downstream"] = "downstream"
+    # network: Toxiproxy direction; none = the way records flow (a data channel: upstream, from the
+    # sending task to the receiving one; the coordinator link: downstream, the driver's triggers to a task)
+    stream: Literal["upstream", "downstream"] | None = None
 
     _coerce_at = field_validator("at", mode="before")(classmethod(lambda cls, v: _coerce_trigger(v)))
 
@@ -309,9 +327,15 @@ class Scenario(_Strict):
     seed: int = 0
     timeout_s: Annotated[float, Field(gt=0)] = 600
     max_restarts: Annotated[int, Field(ge=0)] = 50
+    # liveness: progress must resume within this long after the last fault heals (default: see
+    # chaos.execute.liveness_bound_ms)
+    recovery_bound_ms: Duration | None = None
 
     _check_p = field_validator("parallelism", mode="before")(
         classmethod(lambda cls, v: _check_parallelism(v))
+    )
+    _recovery = field_validator("recovery_bound_ms", mode="before")(
+        classmethod(lambda cls, v: None if v is None else parse_duration_ms(v))
     )
 
     @field_validator("cluster")
@@ -354,7 +378,16 @@ class Scenario(_Strict):
             data["cluster"] = cluster
         if seed is not None:
             data["seed"] = seed
-        return Scenario.model_validate(data)
+        try:
+            return Scenario.model_validate(data)
+        except ValidationError as e:  # e.g. docker-only faults run with --cluster local: exit 2, not a traceback
+            problems: list[tuple[int | None, str, str]] = []
+            for err in e.errors():
+                msg = err["msg"].removeprefix("Value error, ")
+                for path_, m in _ENCODED.findall(msg) or [(".".join(map(str, err["loc"])), msg)]:
+                    loc = tuple(int(x) if x.isdigit() else x for x in path_.split(".") if x)
+                    problems.append((None, _field_name(loc), m))
+            raise ScenarioError(f"scenario {self.name!r} with cluster {data['cluster']!r}", problems) from None
 
 
 def consistency_problems(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:

@@ -1,18 +1,22 @@
 """Run a scenario on Spark: start the cluster (embedded local-cluster by default, or a spark://
 master), build injectors for process faults (SIGKILL an executor or a Python worker, SIGSTOP an
-executor) on top of the runtime ones, and drive the job with ``harness.spark``. The cluster and
-every process it started are gone when this returns, also on failure and Ctrl-C."""
+executor) and network faults (Toxiproxy toxics on the data channels and coordinator links the
+scenario names, which are routed through run-owned proxies) on top of the runtime ones, and drive
+the job with ``harness.spark``. The cluster, the proxy server and every process the run started are
+gone when this returns, also on failure and Ctrl-C."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 from pathlib import Path
 from typing import Any
 
 from chaos.errors import EnvironmentProblem
 from chaos.injectors.base import Injector, InjectorError
+from chaos.injectors.network import DisableLink, ProxyRouter, ToxicFault
 from chaos.injectors.process import KillProcess, PauseProcess
-from chaos.scenario import Scenario
+from chaos.scenario import Fault, Scenario
 from chaos.schedule import Nemesis, PlannedFault, plan
 from chaos.scope import RunScope
 from harness.jobs import JobSpec
@@ -33,10 +37,7 @@ def spark_master(sc: Scenario, slots: int) -> str:
     from harness.spark.cluster import parse_master
 
     if sc.cluster == "docker":
-        raise EnvironmentProblem(
-            "cluster 'docker': the dockerised Spark executor is not wired to scenarios yet; "
-            "run the scenario with --cluster local or a spark:// master"
-        )
+        return "docker"  # the stack's master, known once the stack is up (chaos.cluster.docker_spark)
     try:
         return parse_master(sc.cluster, slots)
     except ValueError as e:  # e.g. a local-cluster[W,C,M] with too few slots for the barrier stage
@@ -58,58 +59,163 @@ def _executor_target(cluster: Any, target: str | None, rng: random.Random) -> tu
     return eid, pids[eid]
 
 
-def run_spark(sc: Scenario, spec: JobSpec, run_dir: Path) -> dict[str, Any]:
+def network_link(channel: str | None) -> str:
+    """The link a network fault's ``channel`` names: ``"up->down"`` a data channel, ``"coordinator"``
+    every task's coordinator link, ``"coordinator:task"`` one of them; none: every data channel (one
+    is picked when the fault starts). A trailing ``:`` marks a prefix."""
+    from harness.spark.network import coordinator_link
+
+    if channel is None:
+        return "data:"
+    if channel == "coordinator":
+        return "coord:"
+    if channel.startswith("coordinator:"):
+        return coordinator_link(channel.removeprefix("coordinator:"))
+    if "->" not in channel:
+        raise EnvironmentProblem(
+            f"network fault channel {channel!r}: expected 'up[i]->down[j]', 'coordinator' or 'coordinator:task'"
+        )
+    return f"data:{channel}"
+
+
+class _LinkRouter(ProxyRouter):
+    """Proxies exactly the links the scenario's network faults name (prefixes for 'every ...')."""
+
+    def __init__(self, client: Any, run_id: str, links: set[str], **hosts: Any) -> None:
+        super().__init__(client, run_id, links, **hosts)
+
+    def wants(self, link: str) -> bool:
+        assert self.links is not None
+        return any(link == x or (x.endswith(":") and link.startswith(x)) for x in self.links)
+
+
+def _network_injector(router: ProxyRouter, f: Fault, run_id: str, rng: random.Random) -> Injector:
+    link = network_link(f.channel)
+    proxies = router.proxies_for(link)
+    if link == "data:" and proxies:
+        proxies = [rng.choice(proxies)]
+    if not proxies:
+        live = ", ".join(sorted(router.proxies)) or "none yet"
+        raise InjectorError(
+            f"no live proxied link matches {f.channel or 'a data channel'!r} (proxied: {live})"
+        )
+    if f.toxic == "disable":
+        return DisableLink(proxies)
+    stream = f.stream or ("upstream" if link.startswith("data:") else "downstream")
+    return ToxicFault(proxies, str(f.toxic), dict(f.attributes), stream, f.toxicity, run_id)
+
+
+def run_spark(sc: Scenario, spec: JobSpec, run_dir: Path, resume: bool = False) -> dict[str, Any]:
+    """``resume``: a new driver takes over ``run_dir`` from one that died (chaos.resume)."""
+    with contextlib.ExitStack() as stack:
+        return _run_spark(sc, spec, run_dir, stack, resume)
+
+
+def _run_spark(
+    sc: Scenario, spec: JobSpec, run_dir: Path, stack: contextlib.ExitStack, resume: bool
+) -> dict[str, Any]:
     from chaos.execute import checkpoint_config, rescale_requests, runtime_injector
+    from chaos.toxiproxy.launch import toxiproxy_client, toxiproxy_server
     from harness.spark.cluster import SparkCluster, SparkEnvironmentError
     from harness.spark.executor import SparkExecutor
+    from harness.spark.network import TaskNetwork
 
     slots = _slots(sc, spec)
     master = spark_master(sc, slots)
-    unsupported = [f.kind for f in sc.faults if f.kind == "network"]
-    if unsupported:
-        raise EnvironmentProblem(
-            f"scenario {sc.name!r}: network faults on the Spark executor need its proxied data channels, "
-            "which this version does not ship yet; run the other fault kinds, or network toxics against a "
-            "Toxiproxy-API proxy with chaos.injectors.network"
-        )
+    docker: Any = None  # chaos.cluster.docker_spark.DockerSparkCluster on cluster 'docker'
+    spark_kwargs: dict[str, Any] = {}
+    if sc.cluster == "docker":
+        from chaos.cluster.docker_spark import docker_cluster_for
+
+        docker = stack.enter_context(docker_cluster_for(run_dir, slots))
+        master, spark_kwargs = docker.master_url, docker.spark_kwargs()
+    router: ProxyRouter | None = None
+    # docker: tasks in different containers listen on every interface; the coordinator on the address
+    # of the host that containers reach
+    hosts = {"coordinator_bind": docker.driver_host, "data_bind": "0.0.0.0"} if docker else {}
+    network = TaskNetwork(**hosts)
+    net_faults = [f for f in sc.faults if f.kind == "network"]
+    if net_faults:
+        links = {network_link(f.channel) for f in net_faults}
+        if docker is not None:  # the stack's own proxy; tasks dial it by its container name
+            url, proxy_hosts = docker.proxy_url, {"listen_host": "0.0.0.0", "advertise_host": "toxiproxy"}
+        else:
+            proxy_hosts = {}
+            try:
+                url = stack.enter_context(toxiproxy_server())
+            except RuntimeError as e:
+                raise EnvironmentProblem(
+                    f"scenario {sc.name!r}: network faults need a Toxiproxy server: {e}"
+                ) from None
+        router = _LinkRouter(toxiproxy_client(url), run_dir.name, links, **proxy_hosts)
+        stack.callback(router.close)
+        network = TaskNetwork(**hosts, router=router.route)
     try:
-        cluster = SparkCluster(master, app_name=f"statechaos-{sc.name}-{sc.seed}").start()
+        cluster = SparkCluster(master, app_name=f"statechaos-{sc.name}-{sc.seed}", **spark_kwargs).start()
     except SparkEnvironmentError as e:
         raise EnvironmentProblem(str(e)) from None
-    try:
-        scope = RunScope(run_id=run_dir.name, pids=cluster.owned_pids, paths=[run_dir / "checkpoints"])
-        ex = SparkExecutor(
-            spec.graph,
-            run_dir,
-            checkpoint_config(sc),
-            cluster,
-            seed=sc.seed,
-            rescales=rescale_requests(sc),
-            max_restarts=sc.max_restarts,
-            time_limit_s=sc.timeout_s,
-            run_info={"scenario": sc.name, "records": sc.records, "keys": sc.keys, "checks": sc.checks},
-            failpoints_on=any(f.kind == "failpoint" for f in sc.faults),
-        )
+    stack.callback(cluster.stop)
+    if docker is not None:  # every worker's executor registered, so the barrier stage starts spread out
+        try:
+            cluster.wait_for_executors(docker.workers, 120)
+        except TimeoutError as e:
+            raise EnvironmentProblem(f"cluster 'docker' ({master}): {e}") from None
+    scope = RunScope(
+        run_id=run_dir.name,
+        pids=cluster.owned_pids,
+        paths=[run_dir / "checkpoints"],
+        compose_project=docker.stack.project if docker else None,
+    )
+    graph, rescales, planned = spec.graph, rescale_requests(sc), plan(sc)
+    if resume:
+        from chaos.resume import resume_point
 
-        def factory(p: PlannedFault, rng: random.Random) -> Injector | None:
-            f = p.fault
-            if f.kind == "kill_executor":
-                _, pid = _executor_target(cluster, None if f.target is None else str(f.target), rng)
-                return KillProcess(scope, pid, "executor")
-            if f.kind == "pause_executor":
-                _, pid = _executor_target(cluster, None if f.target is None else str(f.target), rng)
-                return PauseProcess(scope, pid, "executor")
-            if f.kind == "kill_python_worker":
-                eid, _ = _executor_target(cluster, None if f.target is None else str(f.target), rng)
-                workers = cluster.python_worker_pids().get(eid, [])
-                if not workers:
-                    raise InjectorError(f"executor {eid} has no Python worker running")
-                return KillProcess(scope, rng.choice(workers), "python_worker")
-            return runtime_injector(ex, scope, p, rng)
+        graph, rescales, planned = resume_point(run_dir, graph, rescales, planned)
+    ex = SparkExecutor(
+        graph,
+        run_dir,
+        checkpoint_config(sc),
+        cluster,
+        seed=sc.seed,
+        rescales=rescales,
+        max_restarts=sc.max_restarts,
+        time_limit_s=sc.timeout_s,
+        run_info={"scenario": sc.name, "records": sc.records, "keys": sc.keys, "checks": sc.checks},
+        failpoints_on=any(f.kind == "failpoint" for f in sc.faults),
+        network=network,
+        resume=resume,
+    )
 
-        nemesis = Nemesis(plan(sc), factory, ex.history.emit)
-        ex.hooks = nemesis
-        stats = ex.run().to_stats()
-        return {**stats, "master": master, "spark_startup_s": round(getattr(cluster, "startup_s", 0.0), 1)}
-    finally:
-        cluster.stop()
+    def factory(p: PlannedFault, rng: random.Random) -> Injector | None:
+        f = p.fault
+        if docker is not None:
+            from chaos.cluster.docker_spark import docker_injector
+
+            target = None if f.target is None else str(f.target)
+            injector = docker_injector(docker, cluster, scope, f.kind, target, rng)
+            if injector is not None:
+                return injector
+        if f.kind == "kill_executor":
+            _, pid = _executor_target(cluster, None if f.target is None else str(f.target), rng)
+            return KillProcess(scope, pid, "executor")
+        if f.kind == "pause_executor":
+            _, pid = _executor_target(cluster, None if f.target is None else str(f.target), rng)
+            return PauseProcess(scope, pid, "executor")
+        if f.kind == "kill_python_worker":
+            eid, _ = _executor_target(cluster, None if f.target is None else str(f.target), rng)
+            workers = cluster.python_worker_pids().get(eid, [])
+            if not workers:
+                raise InjectorError(f"executor {eid} has no Python worker running")
+            return KillProcess(scope, rng.choice(workers), "python_worker")
+        if f.kind == "network":
+            assert router is not None
+            return _network_injector(router, f, run_dir.name, rng)
+        return runtime_injector(ex, scope, p, rng)
+
+    nemesis = Nemesis(planned, factory, ex.history.emit)
+    ex.hooks = nemesis
+    stats = ex.run().to_stats()
+    out = {**stats, "master": master, "spark_startup_s": round(getattr(cluster, "startup_s", 0.0), 1)}
+    if docker is not None:
+        out["docker_startup_s"] = round(docker.startup_s, 1)
+    return out

@@ -17,14 +17,21 @@ __all__ = ["HistoryWriter", "read_history"]
 
 
 class HistoryWriter:
-    """Appends events to ``path``; thread-safe (the Spark driver writes from several threads)."""
+    """Appends events to ``path``; thread-safe (the Spark driver writes from several threads).
 
-    def __init__(self, path: Path, clock: Callable[[], int]) -> None:
+    ``append=True`` continues the history of a driver that died (driver replacement): a line it left
+    half-written is cut off, and ``seq`` goes on from its last event (``last_event``)."""
+
+    def __init__(self, path: Path, clock: Callable[[], int], append: bool = False) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(self.path, "w", encoding="utf-8")
-        self._clock = clock
+        self.last_event: dict[str, Any] | None = None
         self._seq = 0
+        if append and self.path.is_file():
+            self.last_event = _repair_tail(self.path)
+            self._seq = 0 if self.last_event is None else int(self.last_event["seq"]) + 1
+        self._fh = open(self.path, "a" if append else "w", encoding="utf-8")
+        self._clock = clock
         self._lock = threading.Lock()
 
     def emit(self, type: str, **fields: Any) -> None:  # noqa: A002 - "type" is the event field's name
@@ -47,6 +54,25 @@ class HistoryWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _repair_tail(path: Path) -> dict[str, Any] | None:
+    """Cut a torn last line (a writer killed mid-line) and return the last whole event."""
+    data = path.read_bytes()
+    end = data.rfind(b"\n") + 1
+    if end < len(data):
+        with open(path, "r+b") as fh:
+            fh.truncate(end)
+        data = data[:end]
+    lines = data.splitlines()
+    while lines and not lines[-1].strip():
+        lines.pop()
+    if not lines:
+        return None
+    try:
+        return json.loads(lines[-1])
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{len(lines)}: not a JSON history event: {e}") from None
 
 
 def read_history(path: Path) -> Iterator[dict[str, Any]]:

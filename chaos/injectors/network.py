@@ -5,13 +5,95 @@ or statechaos's own compatible proxy."""
 from __future__ import annotations
 
 import itertools
+import re
+import threading
 from typing import Any
 
 from chaos.injectors.base import Injector, InjectorError
 
-__all__ = ["ToxicFault", "DisableLink"]
+__all__ = ["ToxicFault", "DisableLink", "ProxyRouter"]
 
 _ids = itertools.count(1)
+
+
+def _as_list(proxy: Any) -> list[Any]:
+    return list(proxy) if isinstance(proxy, list | tuple) else [proxy]
+
+
+def _owned(proxies: list[Any], what: str) -> None:
+    for p in proxies:
+        if not p.name.startswith("statechaos-"):
+            from chaos.scope import BlastRadiusError
+
+            raise BlastRadiusError(f"refusing to {what} proxy {p.name!r}: not a statechaos run's proxy")
+
+
+class ProxyRouter:
+    """Puts a run-owned Toxiproxy proxy in front of the links a run's faults name, so toxics can act on
+    them. Given to the Spark executor as its router: asked for a link's real endpoint, it creates the
+    proxy (or points an existing one, with its toxics, at the new endpoint after a redeployment) and
+    hands out the proxy's. Links no fault names go direct: every proxied byte costs a hop.
+
+    ``listen_host`` is where the proxy server listens; ``advertise_host`` what tasks dial (a container
+    name when the proxy runs in the compose stack)."""
+
+    def __init__(
+        self,
+        client: Any,
+        run_id: str,
+        links: set[str] | None,
+        listen_host: str = "127.0.0.1",
+        advertise_host: str | None = None,
+    ) -> None:
+        self.client, self.links = client, links  # links=None: proxy every link
+        self.run_id = re.sub(r"[^A-Za-z0-9_.-]", "-", run_id)
+        self.listen_host, self.advertise_host = listen_host, advertise_host or listen_host
+        self.proxies: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def proxy_name(self, link: str) -> str:
+        return f"statechaos-{self.run_id}-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", link).strip("-")
+
+    def wants(self, link: str) -> bool:
+        return self.links is None or link in self.links
+
+    def route(self, link: str, real: tuple[str, int]) -> tuple[str, int]:
+        if not self.wants(link):
+            return real
+        upstream = f"{real[0]}:{real[1]}"
+        with self._lock:
+            p = self.proxies.get(link)
+            try:
+                if p is None:
+                    p = self.client.create(
+                        upstream=upstream, name=self.proxy_name(link), listen=f"{self.listen_host}:0"
+                    )
+                    self.proxies[link] = p
+                elif p.upstream != upstream:
+                    from toxiproxy.api import APIConsumer
+
+                    APIConsumer.post(f"/proxies/{p.name}", json={"upstream": upstream})
+                    p.upstream = upstream
+            except Exception as e:
+                raise InjectorError(f"creating proxy for {link} -> {upstream}: {e}") from e
+        return (self.advertise_host, int(str(p.listen).rsplit(":", 1)[1]))
+
+    def proxies_for(self, link_prefix: str) -> list[Any]:
+        """The live proxies whose link equals, or starts with, ``link_prefix`` (``coord:`` = all)."""
+        with self._lock:
+            return [
+                p for k, p in sorted(self.proxies.items()) if k == link_prefix or k.startswith(link_prefix)
+            ]
+
+    def close(self) -> None:
+        """Remove every proxy this run created."""
+        with self._lock:
+            proxies, self.proxies = list(self.proxies.values()), {}
+        for p in proxies:
+            try:
+                p.destroy()
+            except Exception:
+                pass
 
 
 class ToxicFault(Injector):
@@ -29,7 +111,8 @@ class ToxicFault(Injector):
         toxicity: float = 1.0,
         run_id: str = "",
     ) -> None:
-        self.proxy, self.toxic, self.stream, self.toxicity = proxy, toxic, stream, toxicity
+        self.proxies = _as_list(proxy)
+        self.toxic, self.stream, self.toxicity = toxic, stream, toxicity
         self.attributes = dict(attributes or {})
         self.type = "latency" if toxic == "jitter" else toxic
         if toxic == "jitter":
@@ -39,37 +122,37 @@ class ToxicFault(Injector):
         self._added = False
 
     def start(self) -> None:
-        if not self.proxy.name.startswith("statechaos-"):
-            from chaos.scope import BlastRadiusError
-
-            raise BlastRadiusError(
-                f"refusing to add a toxic to proxy {self.proxy.name!r}: not a statechaos run's proxy"
-            )
-        try:
-            self.proxy.add_toxic(
-                name=self.name,
-                type=self.type,
-                stream=self.stream,
-                toxicity=self.toxicity,
-                attributes=self.attributes,
-            )
-        except Exception as e:
-            raise InjectorError(f"adding {self.type} toxic to proxy {self.proxy.name}: {e}") from e
+        _owned(self.proxies, "add a toxic to")
         self._added = True
+        for p in self.proxies:
+            try:
+                p.add_toxic(
+                    name=self.name,
+                    type=self.type,
+                    stream=self.stream,
+                    toxicity=self.toxicity,
+                    attributes=self.attributes,
+                )
+            except Exception as e:
+                raise InjectorError(f"adding {self.type} toxic to proxy {p.name}: {e}") from e
 
     def stop(self) -> None:
         if self._added:
             self._added = False
-            try:
-                self.proxy.destroy_toxic(self.name)
-            except Exception as e:
-                raise InjectorError(f"removing toxic {self.name} from proxy {self.proxy.name}: {e}") from e
+            errors = []
+            for p in self.proxies:
+                try:
+                    p.destroy_toxic(self.name)
+                except Exception as e:
+                    errors.append(f"removing toxic {self.name} from proxy {p.name}: {e}")
+            if errors:
+                raise InjectorError("; ".join(errors))
 
     def describe(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
             "toxic": self.toxic,
-            "target": self.proxy.name,
+            "target": ", ".join(p.name for p in self.proxies),
             "stream": self.stream,
             "toxicity": self.toxicity,
             "attributes": self.attributes,
@@ -82,23 +165,20 @@ class DisableLink(Injector):
     kind = "network"
 
     def __init__(self, proxy: Any) -> None:
-        self.proxy = proxy
+        self.proxies = _as_list(proxy)
         self._disabled = False
 
     def start(self) -> None:
-        if not self.proxy.name.startswith("statechaos-"):
-            from chaos.scope import BlastRadiusError
-
-            raise BlastRadiusError(
-                f"refusing to disable proxy {self.proxy.name!r}: not a statechaos run's proxy"
-            )
-        self.proxy.disable()
+        _owned(self.proxies, "disable")
         self._disabled = True
+        for p in self.proxies:
+            p.disable()
 
     def stop(self) -> None:
         if self._disabled:
             self._disabled = False
-            self.proxy.enable()
+            for p in self.proxies:
+                p.enable()
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": self.kind, "toxic": "disabled", "target": self.proxy.name}
+        return {"kind": self.kind, "toxic": "disabled", "target": ", ".join(p.name for p in self.proxies)}

@@ -22,6 +22,7 @@ from harness.history import HistoryWriter
 from harness.job import JobGraph, task_name
 from harness.jobmaster import JobFailure, JobMaster, RescaleRequest, RescaleSchedule, RunSummary
 from harness.spark.cluster import SparkCluster
+from harness.spark.network import Endpoint, TaskNetwork, coordinator_link
 from harness.spark.task_runner import run_subtask
 from harness.spark.transport import CoordinatorServer
 from reference_impl.checkpoint import StateFileHandle
@@ -29,13 +30,13 @@ from reference_impl.checkpoint import StateFileHandle
 __all__ = ["SparkExecutor"]
 
 
-def _stage_body(graph: JobGraph, run_dir: str, coord: tuple[str, int]) -> Any:
+def _stage_body(graph: JobGraph, run_dir: str, coordinators: dict[str, Endpoint]) -> Any:
     def body(it: Any) -> Any:
         from pyspark import BarrierTaskContext
 
         list(it)
         ctx = BarrierTaskContext.get()
-        yield run_subtask(graph, run_dir, coord, ctx.partitionId(), ctx, ctx.taskAttemptId())
+        yield run_subtask(graph, run_dir, coordinators, ctx.partitionId(), ctx, ctx.taskAttemptId())
 
     return body
 
@@ -66,6 +67,8 @@ class SparkExecutor:
         time_limit_s: float = 600,
         run_info: dict[str, Any] | None = None,
         failpoints_on: bool = False,
+        network: TaskNetwork | None = None,
+        resume: bool = False,
     ) -> None:
         graph.validate()
         self.graph = graph
@@ -78,16 +81,22 @@ class SparkExecutor:
         self.time_limit_s = time_limit_s
         self.run_info = run_info or {}
         self.failpoints_on = failpoints_on
-        self._t0 = time.monotonic()
+        self._t0 = self._started = time.monotonic()
+        # resume: this driver replaces one that died; it goes on with the same history and storage
+        self.resume = resume
         self.history = HistoryWriter(
-            self.run_dir / "history.jsonl", lambda: int((time.monotonic() - self._t0) * 1000)
+            self.run_dir / "history.jsonl", lambda: int((time.monotonic() - self._t0) * 1000), append=resume
         )
+        prior = self.history.last_event if resume else None
+        if prior is not None:  # history time goes on from where the dead driver stopped
+            self._t0 -= (int(prior["t"]) + 1) / 1000
         self.master = JobMaster(graph, self.run_dir, checkpoint, self.history, max_restarts=max_restarts)
         self.lock = threading.RLock()
-        self.server = CoordinatorServer("127.0.0.1")
+        self.network = network or TaskNetwork()
+        self.server = CoordinatorServer(self.network.coordinator_bind)
         self.coord: CheckpointCoordinator | None = None
         self.dep: _Deployment | None = None
-        self.deployments = 0
+        self.deployments = _attempts_so_far(self.run_dir / "history.jsonl") if resume else 0
         self.skews: dict[str, int] = {}
         self.storage_mode: tuple[str | None, int] = (None, 0)
         self.records_emitted = 0
@@ -190,9 +199,8 @@ class SparkExecutor:
                 dep = self.dep
                 assert dep is not None
             dep.registered.add(task)
-            self.server.send(
-                task, ("deploy", dep.number, dep.checkpoint_path, self.failpoints_on, self.skews.get(task, 0))
-            )
+            deploy = (dep.number, dep.checkpoint_path, self.failpoints_on, self.skews.get(task, 0))
+            self.server.send(task, ("deploy", *deploy, self.network.task_settings()))
             if self.storage_mode[0] is not None:
                 self.server.send(task, ("storage", *self.storage_mode))
             if self.stopping_for_rescale:
@@ -231,6 +239,12 @@ class SparkExecutor:
                 dep.exhausted.add(task)
         elif kind == "failpoint":
             self._on_failpoint(task, msg[1], msg[2])
+        elif kind == "route":
+            self.server.send(task, ("route", *self._route(str(msg[1]), (str(msg[2]), int(msg[3])))))
+
+    def _route(self, link: str, real: Endpoint) -> Endpoint:
+        router = self.network.router
+        return real if router is None else router(link, real)
 
     def _driver_failpoint(self, name: str) -> None:
         if self.hooks is None:
@@ -249,7 +263,12 @@ class SparkExecutor:
         sc = self.cluster.sc
         n = len(graph.subtasks())
         result: dict[str, Any] = {}
-        body = _stage_body(graph, str(self.run_dir), self.server.endpoint)
+        real = self.network.coordinator_endpoint(self.server.endpoint[1])
+        coords = {
+            t: self._route(coordinator_link(t), real)
+            for t in (task_name(o, i) for o, i, _ in graph.subtasks())
+        }
+        body = _stage_body(graph, str(self.run_dir), coords)
 
         def run() -> None:
             try:
@@ -267,7 +286,7 @@ class SparkExecutor:
         self._new_deployment(graph, reason)
         th, result = self._submit(graph)
         while th.is_alive():
-            if time.monotonic() - self._t0 > self.time_limit_s:
+            if time.monotonic() - self._started > self.time_limit_s:
                 self.cluster.sc.cancelAllJobs()
                 th.join(30)
                 raise JobFailure(f"time limit of {self.time_limit_s:.0f} s reached")
@@ -323,6 +342,15 @@ class SparkExecutor:
             self.server.send(t, ("crash",))
 
     def run(self) -> RunSummary:
+        if self.resume:
+            self.history.emit(
+                "driver_replaced",
+                attempt=self.deployments,
+                checkpoint_id=self.master.latest_checkpoint_id(),
+                parallelism=self.graph.parallelism(),
+                master=self.cluster.master,
+            )
+            return self._run()
         self.history.emit(
             "run_start",
             job=self.graph.name,
@@ -332,6 +360,9 @@ class SparkExecutor:
             max_parallelism=self.graph.max_parallelism,
             config={**self.run_info, "master": self.cluster.master},
         )
+        return self._run()
+
+    def _run(self) -> RunSummary:
         status, reason = "finished", "all input processed and committed"
         graph, why = self.graph, None
         try:
@@ -353,6 +384,10 @@ class SparkExecutor:
                 why = f"Spark gave up on the stage: {outcome[7:]}"
         except JobFailure as e:
             status, reason = "failed", str(e)
+        except BaseException as e:  # Ctrl-C or a driver bug: the history must not say "finished"
+            status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+            reason = f"{type(e).__name__}: {e}".rstrip(": ")
+            raise
         finally:
             if self.hooks is not None:
                 try:
@@ -372,6 +407,17 @@ class SparkExecutor:
             graph.parallelism(),
             simulated=False,
         )
+
+
+def _attempts_so_far(history: Path) -> int:
+    """The first deployment number a replacement driver may use: after every one the history names
+    (transaction names carry it, so a reused number could collide with a dead driver's)."""
+    from harness.history import read_history
+
+    if not history.is_file():
+        return 0
+    seen = [int(e["attempt"]) for e in read_history(history) if isinstance(e.get("attempt"), int)]
+    return max(seen, default=-1) + 1
 
 
 def _is_empty(e: BaseException) -> bool:

@@ -17,6 +17,7 @@ from typing import Any
 from harness.failpoints import Failpoints, InjectedCrash
 from harness.items import CheckpointBarrier, from_wire, to_wire
 from harness.job import JobGraph
+from harness.spark.network import Endpoint, advertised_host, data_link
 from harness.spark.transport import CoordinatorClient, InputGate, OutputChannel, TransportError
 from harness.storage_gate import GatedStorage
 from harness.tasks import SourceTask, StreamTask, TaskEnv, task_name
@@ -150,31 +151,36 @@ class _RemoteFailpoints:
 
 
 def run_subtask(
-    graph: JobGraph, run_dir: str, coordinator: tuple[str, int], partition: int, ctx: Any, spark_attempt: int
+    graph: JobGraph,
+    run_dir: str,
+    coordinators: dict[str, Endpoint],
+    partition: int,
+    ctx: Any,
+    spark_attempt: int,
 ) -> dict[str, Any]:
-    """The body of barrier task ``partition``. Returns a small summary (the stage's output)."""
+    """The body of barrier task ``partition``. Returns a small summary (the stage's output).
+    ``coordinators`` maps each task to the endpoint of its coordinator link (a proxy, when routed)."""
     op, sub, stage = graph.subtasks()[partition]
     name = task_name(op, sub)
-    client = CoordinatorClient(coordinator, name, spark_attempt)
+    client = CoordinatorClient(tuple(coordinators[name]), name, spark_attempt)
     link = _Link(client)
     gate: InputGate | None = None
     output: _Output | None = None
     task: Any = None
     try:
         deploy = link.request(("register", partition), "deploy", timeout_s=120)
-        _, deployment, chk_path, failpoints_on, skew = deploy
+        _, deployment, chk_path, failpoints_on, skew, net = deploy
         # data endpoints: every task learns every task's input gate through allGather
         channels = graph.channels()
         n_inputs = sum(1 for _, down in channels if down == name)
         if n_inputs:
-            gate = InputGate(n_inputs, host="127.0.0.1")
-        mine = {"task": name, "endpoint": list(gate.endpoint) if gate else None}
+            gate = InputGate(n_inputs, host=net["bind"])
+        mine = {"task": name, "endpoint": [advertised_host(net), gate.endpoint[1]] if gate else None}
         everyone = {d["task"]: d["endpoint"] for d in map(json.loads, ctx.allGather(json.dumps(mine)))}
         names = [down for up, down in channels if up == name]
         if names:
-            output = _Output(
-                [OutputChannel(tuple(everyone[n]), sub, batch_records=256) for n in names], names
-            )
+            ends = [_route(link, net, name, n, tuple(everyone[n])) for n in names]
+            output = _Output([OutputChannel(e, sub, batch_records=256) for e in ends], names)
         if gate is not None:
             gate.accept(timeout_s=60)
         clock = SkewedClock(SystemClock(), int(skew or 0))
@@ -222,6 +228,14 @@ def run_subtask(
         if gate is not None:
             gate.close()
         client.close()
+
+
+def _route(link: _Link, net: dict[str, Any], up: str, down: str, real: Endpoint) -> Endpoint:
+    """The endpoint to dial for channel ``up -> down``: the real one, or the driver's router's proxy."""
+    if not net.get("routed"):
+        return real
+    reply = link.request(("route", data_link(up, down), real[0], real[1]), "route", timeout_s=60)
+    return (str(reply[1]), int(reply[2]))
 
 
 def _loop(

@@ -1,0 +1,374 @@
+"""Scenarios on the dockerised Spark standalone cluster: the driver runs on the host (in the
+``statechaos`` process, so triggers, history and oracles work as on every other cluster), executors
+run in the compose stack's worker containers, and faults act on those containers.
+
+Why the driver stays on the host: the Nemesis fires faults from the driver's own loop (at checkpoint
+n, after k records), and the run directory, history and oracles are the host's. The containers reach
+the host at the gateway address of the run's network (the driver and the checkpoint coordinator
+bind there), the host reaches the master at its container address, and the host's run directory is
+bind-mounted at the same path into every worker so executors write checkpoints and output where the
+driver reads them. Executors run the image's Python, which holds the same project code (the image is
+rebuilt from the checkout when it changed) and the same pyspark as the host.
+
+One stack serves one run, or every run of a :func:`docker_session` (``statechaos run`` over several
+docker scenarios, the docker test suite): starting the stack is the slow part. Between runs the
+session repairs what faults left (a killed worker is started again, a paused one resumed, a cut one
+reconnected). Stacks carry their owner's pid in a label; each new session first removes the stacks
+of owners that died without cleaning up (SIGKILL).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import random
+import re
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from chaos.cluster.docker_stack import (
+    DockerStack,
+    DockerStackError,
+    build_images,
+    compose_command,
+    docker_client,
+    owner_token,
+    sweep_dead_owners,
+)
+from chaos.errors import EnvironmentProblem
+from chaos.injectors.base import Injector, InjectorError
+from chaos.injectors.containers import ContainerFault, PartitionContainer
+from chaos.scope import RunScope
+
+__all__ = [
+    "CONTAINER_FAULTS",
+    "DockerSparkCluster",
+    "ExecSignal",
+    "docker_cluster_for",
+    "docker_injector",
+    "docker_session",
+    "workers_for",
+]
+
+IMAGE_PYTHON = "/opt/statechaos/venv/bin/python"
+CORES_PER_WORKER = 2
+CONTAINER_FAULTS = ("kill_worker", "stop_worker", "restart_worker", "pause_worker", "partition_worker")
+# Spark declares an executor lost after spark.network.timeout without a heartbeat: short, so a cut or
+# frozen worker fails the stage in seconds, yet longer than the pauses scenarios use to expire a
+# checkpoint (a pause is meant to be survived).
+SPARK_CONF = {
+    "spark.network.timeout": "12s",
+    "spark.network.timeoutInterval": "4s",
+    "spark.executor.heartbeatInterval": "2s",
+    "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+    "spark.scheduler.maxRegisteredResourcesWaitingTime": "60s",
+}
+
+
+def workers_for(slots: int, cores: int = CORES_PER_WORKER) -> int:
+    """Workers for a barrier stage of ``slots`` tasks, plus one to spare: a killed, frozen or cut
+    worker must not leave the relaunched stage without enough free slots."""
+    return math.ceil(slots / cores) + 1
+
+
+def _image_python(client: Any, image: str) -> tuple[int, int] | None:
+    """The image's Python (major, minor), read from its SPARK_HOME (…/lib/python3.X/site-packages/…)."""
+    env = client.images.get(image).attrs.get("Config", {}).get("Env") or []
+    for item in env:
+        m = re.search(r"/lib/python(\d+)\.(\d+)/", item)
+        if item.startswith("SPARK_HOME=") and m:
+            return int(m.group(1)), int(m.group(2))
+    return None
+
+
+def _locked_pyspark() -> str | None:
+    lock = Path(__file__).resolve().parents[2] / "compose" / "requirements.lock"
+    with contextlib.suppress(OSError):
+        for line in lock.read_text().splitlines():
+            if line.lower().startswith("pyspark=="):
+                return line.split("==", 1)[1].strip()
+    return None
+
+
+def check_host_matches_image(client: Any, image: str) -> None:
+    """The host driver and the containers' executors must run the same pyspark and Python minor
+    version (pickled functions and Spark's RPC cross between them): EnvironmentProblem if not."""
+    import pyspark
+
+    want = _locked_pyspark()
+    if want and pyspark.__version__ != want:
+        raise EnvironmentProblem(
+            f"cluster 'docker': the host runs pyspark {pyspark.__version__} but the image has {want} "
+            "(compose/requirements.lock); the driver and the executors must run the same Spark: "
+            "reinstall the project's venv (./dev setup) or regenerate the lock"
+        )
+    py = _image_python(client, image)
+    if py is not None and py != sys.version_info[:2]:
+        raise EnvironmentProblem(
+            f"cluster 'docker': the driver runs Python {sys.version_info[0]}.{sys.version_info[1]} but the "
+            f"image's executors run Python {py[0]}.{py[1]}; pyspark refuses to mix them: run statechaos "
+            f"with Python {py[0]}.{py[1]} (PYTHON=python{py[0]}.{py[1]} ./dev ...)"
+        )
+
+
+class DockerSparkCluster:
+    """A compose stack prepared for a driver on this host: ``workers`` workers of ``cores`` task slots
+    each, ``mount_root`` bind-mounted into them, the proxy, and the addresses a driver needs."""
+
+    def __init__(
+        self, mount_root: Path, workers: int, *, cores: int = CORES_PER_WORKER, image: str | None = None
+    ) -> None:
+        self.mount_root = Path(mount_root).resolve()
+        self.workers, self.cores, self.image = workers, cores, image
+        self.stack: DockerStack | None = None
+        self.master_url = ""
+        self.driver_host = ""
+        self.proxy_url = ""
+        self.startup_s = 0.0
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> DockerSparkCluster:
+        """Sweep dead runs' stacks, build (or find) the image, start the stack and wait for health.
+        Every failure is an EnvironmentProblem naming what is missing; nothing is left running."""
+        import time
+
+        t0 = time.monotonic()
+        try:
+            client = docker_client()
+            compose_command()
+        except DockerStackError as e:
+            raise EnvironmentProblem(f"cluster 'docker' needs a Docker engine and docker-compose: {e}") from None
+        sweep_dead_owners(client)
+        try:
+            image = self.image or build_images()
+        except DockerStackError as e:
+            raise EnvironmentProblem(f"cluster 'docker': {e}") from None
+        check_host_matches_image(client, image)
+        self.mount_root.mkdir(parents=True, exist_ok=True)
+        project = f"statechaos-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        stack = DockerStack(
+            project,
+            workers=self.workers,
+            image=image,
+            client=client,
+            driver=False,
+            worker_cores=self.cores,
+            mounts=[self.mount_root],
+            owner=owner_token(),
+        )
+        try:
+            stack.__enter__()
+        except DockerStackError as e:
+            raise EnvironmentProblem(f"cluster 'docker': the compose stack did not come up: {e}") from None
+        self.stack = stack
+        try:
+            net = stack.network()
+            self.driver_host = net.attrs["IPAM"]["Config"][0]["Gateway"]
+            self.master_url = f"spark://{self._ip(stack.container('master'))}:7077"
+            self.proxy_url = f"http://127.0.0.1:{stack.host_port('proxy', 8474)}"
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_s = time.monotonic() - t0
+        return self
+
+    def stop(self) -> None:
+        """Remove the stack (containers, network, volumes); idempotent."""
+        stack, self.stack = self.stack, None
+        if stack is not None:
+            stack.__exit__(None, None, None)
+
+    def __enter__(self) -> DockerSparkCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def covers(self, run_dir: Path, workers: int) -> bool:
+        """Whether a run in ``run_dir`` needing ``workers`` workers can use this stack."""
+        run_dir = Path(run_dir).resolve()
+        inside = run_dir == self.mount_root or self.mount_root in run_dir.parents
+        return self.stack is not None and inside and workers <= self.workers
+
+    def repair(self, timeout: float = 120) -> None:
+        """Undo what a previous run's faults left: resume paused workers, reconnect cut ones, start
+        killed or stopped ones; then wait until every worker is healthy again."""
+        assert self.stack is not None
+        net = self.stack.network()
+        for c in self.stack.containers("worker", all=True):
+            c.reload()
+            if c.status == "paused":
+                c.unpause()
+            if c.status in ("exited", "created"):
+                c.start()
+            c.reload()
+            if net.name not in (c.attrs["NetworkSettings"]["Networks"] or {}):
+                net.connect(c)
+        self.stack.wait_healthy(timeout)
+
+    # ---- what a driver needs ----------------------------------------------------------------------
+    def spark_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for :class:`harness.spark.cluster.SparkCluster`."""
+        return {
+            "driver_host": self.driver_host,
+            "executor_python": IMAGE_PYTHON,
+            "executor_memory_mb": 768,
+            "extra_conf": dict(SPARK_CONF),
+        }
+
+    def _ip(self, container: Any) -> str:
+        assert self.stack is not None
+        container.reload()
+        nets = container.attrs["NetworkSettings"]["Networks"] or {}
+        info = nets.get(self.stack.network().name) or {}
+        if not info.get("IPAddress"):
+            raise DockerStackError(f"container {container.name} has no address on the run's network")
+        return str(info["IPAddress"])
+
+    def worker_containers(self) -> list[Any]:
+        assert self.stack is not None
+        return self.stack.containers("worker")
+
+    def busy_workers(self, spark: Any) -> list[Any]:
+        """Worker containers whose executor runs at least one task now (Spark's executor infos,
+        matched to containers by address)."""
+        infos = spark.sc._jsc.sc().statusTracker().getExecutorInfos()
+        busy = {str(i.host()) for i in infos if int(i.numRunningTasks()) > 0}
+        out = []
+        for c in self.worker_containers():
+            with contextlib.suppress(DockerStackError):
+                if self._ip(c) in busy or c.attrs["Config"]["Hostname"] in busy:
+                    out.append(c)
+        return out
+
+    def pick_worker(self, spark: Any, target: str | None, rng: random.Random) -> Any:
+        """``worker:N``: the N-th running worker by name; none: a random worker that runs tasks."""
+        workers = self.worker_containers()
+        if not workers:
+            raise InjectorError("no worker container of this run is running")
+        if target is None:
+            return rng.choice(self.busy_workers(spark) or workers)
+        want = str(target).removeprefix("worker:")
+        if not want.isdigit():
+            raise InjectorError(f"target {target!r}: expected worker:N (or no target: a busy worker)")
+        return workers[int(want) % len(workers)]
+
+
+class ExecSignal(Injector):
+    """Signal a process inside a run-owned container (the executor JVM, a Python worker): the
+    process faults of other clusters, for executors that are not processes of this host."""
+
+    _PATTERNS = {
+        # bracketed so the pattern does not match the `sh -c` that runs pgrep
+        "kill_executor": ("KILL", "[C]oarseGrainedExecutorBackend"),
+        "pause_executor": ("STOP", "[C]oarseGrainedExecutorBackend"),
+    }
+
+    def __init__(self, scope: RunScope, container: Any, kind: str, rng: random.Random) -> None:
+        self.scope, self.container, self.kind, self.rng = scope, container, kind, rng
+        self.instant = kind != "pause_executor"
+        self.pid: int | None = None
+
+    def _exec(self, script: str) -> str:
+        res = self.container.exec_run(["sh", "-c", script])
+        out = (res.output or b"").decode("utf-8", "replace").strip()
+        if res.exit_code != 0:
+            raise InjectorError(f"{self.kind} in {self.container.name}: `{script}` exited {res.exit_code}: {out}")
+        return out
+
+    def start(self) -> None:
+        self.scope.check_container(self.container)
+        if self.kind == "kill_python_worker":
+            # the workers the pyspark daemon forked (the daemon itself is another fault)
+            script = "for d in $(pgrep -f '[p]yspark.daemon'); do pgrep -P $d; done"
+        else:
+            script = f"pgrep -f '{self._PATTERNS[self.kind][1]}'"
+        pids = [int(x) for x in self._exec(script + " || true").split()]
+        if not pids:
+            raise InjectorError(f"{self.kind}: no such process in {self.container.name}")
+        self.pid = self.rng.choice(sorted(pids))
+        sig = "KILL" if self.kind != "pause_executor" else "STOP"
+        self._exec(f"kill -{sig} {self.pid}")
+
+    def stop(self) -> None:
+        if self.kind == "pause_executor" and self.pid is not None:
+            pid, self.pid = self.pid, None
+            with contextlib.suppress(Exception):  # the container may be gone
+                self.scope.check_container(self.container)
+                self.container.exec_run(["kill", "-CONT", str(pid)])
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "target": self.container.name, "pid": self.pid}
+
+
+def docker_injector(
+    dc: DockerSparkCluster, spark: Any, scope: RunScope, kind: str, target: str | None, rng: random.Random
+) -> Injector | None:
+    """The injector for a container or process fault on the docker cluster, None for other kinds."""
+    if kind in ("kill_executor", "pause_executor", "kill_python_worker"):
+        return ExecSignal(scope, dc.pick_worker(spark, target, rng), kind, rng)
+    if kind == "partition_worker":
+        assert dc.stack is not None
+        return PartitionContainer(scope, dc.pick_worker(spark, target, rng), dc.stack.network())
+    if kind in CONTAINER_FAULTS:
+        return ContainerFault(scope, dc.pick_worker(spark, target, rng), kind)
+    return None
+
+
+# ---- sessions: one stack for several runs ------------------------------------------------------------
+class _Session:
+    def __init__(self, mount_root: Path, workers: int | None) -> None:
+        self.mount_root, self.workers = Path(mount_root).resolve(), workers
+        self.cluster: DockerSparkCluster | None = None
+
+
+_SESSION: _Session | None = None
+
+
+@contextlib.contextmanager
+def docker_session(mount_root: Path, workers: int | None = None) -> Iterator[None]:
+    """Share one stack among the docker runs inside this block whose run directories lie under
+    ``mount_root``. The stack starts at the first such run (with ``workers`` workers, or as many as
+    it needs; a run needing more replaces it with a bigger one) and is removed when the block ends."""
+    global _SESSION
+    if _SESSION is not None:  # nested: the outer session serves
+        yield
+        return
+    _SESSION = _Session(mount_root, workers)
+    try:
+        yield
+    finally:
+        session, _SESSION = _SESSION, None
+        if session.cluster is not None:
+            session.cluster.stop()
+
+
+@contextlib.contextmanager
+def docker_cluster_for(run_dir: Path, slots: int) -> Iterator[DockerSparkCluster]:
+    """The docker cluster for one run: the session's (repaired) when there is one that fits, else a
+    stack for this run alone, removed when the run ends."""
+    need = workers_for(slots)
+    session = _SESSION
+    inside = session is not None and (
+        Path(run_dir).resolve() == session.mount_root or session.mount_root in Path(run_dir).resolve().parents
+    )
+    if session is None or not inside:
+        with DockerSparkCluster(Path(run_dir), need) as dc:
+            yield dc
+        return
+    if session.cluster is not None and not session.cluster.covers(run_dir, need):
+        session.cluster.stop()
+        session.cluster = None
+    if session.cluster is None:
+        session.cluster = DockerSparkCluster(session.mount_root, max(need, session.workers or 0)).start()
+    else:
+        try:
+            session.cluster.repair()
+        except DockerStackError:  # beyond repair: start afresh
+            session.cluster.stop()
+            session.cluster = DockerSparkCluster(session.mount_root, max(need, session.workers or 0)).start()
+    yield session.cluster

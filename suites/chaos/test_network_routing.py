@@ -1,0 +1,112 @@
+"""Network faults reach the runtime's links through run-owned Toxiproxy proxies: the router puts a
+proxy in front of exactly the links a scenario names, re-points it (toxics kept) when a redeployment
+moves the real endpoint, and removes every proxy at the end; the server a run starts is gone after."""
+
+from __future__ import annotations
+
+import socket
+import socketserver
+import threading
+import time
+import urllib.request
+
+import allure
+import psutil
+import pytest
+
+from chaos.errors import EnvironmentProblem
+from chaos.injectors.network import ToxicFault
+from chaos.spark_run import _LinkRouter, network_link
+from chaos.toxiproxy.launch import toxiproxy_client, toxiproxy_server
+
+pytestmark = [allure.epic("chaos"), allure.feature("network faults")]
+
+
+class _Echo(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        try:
+            while data := self.request.recv(65536):
+                self.request.sendall(data)
+        except ConnectionError:
+            pass
+
+
+@pytest.fixture
+def echo_servers():
+    servers = []
+    for _ in range(2):
+        srv = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Echo)
+        srv.daemon_threads = True
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        servers.append(srv)
+    yield [("127.0.0.1", s.server_address[1]) for s in servers]
+    for s in servers:
+        s.shutdown()
+        s.server_close()
+
+
+def _round_trip_ms(endpoint: tuple[str, int]) -> float:
+    with socket.create_connection(endpoint, timeout=5) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        t0 = time.perf_counter()
+        s.sendall(b"ping")
+        got = b""
+        while len(got) < 4:
+            got += s.recv(4)
+        assert got == b"ping"
+        return (time.perf_counter() - t0) * 1000
+
+
+def test_network_link_names():
+    assert network_link("source[0]->count[1]") == "data:source[0]->count[1]"
+    assert network_link("coordinator") == "coord:"
+    assert network_link("coordinator:count[0]") == "coord:count[0]"
+    assert network_link(None) == "data:"
+    with pytest.raises(EnvironmentProblem, match="expected 'up"):
+        network_link("count[0]")
+
+
+def test_router_proxies_named_links_and_keeps_toxics_across_redeployments(echo_servers):
+    first, second = echo_servers
+    with toxiproxy_server() as url:
+        client = toxiproxy_client(url)
+        router = _LinkRouter(client, "run-1", {"data:source[0]->count[1]", "coord:"})
+        try:
+            # links no fault names go direct
+            assert router.route("data:source[1]->count[0]", first) == first
+            via = router.route("data:source[0]->count[1]", first)
+            assert via != first and _round_trip_ms(via) < 200
+            assert router.route("coord:count[0]", first) != first  # the "every coordinator link" prefix
+            fault = ToxicFault(
+                router.proxies_for("data:source[0]->count[1]"),
+                "latency",
+                {"latency": 300},
+                "upstream",
+                1.0,
+                "run-1",
+            )
+            fault.start()
+            assert _round_trip_ms(via) >= 250
+            # a redeployment: the real endpoint moves, the proxy (and its toxic) stays where tasks dial
+            assert router.route("data:source[0]->count[1]", second) == via
+            assert _round_trip_ms(via) >= 250
+            fault.stop()
+            assert _round_trip_ms(via) < 200
+        finally:
+            router.close()
+        names = {p for p in client.proxies()}
+        assert not [n for n in names if n.startswith("statechaos-run-1-")]
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"{url}/version", timeout=2)
+
+
+def test_a_proxy_server_the_run_started_is_stopped_after(monkeypatch):
+    monkeypatch.delenv("TOXIPROXY_URL", raising=False)
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with toxiproxy_server() as url:
+        with urllib.request.urlopen(f"{url}/version", timeout=2) as r:
+            assert r.status == 200
+        started = {p.pid for p in psutil.Process().children(recursive=True)} - before
+        assert started
+    left = {p.pid for p in psutil.Process().children(recursive=True) if p.is_running()} - before
+    assert not left

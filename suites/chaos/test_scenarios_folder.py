@@ -1,0 +1,38 @@
+"""The ready-made scenarios of ``scenarios/`` pass through the command line, as a user runs them: all
+sim scenarios in one ``statechaos run``, and all local-cluster ones (executor kill, Python worker
+kill, executor pause, network toxics on data channels and coordinator links) in another, every check
+holding. The docker scenarios run in the docker suite."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import allure
+import pytest
+
+from chaos.cli import main
+from chaos.scenario import load_scenarios
+
+pytestmark = [allure.epic("chaos"), allure.feature("scenarios")]
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+
+
+@pytest.mark.parametrize(
+    "kind,at_least",
+    [("sim", 6), pytest.param("local", 4, marks=[pytest.mark.spark, pytest.mark.slow])],
+)
+def test_every_scenario_of_a_cluster_kind_passes_from_the_command_line(tmp_path, kind, at_least):
+    files = sorted(str(path) for path, sc in load_scenarios([SCENARIOS]) if sc.cluster_kind == kind)
+    assert len(files) >= at_least, files
+    report = tmp_path / "out.json"
+    rc = main(["run", *files, "--runs-dir", str(tmp_path / "runs"), "--json", str(report)])
+    data = json.loads(report.read_text())
+    failed = {
+        s["name"]: s.get("error") or [v["oracle"] for v in s["verdicts"] if not v["passed"]]
+        for s in data["scenarios"]
+        if not s["passed"]
+    }
+    assert rc == 0 and not failed, failed
+    assert len(data["scenarios"]) == len(files)

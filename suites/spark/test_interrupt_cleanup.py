@@ -1,0 +1,97 @@
+"""Ctrl-C stops a run cleanly: SIGINT to a ``statechaos run`` on local-cluster, mid-run and with a
+network fault's proxy server running, makes it exit 130, leaves no process behind (driver JVM,
+executors, Python workers, the proxy server) and ends the history as interrupted."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import allure
+import psutil
+import pytest
+import yaml
+
+from harness.history import read_history
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, allure.epic("chaos"), allure.feature("cleanup")]
+
+SCENARIO = {
+    "name": "interrupted",
+    "cluster": "local",
+    "job": "keyed_count",
+    "parallelism": {"source": 2, "count": 2},
+    "records": 2_000_000,
+    "keys": 1000,
+    "checkpoint": {"interval_ms": 200, "retained": 2, "timeout_ms": 5000},
+    "faults": [
+        {
+            "at": "checkpoint:50",
+            "kind": "network",
+            "toxic": "latency",
+            "channel": "source[0]->count[0]",
+            "attributes": {"latency": 100},
+            "duration_ms": 1000,
+        },
+    ],
+    "checks": ["exactly_once"],
+    "seed": 5,
+    "timeout_s": 240,
+}
+
+
+def test_ctrl_c_mid_run_exits_130_and_leaves_nothing_running(tmp_path):
+    from harness.spark.cluster import SparkEnvironmentError, check_java
+
+    try:
+        check_java()
+    except SparkEnvironmentError as e:
+        pytest.skip(str(e))
+    scenario = tmp_path / "interrupted.yaml"
+    scenario.write_text(yaml.safe_dump(SCENARIO))
+    runs = tmp_path / "runs"
+    cmd = [sys.executable, "-c", "import sys; from chaos.cli import main; sys.exit(main())"]
+    proc = subprocess.Popen(
+        [*cmd, "run", str(scenario), "--runs-dir", str(runs)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        started = False
+        while time.monotonic() < deadline and proc.poll() is None and not started:
+            for h in runs.glob("*/history.jsonl"):
+                try:
+                    started = any(e["type"] == "checkpoint_completed" for e in read_history(h))
+                except ValueError:
+                    pass
+            time.sleep(0.2)
+        assert started, "the run never completed a checkpoint"
+        tree = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+        assert len(tree) >= 3  # the driver JVM, executors, the proxy server
+        os.kill(proc.pid, signal.SIGINT)  # only the driver: the cleanup must be its own doing
+        _, stderr = proc.communicate(timeout=90)
+        assert proc.returncode == 130, stderr[-2000:]
+        assert "interrupted" in stderr
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and any(_alive(p) for p in tree):
+            time.sleep(0.5)
+        assert not [p for p in tree if _alive(p)], "processes of the interrupted run are still running"
+        (history,) = runs.glob("*/history.jsonl")
+        end = [e for e in read_history(history) if e["type"] == "run_end"]
+        assert [e["status"] for e in end] == ["interrupted"]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
