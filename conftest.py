@@ -1,1 +1,81 @@
-"""Shared pytest configuration for the statechaos suites (options live in the statechaos plugin)."""
+"""Shared pytest configuration for the statechaos suites (options and fixtures live in the statechaos
+plugin, ``chaos/pytest_plugin.py``).
+
+Allure labels by area: every test under ``suites/`` gets an epic (state model, TTL, checkpoints,
+rescaling, runtime, spark, chaos, benchmarks), a feature (what its file tests) and a story (the test
+function), unless it sets its own with ``allure.epic``/``allure.feature``/``allure.story``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import allure
+import pytest
+
+ROOT = Path(__file__).resolve().parent
+
+# suites/<folder>/<file>.py -> (epic, feature); a file not listed takes its folder's epic and a
+# feature from its name
+FILES: dict[str, tuple[str, str]] = {
+    "reference/test_keyed_state.py": ("state model", "keyed state"),
+    "reference/test_keyed_state_model.py": ("state model", "keyed state against a model"),
+    "reference/test_ondisk_backend.py": ("state model", "on-disk (RocksDB) backend"),
+    "reference/test_ttl.py": ("TTL", "state TTL"),
+    "reference/test_ttl_history_model.py": ("TTL", "TTL against a history model"),
+    "reference/test_checkpoint_storage.py": ("checkpoints", "checkpoint format and storage"),
+    "reference/test_inspect.py": ("checkpoints", "inspect and diff"),
+    "reference/test_keygroups.py": ("rescaling", "key groups"),
+    "reference/test_keygroups_flink.py": ("rescaling", "key groups bit-exact with Flink"),
+    "reference/test_rescale.py": ("rescaling", "state redistribution"),
+    "runtime/test_barriers.py": ("checkpoints", "barrier alignment"),
+    "runtime/test_coordinator.py": ("checkpoints", "checkpoint coordinator"),
+    "runtime/test_storage_gate.py": ("checkpoints", "checkpoint storage faults"),
+    "runtime/test_two_phase_commit_sink.py": ("runtime", "exactly-once sink"),
+    "spark/test_cluster.py": ("spark", "local-cluster"),
+    "spark/test_transport.py": ("spark", "driver-executor transport"),
+    "docker/test_compose_stack.py": ("chaos", "docker compose stack"),
+}
+FOLDERS: dict[str, str] = {
+    "reference": "state model",
+    "runtime": "runtime",
+    "spark": "spark",
+    "chaos": "chaos",
+    "docker": "chaos",
+    "bench": "benchmarks",
+}
+
+
+def area_labels(path: Path) -> tuple[str, str] | None:
+    """(epic, feature) for a test file under ``suites/``, or None for files elsewhere."""
+    try:
+        rel = path.resolve().relative_to(ROOT / "suites")
+    except ValueError:
+        return None
+    key = rel.as_posix()
+    if key in FILES:
+        return FILES[key]
+    folder = rel.parts[0] if len(rel.parts) > 1 else ""
+    feature = path.stem.removeprefix("test_").replace("_", " ")
+    return FOLDERS.get(folder, folder or "statechaos"), feature
+
+
+def _has_label(item: pytest.Item, label_type: str) -> bool:
+    return any(m.kwargs.get("label_type") == label_type for m in item.iter_markers("allure_label"))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        labels = area_labels(Path(str(item.path)))
+        if labels is None:
+            continue
+        epic, feature = labels
+        name = getattr(item, "originalname", None) or item.name.split("[")[0]
+        story = name.removeprefix("test_").replace("_", " ")
+        for label_type, mark in (
+            ("epic", allure.epic(epic)),
+            ("feature", allure.feature(feature)),
+            ("story", allure.story(story)),
+        ):
+            if not _has_label(item, label_type):
+                item.add_marker(mark)

@@ -1,26 +1,52 @@
 """The statechaos pytest plugin (entry point ``pytest11``): fixtures for users' own chaos tests.
 
 Options: ``--cluster`` (sim, local, docker, spark://...), ``--seed``, ``--scenario`` (files or folders;
-each scenario becomes one parametrised case of any test that takes the ``scenario_file`` argument).
+each scenario becomes one parametrised case of any test that takes ``scenario_file`` or ``scenario``)
+and ``--runs-dir``. Markers: ``scenarios(*paths)`` (parametrise over these scenario files/folders) and
+``cluster(name)`` (the cluster this test's runs use unless ``--cluster`` says otherwise).
 
-Fixtures: ``statechaos_cluster``, ``statechaos_seed``, ``run_scenario`` (run a scenario file, object
-or dict and get its :class:`~chaos.runner.ScenarioOutcome`, with every artefact attached to Allure),
-``oracles`` (the oracle library) and ``run_scope`` (a blast-radius scope for injectors).
+Fixtures (see ``docs/pytest-plugin.md``):
+
+- ``chaos_cluster``: the cluster this test runs on (skips when its Java or Docker is missing);
+- ``run_scenario``: run a scenario file, :class:`~chaos.scenario.Scenario`, dict or YAML text (with
+  field overrides) and get its :class:`~chaos.runner.ScenarioOutcome`, every artefact attached to
+  Allure; an infrastructure error raises :class:`ScenarioInfrastructureError` (Allure: *broken*);
+- ``assert_oracles``: assert that oracles held, failing with ``oracle failed: NAME: why`` (Allure's
+  "Oracle failures" category);
+- ``scenario_file`` / ``scenario``: one parametrised case per scenario found by ``--scenario`` or the
+  ``scenarios`` marker;
+- ``oracles`` (the oracle library), ``injectors`` (the injector classes), ``run_scope`` (a
+  blast-radius scope for injectors), ``statechaos_cluster`` and ``statechaos_seed`` (the options).
 """
 
 from __future__ import annotations
 
-import json
-import os
+import shlex
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from chaos.scenario import Scenario, load_scenario, load_scenarios, parse_scenario
 
-__all__ = ["pytest_addoption", "pytest_generate_tests", "attach_outcome"]
+__all__ = [
+    "ScenarioInfrastructureError",
+    "attach_outcome",
+    "oracle_failures",
+    "pytest_addoption",
+    "pytest_generate_tests",
+]
+
+_USED = pytest.StashKey[dict[str, set[str]]]()
+
+
+class ScenarioInfrastructureError(RuntimeError):
+    """A scenario could not run to its verdicts (cluster, Spark, Docker, environment or bad input).
+
+    Not an ``AssertionError``, so Allure reports the test as *broken* ("Infrastructure errors"), apart
+    from oracle failures."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -42,20 +68,44 @@ def pytest_configure(config: pytest.Config) -> None:
         "slow: takes more than a few seconds",
         "bench: a benchmark; measures ratios, asserts nothing about time",
         "scenarios(*paths): run the test once per scenario file found in these files or folders",
+        "cluster(name): the cluster for this test's chaos runs (sim, local, docker, spark://...) "
+        "unless --cluster overrides it",
     ):
         config.addinivalue_line("markers", line)
-    alluredir = config.getoption("allure_report_dir", default=None)
-    if alluredir:
-        from chaos.allure_results import write_categories, write_environment
+    config.stash[_USED] = {"cluster": set(), "seed": set()}
 
-        write_categories(Path(alluredir))
-        write_environment(
-            Path(alluredir),
-            {
-                "cluster": config.getoption("--cluster") or "per test",
-                "seed": config.getoption("--seed") or "per scenario",
-            },
-        )
+
+def _alluredir(config: pytest.Config) -> Path | None:
+    d = config.getoption("allure_report_dir", default=None)
+    return Path(d) if d else None
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # after allure-pytest's configure (which may --clean-alluredir), so these files survive
+    d = _alluredir(session.config)
+    if d:
+        from chaos.allure_results import write_categories
+
+        write_categories(d)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Environment properties: Spark version, Python, and the clusters and seeds chaos runs used."""
+    d = _alluredir(session.config)
+    if not d:
+        return
+    from chaos.allure_results import write_categories, write_environment
+
+    used = session.config.stash.get(_USED, {"cluster": set(), "seed": set()})
+    opt = session.config.getoption
+    write_categories(d)
+    write_environment(
+        d,
+        {
+            "cluster": ", ".join(sorted(used["cluster"])) or opt("--cluster") or "per test",
+            "seed": ", ".join(sorted(used["seed"], key=int)) or opt("--seed") or "per scenario",
+        },
+    )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -64,8 +114,38 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         marker = metafunc.definition.get_closest_marker("scenarios")
         if marker:
             paths = [*paths, *marker.args]
-        found = load_scenarios(paths) if paths else []
+        if not paths:
+            return  # the scenario_file fixture then explains what is missing
+        found = load_scenarios(paths)
         metafunc.parametrize("scenario_file", [p for p, _ in found], ids=[sc.name for _, sc in found])
+
+
+def _wanted_cluster(request: pytest.FixtureRequest) -> str | None:
+    """--cluster, else the test's ``cluster`` marker, else None (the scenario's own)."""
+    opt = request.config.getoption("--cluster")
+    if opt:
+        return str(opt)
+    marker = request.node.get_closest_marker("cluster")
+    return str(marker.args[0]) if marker and marker.args else None
+
+
+def _skip_unless_available(cluster: str) -> None:
+    """Skip (with the reason) when the cluster needs Java or a Docker engine this machine lacks."""
+    kind = Scenario.model_validate({"name": "probe", "cluster": cluster}).cluster_kind
+    if kind in ("local", "spark"):
+        from harness.spark.cluster import SparkEnvironmentError, check_java
+
+        try:
+            check_java()
+        except SparkEnvironmentError as e:
+            pytest.skip(f"cluster {cluster}: {e}")
+    elif kind == "docker":
+        try:
+            import docker
+
+            docker.from_env().ping()
+        except Exception as e:  # no engine, no socket, no permission: all mean "cannot run here"
+            pytest.skip(f"cluster {cluster}: no Docker engine reachable ({type(e).__name__}: {e})")
 
 
 @pytest.fixture
@@ -76,52 +156,129 @@ def statechaos_cluster(request: pytest.FixtureRequest) -> str | None:
 
 @pytest.fixture
 def statechaos_seed(request: pytest.FixtureRequest) -> int | None:
+    """The ``--seed`` override, or None to keep each scenario's own seed."""
     return request.config.getoption("--seed")
 
 
-def attach_outcome(outcome: Any) -> None:
-    """Attach a scenario run to the current Allure test: labels, steps, history, scenario, timeline,
-    replay command and state diffs (a no-op when allure-pytest is not reporting)."""
-    try:
-        import allure
-    except ImportError:  # pragma: no cover
-        return
-    from chaos.allure_results import history_steps
+@pytest.fixture
+def chaos_cluster(request: pytest.FixtureRequest) -> str:
+    """The cluster this test runs on: ``--cluster``, else its ``cluster`` marker, else ``sim``.
+    Skips the test when the cluster needs Java (local, spark://) or Docker that is not available."""
+    cluster = _wanted_cluster(request) or "sim"
+    _skip_unless_available(cluster)
+    return cluster
+
+
+@pytest.fixture
+def scenario_file(request: pytest.FixtureRequest) -> Path:
+    """One scenario file per parametrised case (from ``--scenario`` or the ``scenarios`` marker);
+    this fixture body only runs, and fails explaining why, when neither named any file."""
+    raise pytest.UsageError(
+        f"{request.node.nodeid}: no scenario files: pass --scenario PATH or mark the test "
+        "@pytest.mark.scenarios('path/')"
+    )
+
+
+@pytest.fixture
+def scenario(request: pytest.FixtureRequest, scenario_file: Path) -> Scenario:
+    """The parametrised scenario, loaded and validated, with ``--cluster``/``cluster`` marker and
+    ``--seed`` applied."""
+    return load_scenario(scenario_file).with_overrides(
+        cluster=_wanted_cluster(request), seed=request.config.getoption("--seed")
+    )
+
+
+def oracle_failures(outcome: Any, names: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Failed verdicts of ``outcome`` (only of ``names`` when given); KeyError for a name not checked."""
+    by_name = {v["oracle"]: v for v in outcome.verdicts}
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise KeyError(f"oracles {missing} were not checked in {outcome.name} (checked: {sorted(by_name)})")
+    chosen = [by_name[n] for n in names] if names else list(outcome.verdicts)
+    return [v for v in chosen if not v["passed"]]
+
+
+def _label_missing(node: pytest.Item | None, label_type: str) -> bool:
+    if node is None:
+        return True
+    return not any(m.kwargs.get("label_type") == label_type for m in node.iter_markers("allure_label"))
+
+
+def _replay_text(outcome: Any, node: pytest.Item | None) -> str:
     from chaos.runner import replay_command
 
+    lines = [replay_command(Path(outcome.run_dir))]
+    if node is not None:
+        lines += [
+            "",
+            "# or run this test again with the same cluster and seed:",
+            f"pytest {shlex.quote(node.nodeid)} --cluster {shlex.quote(outcome.cluster)} --seed {outcome.seed}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+class _OracleFailed(AssertionError):
+    """Raised inside an Allure step only to mark that step failed."""
+
+
+def attach_outcome(outcome: Any, node: pytest.Item | None = None) -> None:
+    """Attach a scenario run to the current Allure test: labels (unless the test has its own), a step
+    per fault, checkpoint, restore and rescale, a step per oracle, and the attachments: failing
+    oracles' explanations, state diff, timeline plot, replay command, history and scenario.
+    A no-op when allure-pytest is not reporting."""
+    try:
+        import allure
+    except ImportError:  # pragma: no cover - allure-pytest is a dependency
+        return
+    from chaos.allure_results import RUN_FILES, failure_attachments, history_steps
+
     run_dir = Path(outcome.run_dir)
-    allure.dynamic.epic("chaos")
-    allure.dynamic.feature(f"cluster: {outcome.cluster}")
-    allure.dynamic.story(outcome.name)
-    allure.dynamic.parameter("seed", outcome.seed)
-    for step in history_steps(run_dir / "history.jsonl"):
-        with allure.step(step["name"]):
-            pass
-    for v in outcome.verdicts:
-        with allure.step(f"oracle {v['oracle']}: {'holds' if v['passed'] else 'FAILED'}"):
-            pass
-    for fname, name, kind in (
-        ("scenario.yaml", "scenario", allure.attachment_type.YAML),
-        ("history.jsonl", "history (JSON lines)", allure.attachment_type.TEXT),
-        ("timeline.png", "timeline", allure.attachment_type.PNG),
+    for label_type, value, add in (
+        ("epic", "chaos", allure.dynamic.epic),
+        ("feature", f"cluster: {outcome.cluster}", allure.dynamic.feature),
+        ("story", outcome.name, allure.dynamic.story),
     ):
-        if (run_dir / fname).is_file():
-            allure.attach.file(str(run_dir / fname), name=name, attachment_type=kind)
-    allure.attach(replay_command(run_dir), name="replay command", attachment_type=allure.attachment_type.TEXT)
+        if _label_missing(node, label_type):
+            add(value)
+    allure.dynamic.parameter("seed", outcome.seed)
+    allure.dynamic.parameter("cluster", outcome.cluster)
+    with allure.step(f"run scenario {outcome.name} on {outcome.cluster} (seed {outcome.seed})"):
+        for step in history_steps(run_dir / "history.jsonl"):
+            with allure.step(step["name"]):
+                pass
     for v in outcome.verdicts:
-        if not v["passed"]:
-            name = (
-                "state diff" if v["oracle"] in ("restored_state", "rescale") else f"{v['oracle']} explanation"
-            )
-            allure.attach(
-                f"{v['oracle']}: {v['summary']}\n\n" + "\n".join(v.get("details", [])),
-                name=name,
-                attachment_type=allure.attachment_type.TEXT,
-            )
+        try:
+            with allure.step(f"oracle {v['oracle']}: {'holds' if v['passed'] else 'FAILED'}"):
+                if not v["passed"]:
+                    raise _OracleFailed(v["summary"])
+        except _OracleFailed:
+            pass
+    text = allure.attachment_type.TEXT
+    for name, body in failure_attachments(run_dir, outcome.verdicts):
+        allure.attach(body, name=name, attachment_type=text)
     if outcome.error and (run_dir / "error.txt").is_file():
-        allure.attach.file(
-            str(run_dir / "error.txt"), name="error", attachment_type=allure.attachment_type.TEXT
-        )
+        allure.attach.file(str(run_dir / "error.txt"), name="error", attachment_type=text)
+    kinds = {"yaml": allure.attachment_type.YAML, "jsonl": text, "png": allure.attachment_type.PNG}
+    for fname, name, _mime, ext in RUN_FILES:
+        if (run_dir / fname).is_file():
+            allure.attach.file(str(run_dir / fname), name=name, attachment_type=kinds[ext])
+    allure.attach(_replay_text(outcome, node), name="replay command", attachment_type=text)
+
+
+def _prepare(
+    scenario: str | Path | Scenario | dict[str, Any], fields: dict[str, Any]
+) -> tuple[Scenario, str]:
+    if isinstance(scenario, Scenario):
+        sc, source = scenario, "<Scenario>"
+    elif isinstance(scenario, dict):
+        sc, source = Scenario.model_validate(scenario), "<dict>"
+    elif isinstance(scenario, Path) or (isinstance(scenario, str) and "\n" not in scenario):
+        sc, source = load_scenario(scenario), str(scenario)
+    else:
+        sc, source = parse_scenario(scenario), "<yaml>"
+    if fields:
+        sc = Scenario.model_validate({**sc.model_dump(mode="json"), **fields})
+    return sc, source
 
 
 @pytest.fixture
@@ -130,27 +287,32 @@ def run_scenario(
 ) -> Callable[..., Any]:
     """Run a scenario (path, :class:`Scenario`, dict or YAML text) and return its outcome.
 
-    ``--cluster`` and ``--seed`` override the scenario's own unless the call passes ``cluster=``/``seed=``.
-    The outcome is attached to Allure; assert on ``outcome.passed`` and ``outcome.verdicts``.
+    ``run_scenario(sc, cluster=None, seed=None, allow_error=False, **fields)``: ``fields`` replace the
+    scenario's own (``records=50_000``, ``faults=[...]``); the cluster is ``cluster=``, else
+    ``--cluster``, else the test's ``cluster`` marker, else the scenario's own (skipped when its Java or
+    Docker is missing); the seed is ``seed=``, else ``--seed``, else the scenario's. The outcome is
+    attached to Allure. A run that ends in an error instead of verdicts raises
+    :class:`ScenarioInfrastructureError` unless ``allow_error=True``.
     """
+    from chaos.runner import replay_command
     from chaos.runner import run_scenario as _run
 
+    used = request.config.stash.get(_USED, {"cluster": set(), "seed": set()})
+
     def run(
-        scenario: str | Path | Scenario | dict[str, Any], cluster: str | None = None, seed: int | None = None
+        scenario: str | Path | Scenario | dict[str, Any],
+        cluster: str | None = None,
+        seed: int | None = None,
+        allow_error: bool = False,
+        **fields: Any,
     ) -> Any:
-        if isinstance(scenario, Scenario):
-            sc, source = scenario, "<Scenario>"
-        elif isinstance(scenario, dict):
-            sc, source = Scenario.model_validate(scenario), "<dict>"
-        elif isinstance(scenario, Path) or (isinstance(scenario, str) and "\n" not in scenario):
-            sc, source = load_scenario(scenario), str(scenario)
-        else:
-            sc, source = parse_scenario(scenario), "<yaml>"
+        sc, source = _prepare(scenario, fields)
         sc = sc.with_overrides(
-            cluster=cluster or request.config.getoption("--cluster"),
+            cluster=cluster or _wanted_cluster(request),
             seed=seed if seed is not None else request.config.getoption("--seed"),
         )
-        runs_dir = request.config.getoption("--runs-dir") or os.environ.get("STATECHAOS_RUNS_DIR")
+        _skip_unless_available(sc.cluster)
+        runs_dir = request.config.getoption("--runs-dir")
         base = Path(runs_dir) if runs_dir else tmp_path_factory.mktemp("runs")
         run_dir = base / f"{sc.name}-seed{sc.seed}"
         n = 1
@@ -158,10 +320,38 @@ def run_scenario(
             n += 1
             run_dir = base / f"{sc.name}-seed{sc.seed}-{n}"
         outcome = _run(sc, run_dir, source=source)
-        attach_outcome(outcome)
+        used["cluster"].add(sc.cluster)
+        used["seed"].add(str(sc.seed))
+        attach_outcome(outcome, request.node)
+        if outcome.error and not allow_error:
+            raise ScenarioInfrastructureError(
+                f"scenario {sc.name} on {sc.cluster} could not run ({outcome.error_kind} error): "
+                f"{outcome.error}\n  details: {run_dir / 'error.txt'}\n  replay: {replay_command(run_dir)}"
+            )
         return outcome
 
     return run
+
+
+@pytest.fixture
+def assert_oracles() -> Callable[..., None]:
+    """``assert_oracles(outcome, *names)``: every oracle (or the named ones) held; otherwise an
+    AssertionError naming each failed oracle, why, its first details and the replay command."""
+    from chaos.allure_results import failure_message
+    from chaos.runner import replay_command
+
+    def check(outcome: Any, *names: str) -> None:
+        if outcome.error:
+            raise ScenarioInfrastructureError(f"scenario {outcome.name} could not run: {outcome.error}")
+        failed = oracle_failures(outcome, names)
+        if failed:
+            lines = [failure_message(failed)]
+            for v in failed:
+                lines += [f"  {v['oracle']}: {d}" for d in v.get("details", [])[:5]]
+            lines.append(f"replay: {replay_command(Path(outcome.run_dir))}")
+            raise AssertionError("\n".join(lines))
+
+    return check
 
 
 @pytest.fixture
@@ -173,15 +363,37 @@ def oracles() -> Any:
 
 
 @pytest.fixture
+def injectors() -> SimpleNamespace:
+    """The injector classes (``start()``/``stop()``/``describe()``, each refusing anything outside its
+    :class:`~chaos.scope.RunScope`), and the fault kinds a scenario file accepts per cluster."""
+    from chaos.injectors.base import Injector, InjectorError
+    from chaos.injectors.containers import ContainerFault, PartitionContainer
+    from chaos.injectors.network import DisableLink, ToxicFault
+    from chaos.injectors.process import KillProcess, PauseProcess
+    from chaos.injectors.storage_files import CorruptFile, TruncateFile
+    from chaos.scenario import FAULT_KINDS
+
+    return SimpleNamespace(
+        Injector=Injector,
+        InjectorError=InjectorError,
+        KillProcess=KillProcess,
+        PauseProcess=PauseProcess,
+        CorruptFile=CorruptFile,
+        TruncateFile=TruncateFile,
+        ToxicFault=ToxicFault,
+        DisableLink=DisableLink,
+        ContainerFault=ContainerFault,
+        PartitionContainer=PartitionContainer,
+        FAULT_KINDS=FAULT_KINDS,
+    )
+
+
+@pytest.fixture
 def run_scope(tmp_path: Path) -> Iterator[Any]:
     """A blast-radius scope owning only ``tmp_path`` (add pids/paths as a test starts things)."""
     from chaos.scope import RunScope
 
     yield RunScope(run_id=f"pytest-{tmp_path.name}", paths=[tmp_path])
-
-
-def outcome_json(outcome: Any) -> str:
-    return json.dumps(outcome.to_dict(), indent=2, default=str)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -204,3 +416,4 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.write_sep("=", "wall time per suite")
     for suite, secs in sorted(totals.items(), key=lambda kv: -kv[1]):
         terminalreporter.write_line(f"{secs:8.1f} s  {counts.get(suite, 0):5d} tests  {suite}")
+    terminalreporter.write_line(f"{sum(totals.values()):8.1f} s  {sum(counts.values()):5d} tests  total")

@@ -18,13 +18,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from harness.job import JobBuilder, JobGraph, KeyedProcessFunction, RuntimeContext
 from harness.sinks import ExactlyOnceFileSinkSpec
-from harness.sources import SequenceSource
+from harness.sources import SequenceSource, key_name
 from reference_impl.state import ValueStateDescriptor
 from reference_impl.ttl import StateTtlConfig, StateVisibility, UpdateType
 
-__all__ = ["JobSpec", "JOBS", "build_job", "KeyedCount", "TtlVerify", "UnknownJobError"]
+__all__ = ["JobSpec", "KeySeqOutput", "JOBS", "build_job", "KeyedCount", "TtlVerify", "UnknownJobError"]
 
 
 class UnknownJobError(ValueError):
@@ -99,6 +101,31 @@ class TtlVerify(KeyedProcessFunction):
         )
 
 
+@dataclass(frozen=True)
+class KeySeqOutput:
+    """The fault-free output in columns, so an oracle can check millions of records without a Python
+    object per record: key ``keys[i]`` has exactly one record per seq ``1..counts[i]``, and field
+    ``2 + j`` of that record is ``extra[j][starts[i] + seq - 1]`` (``starts`` = exclusive cumsum)."""
+
+    keys: list[Any]
+    counts: np.ndarray
+    extra: tuple[np.ndarray, ...] = ()
+
+    @property
+    def starts(self) -> np.ndarray:
+        return np.cumsum(self.counts) - self.counts
+
+    @classmethod
+    def of_source(cls, src: SequenceSource, seq_fields: int = 0) -> KeySeqOutput:
+        """Every record of ``src`` as (key, seq), plus ``seq_fields`` more fields equal to seq."""
+        base, rem = divmod(src.records, src.keys)
+        counts = np.full(src.keys, base, dtype=np.int64)
+        counts[:rem] += 1
+        starts = np.cumsum(counts) - counts
+        seq = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(starts, counts) + 1
+        return cls([key_name(i) for i in range(src.keys)], counts, (seq,) * seq_fields)
+
+
 @dataclass
 class JobSpec:
     graph: JobGraph
@@ -109,6 +136,8 @@ class JobSpec:
     stateful_operator: str = "count"
     model_states: tuple[str, ...] = ()  # keyed states the sequential model must match exactly
     options: dict[str, Any] = field(default_factory=dict)
+    # the same output in columns (optional): what lets the exactly-once oracle run at millions/s
+    expected_columns: Callable[[], KeySeqOutput] | None = None
 
 
 def _keyed_count(
@@ -129,7 +158,13 @@ def _keyed_count(
     def expected() -> list[Any]:
         return [[r[0], r[1], r[1]] for r in src.all_records()]
 
-    return JobSpec(graph, src, expected, model_states=("count",))
+    return JobSpec(
+        graph,
+        src,
+        expected,
+        model_states=("count",),
+        expected_columns=lambda: KeySeqOutput.of_source(src, seq_fields=1),  # [key, seq, count=seq]
+    )
 
 
 def _ttl_verify(
@@ -166,6 +201,7 @@ def _ttl_verify(
         src,
         expected,
         options={"ttl_ms": fn.ttl_ms, "visibility": fn.visibility, "identity": "key_seq"},
+        expected_columns=lambda: KeySeqOutput.of_source(src),
     )
 
 

@@ -35,6 +35,8 @@ class SequenceSource(SourceFunction):
             raise ValueError(f"SequenceSource needs records >= 0 and keys >= 1, got {records}, {keys}")
         self.records, self.keys, self.seed, self.bounded = records, keys, seed, bounded
         self._splits: list[list[int]] = []  # [key index, records emitted]
+        self._live: list[list[int]] = []
+        self._meta: dict[int, tuple[int, str, str]] = {}
         self._cursor = 0
         self._clock: Any = None
 
@@ -52,26 +54,38 @@ class SequenceSource(SourceFunction):
         self._splits = [[int(k), int(n)] for k, n in splits]
         self._cursor = 0
         self._clock = ctx
+        # the splits with records left, in split order (kept across polls: only poll advances them),
+        # with each split's total and the key name and payload prefix its records carry
+        self._live = [s for s in self._splits if s[1] < self.total_for(s[0])]
+        self._meta = {
+            s[0]: (self.total_for(s[0]), key_name(s[0]), f"{self.seed}/{s[0]}/") for s in self._live
+        }
 
     def poll(self, max_records: int) -> list[Any]:
         out: list[Any] = []
-        live = [s for s in self._splits if s[1] < self.total_for(s[0])]
+        live = self._live
         if not live:
             return out
         now = self._clock.now_ms() if self._clock is not None else 0
+        meta, h, append = self._meta, mmh3.hash, out.append
         i = self._cursor % len(live)
-        while len(out) < max_records and live:
+        n = 0
+        while n < max_records:
             s = live[i]
-            s[1] += 1
-            out.append([key_name(s[0]), s[1], self.payload(s[0], s[1]), now])
-            if s[1] >= self.total_for(s[0]):
+            seq = s[1] = s[1] + 1
+            total, name, prefix = meta[s[0]]
+            append([name, seq, h(prefix + str(seq), signed=False) % 1_000_000, now])  # = payload()
+            n += 1
+            if seq >= total:
                 live.pop(i)
                 if not live:
                     break
                 i %= len(live)
             else:
-                i = (i + 1) % len(live)
-        self._cursor += len(out)
+                i += 1
+                if i == len(live):
+                    i = 0
+        self._cursor += n
         return out
 
     def exhausted(self) -> bool:

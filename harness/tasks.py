@@ -320,16 +320,18 @@ class StreamTask(_TaskBase):
     # ------------------------------------------------------------------ input
 
     def on_records(self, channel: int, records: list[Any]) -> None:
-        keyed, fn, ctx, sel = self.keyed, self.function, self.ctx, self._key_selector
-        out: list[Any] = []
+        set_key, process, ctx, sel = (
+            self.keyed.set_current_key,
+            self.function.process_element,
+            self.ctx,
+            self._key_selector,
+        )
         for r in records:
-            keyed.set_current_key(sel(r))
-            fn.process_element(r, ctx)
-            if ctx._out:
-                out.extend(ctx._drain())
+            set_key(sel(r))
+            process(r, ctx)
         self.records_in += len(records)
-        if out:
-            self._emit(out)
+        if ctx._out:  # what the batch emitted, in order: drained once per batch, not per record
+            self._emit(ctx._drain())
 
     def _emit(self, out: list[Any]) -> None:
         for m in self.maps:

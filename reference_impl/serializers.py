@@ -100,11 +100,16 @@ class MsgpackSerializer:
         except (TypeError, OverflowError, ValueError) as e:
             raise SerializerError(f"msgpack serializer: {e}") from e
 
-    def loads(self, data: bytes) -> Any:
+    def loads(self, data: bytes | memoryview) -> Any:
         try:
             return _unpackb(data)
         except Exception as e:  # msgpack raises several unrelated types on damaged input
             raise SerializerError(f"msgpack serializer: cannot decode {len(data)} bytes: {e}") from e
+
+    def packer(self) -> msgpack.Packer:
+        """A reusable packer writing exactly what :meth:`dumps` writes, without resetting between
+        ``pack`` calls: large outputs are read with ``getbuffer()`` (no copy) and its buffer is reused."""
+        return msgpack.Packer(default=_default, use_bin_type=True, strict_types=True, autoreset=False)
 
     def __repr__(self) -> str:
         return "MsgpackSerializer()"

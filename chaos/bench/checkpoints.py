@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -26,22 +27,36 @@ __all__ = ["run"]
 MAX_P = 128
 
 
+def _drop_cache(path: Path) -> None:
+    """Evict a (written and fsync'd) file from the page cache, so the next read comes from the device:
+    both the bandwidth baseline and the restore read the disk, not memory."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        if hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 def _disk_bandwidth(d: Path, nbytes: int) -> tuple[float, float]:
-    """Sequential write (fsync'd) and read bandwidth in bytes/s with large buffers."""
+    """Sequential write (fsync'd) and read (cold cache) bandwidth in bytes/s, 4 MiB blocks, on a
+    file as large as the state file, in the same directory."""
     path = d / "bandwidth.bin"
     block = os.urandom(4 << 20)
+    blocks = max(1, nbytes // len(block))
     t0 = time.perf_counter()
-    with open(path, "wb") as fh:
-        for _ in range(max(1, nbytes // len(block))):
+    with open(path, "wb", buffering=0) as fh:
+        for _ in range(blocks):
             fh.write(block)
-        fh.flush()
         os.fsync(fh.fileno())
-    write = nbytes / (time.perf_counter() - t0)
+    write = blocks * len(block) / (time.perf_counter() - t0)
+    _drop_cache(path)
     t0 = time.perf_counter()
-    with open(path, "rb") as fh:
+    with open(path, "rb", buffering=0) as fh:
         while fh.read(4 << 20):
             pass
-    read = nbytes / (time.perf_counter() - t0)  # page cache, like the state file read below
+    read = blocks * len(block) / (time.perf_counter() - t0)
     path.unlink()
     return write, read
 
@@ -119,21 +134,31 @@ def run(quick: bool) -> list[Figure]:
         root = Path(tmp)
         for n, vb in sizes:
             b = _backend(n, vb, KeyGroupRange(0, MAX_P - 1))
-            storage = FileSystemCheckpointStorage(root / f"s{n}")
-            t0 = time.perf_counter()
-            snap = SubtaskStateSnapshot("op", 0, 1, MAX_P, b.snapshot(), None)
-            h = storage.write_subtask_state("job", 1, snap)
-            chk = storage.finalize_checkpoint(
-                "job", 1, [h], {"op": {"parallelism": 1, "max_parallelism": MAX_P}}
-            )
-            write_s = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            got, _ = read_subtask_state(chk, h)
-            r = HeapKeyedStateBackend(MAX_P, KeyGroupRange(0, MAX_P - 1), ManualClock())
-            r.restore([got.keyed])
-            read_s = time.perf_counter() - t0
-            disk_w, disk_r = _disk_bandwidth(root, h.size)
-            size = {"keys": n, "state_bytes": h.size}
+            # interleaved, best of each: disk and CPU contention on a shared machine moves both sides
+            write_s = read_s = float("inf")
+            disk_w = disk_r = 0.0
+            for attempt in range(2 if n <= 300_000 else 1):
+                storage = FileSystemCheckpointStorage(root / f"s{n}-{attempt}")
+                t0 = time.perf_counter()
+                snap = SubtaskStateSnapshot("op", 0, 1, MAX_P, b.snapshot(), None)
+                h = storage.write_subtask_state("job", 1, snap)
+                chk = storage.finalize_checkpoint(
+                    "job", 1, [h], {"op": {"parallelism": 1, "max_parallelism": MAX_P}}
+                )
+                write_s = min(write_s, time.perf_counter() - t0)
+                del snap
+                _drop_cache(chk.directory / h.path)
+                t0 = time.perf_counter()
+                got, _ = read_subtask_state(chk, h)
+                r = HeapKeyedStateBackend(MAX_P, KeyGroupRange(0, MAX_P - 1), ManualClock())
+                r.restore([got.keyed])
+                read_s = min(read_s, time.perf_counter() - t0)
+                del got, r
+                shutil.rmtree(root / f"s{n}-{attempt}")
+                w, rd = _disk_bandwidth(root, h.size)
+                disk_w, disk_r = max(disk_w, w), max(disk_r, rd)
+            del b
+            size = {"keys": n, "value_bytes": vb, "state_bytes": h.size}
             figures.append(
                 Figure(
                     "snapshot write throughput",
@@ -144,6 +169,7 @@ def run(quick: bool) -> list[Figure]:
                     0.5,
                     True,
                     size,
+                    "heap snapshot (copy) + encode + checksum + write + fsync + _metadata",
                 )
             )
             figures.append(
@@ -152,10 +178,11 @@ def run(quick: bool) -> list[Figure]:
                     h.size / read_s,
                     disk_r,
                     "bytes/s",
-                    "sequential read",
+                    "sequential read (cold cache)",
                     0.5,
                     True,
                     size,
+                    "read + verify + decode the file (cold cache) and load a heap backend",
                 )
             )
         # rescale 4 -> 8: bytes each new subtask reads, as a fraction of all state

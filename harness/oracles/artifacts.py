@@ -4,6 +4,7 @@ those restores came from (copies kept at restore time, since retention may delet
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from dataclasses import dataclass, field
@@ -11,13 +12,17 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
 from harness.history import read_history
 from harness.sinks import committed_files
 from reference_impl.checkpoint.format import decode_subtask_state
 from reference_impl.inspect import CheckpointView, inspect_checkpoint
 from reference_impl.snapshot import SubtaskStateSnapshot
 
-__all__ = ["RunArtifacts", "CommittedRecord"]
+__all__ = ["RunArtifacts", "CommittedRecord", "CommittedColumns", "read_committed_columns"]
 
 _TXN = re.compile(r"^c(\d+)-s(\d+)-a(\d+)-(\d+)$")
 
@@ -27,6 +32,104 @@ class CommittedRecord:
     record: Any
     txn: str
     checkpoint_id: int
+
+
+@dataclass(frozen=True)
+class CommittedColumns:
+    """The committed output as columns, read without a Python object per record: record ``r`` is
+    ``[key, ints[0][r], ints[1][r], ...]`` with ``key = key_values[key_index[r]]``; it came from
+    file ``file_index[r]`` (transaction ``txns[f]``, checkpoint ``checkpoint_ids[f]``). Rows are in
+    commit order (files by name, then line order), as :attr:`RunArtifacts.committed`."""
+
+    key_values: list[Any]
+    key_index: np.ndarray
+    ints: list[np.ndarray]
+    file_index: np.ndarray
+    txns: list[str]
+    checkpoint_ids: list[int]
+
+    def __len__(self) -> int:
+        return len(self.key_index)
+
+    def record(self, r: int) -> list[Any]:
+        return [self.key_values[self.key_index[r]], *(int(c[r]) for c in self.ints)]
+
+
+def read_committed_columns(files: list[Path]) -> CommittedColumns | None:
+    """Parse JSON-lines committed files of flat records ``[key, int, int, ...]`` (key a string or an
+    int, as ``json.dumps`` writes them) straight into arrays with Arrow's multithreaded CSV reader.
+
+    Returns None unless every line provably has that shape, so callers fall back to the exact
+    per-record JSON path: no backslash (no escapes), exactly one ``[`` and one ``]`` per line (no
+    nesting, no brackets in strings) and, for string keys, exactly one quoted string per line, right
+    after the ``[``; the int columns are then parsed strictly (a float, bool, null or quoted value
+    fails the parse)."""
+    blobs = [f.read_bytes() for f in files]
+    counts = [b.count(b"\n") for b in blobs]
+    txns, cids = [], []
+    for f in files:
+        m = _TXN.match(f.stem)
+        txns.append(f.stem)
+        cids.append(int(m.group(1)) if m else -1)
+    n = sum(counts)
+    if any(b and not b.endswith(b"\n") for b in blobs):
+        return None
+    file_index = np.repeat(np.arange(len(files), dtype=np.int32), counts)
+    if n == 0:
+        return CommittedColumns([], np.zeros(0, np.int64), [], file_index, txns, cids)
+    data = b"".join(blobs)
+    del blobs
+    try:
+        first = json.loads(data[: data.index(b"\n")])
+    except ValueError:
+        return None
+    if not isinstance(first, list) or not first:
+        return None
+    str_key = type(first[0]) is str
+    if not (str_key or type(first[0]) is int) or any(type(v) is not int for v in first[1:]):
+        return None
+    if (
+        b"\\" in data
+        or data.count(b"[") != n
+        or data.count(b'"') != (2 * n if str_key else 0)
+        or (str_key and data.count(b'["') != n)
+    ):
+        return None
+    body = data.translate(None, b"[]")  # one pass; n "[" removed, so exactly n "]" too
+    if len(data) - len(body) != 2 * n:
+        return None
+    del data
+    names = [f"f{i}" for i in range(len(first))]
+    types = {c: pa.int64() for c in names}
+    types["f0"] = pa.dictionary(pa.int32(), pa.string()) if str_key else pa.int64()
+    try:
+        table = pacsv.read_csv(
+            io.BytesIO(body),
+            read_options=pacsv.ReadOptions(column_names=names, block_size=1 << 24),
+            parse_options=pacsv.ParseOptions(
+                quote_char='"', double_quote=False, escape_char=False, ignore_empty_lines=False
+            ),
+            convert_options=pacsv.ConvertOptions(
+                column_types=types, strings_can_be_null=False, quoted_strings_can_be_null=False
+            ),
+        )
+    except (pa.ArrowInvalid, ValueError):
+        return None
+    if table.num_rows != n or any(table[c].null_count for c in names):
+        return None
+    if str_key:
+        keys = table.unify_dictionaries()["f0"].combine_chunks()
+        key_values = keys.dictionary.to_pylist()
+        key_index = keys.indices.to_numpy()
+    else:
+        key_values, key_index = _factorize(table["f0"].to_numpy())
+    ints = [table[c].to_numpy() for c in names[1:]]
+    return CommittedColumns(key_values, key_index, ints, file_index, txns, cids)
+
+
+def _factorize(a: np.ndarray) -> tuple[list[Any], np.ndarray]:
+    uniq, inv = np.unique(a, return_inverse=True)
+    return [int(v) for v in uniq], inv.astype(np.int64)
 
 
 @dataclass
@@ -66,6 +169,11 @@ class RunArtifacts:
                     except json.JSONDecodeError as e:
                         raise ValueError(f"{f}:{n}: damaged committed record: {e}") from None
         return out
+
+    @cached_property
+    def committed_columns(self) -> CommittedColumns | None:
+        """:attr:`committed` as columns when every record is flat ``[key, int, ...]``, else None."""
+        return read_committed_columns(committed_files(self.run_dir / "output"))
 
     def restored_state(self, event: dict[str, Any]) -> SubtaskStateSnapshot:
         p = self.run_dir / event["restored_state_file"]

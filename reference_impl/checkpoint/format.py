@@ -19,13 +19,27 @@ with their size and crc32, and holds operator state inline; and a *key-group fil
 named by content hash) with one section of rows ``[state, namespace, key, value]`` — in a delta, a
 row ``[state, namespace, key]`` deletes the entry. Unchanged key groups keep pointing at the files of
 the previous checkpoint, so a checkpoint writes only what changed. Version 1 files are unchanged.
+
+Version 3 (full snapshots, written since) is streamed: a subtask's state is written key group by key
+group as it is encoded, so the index moves to a footer::
+
+    magic "SCST" | version u16 | header length u32 | header (msgpack, no index) | header crc32 u32
+    section 0 | section 1 | ...
+    footer: index (msgpack) | index length u32 | index crc32 u32 | file crc32 u32 | magic "TSCS"
+
+and a key group's section is a msgpack array of ``[state, namespace, {key: value}]``: one map per
+state and namespace instead of one row per entry, which msgpack's C code packs and unpacks without
+Python work per entry (values encoded as in version 1). The last 8 bytes are as in version 1, so
+:func:`verify_file` checks any version.
 """
 
 from __future__ import annotations
 
 import io
+import os
 import struct
 import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -33,7 +47,7 @@ from typing import Any, BinaryIO
 import msgpack
 
 from reference_impl.keygroups import KeyGroupRange
-from reference_impl.serializers import MSGPACK, get_serializer
+from reference_impl.serializers import MSGPACK, SerializerError, get_serializer
 from reference_impl.snapshot import (
     KeyedStateSnapshot,
     OperatorStateEntry,
@@ -51,22 +65,27 @@ __all__ = [
     "CorruptStateFileError",
     "SharedFileRef",
     "encode_subtask_state",
+    "encode_row_format",
+    "write_subtask_state",
     "decode_subtask_state",
     "encode_state_value",
     "encode_key_group_file",
     "encode_incremental_manifest",
     "msgpack_array_header",
+    "crc32_combine",
     "referenced_shared_files",
     "verify_file",
     "verify_shared_file",
 ]
 
 MAGIC, TRAILER_MAGIC = b"SCST", b"TSCS"
-FORMAT_VERSION = 1
+ROW_FORMAT_VERSION = 1  # full snapshots, one row per entry, index in the header (read, not written)
 INCREMENTAL_FORMAT_VERSION = 2  # manifests and shared key-group files of incremental checkpoints
-_READABLE_VERSIONS = (FORMAT_VERSION, INCREMENTAL_FORMAT_VERSION)
+FORMAT_VERSION = 3  # full snapshots: streamed, index in the footer, one map per state and namespace
+_READABLE_VERSIONS = (ROW_FORMAT_VERSION, INCREMENTAL_FORMAT_VERSION, FORMAT_VERSION)
 _PRE = struct.Struct(">4sHI")
 _U32 = struct.Struct(">I")
+_TAIL = struct.Struct(">II4s4s")  # v3: index length, index crc32, file crc32, trailer magic
 _OPERATOR = "operator"
 _MANIFEST, _KG_FILE = "incremental-manifest", "key-group"
 
@@ -77,6 +96,45 @@ class CorruptStateFileError(ValueError):
 
 def _crc(data: bytes) -> int:
     return zlib.crc32(data) & 0xFFFFFFFF
+
+
+# crc32_combine (zlib's, which Python does not expose): the crc32 of A+B from crc32(A), crc32(B) and
+# len(B), so a file's checksum follows from its sections' without a second pass over a large state.
+_POLY = 0xEDB88320
+
+
+def _multmodp(a: int, b: int) -> int:
+    """a * b modulo the CRC-32 polynomial (reflected bit order)."""
+    m, p = 1 << 31, 0
+    while True:
+        if a & m:
+            p ^= b
+            if not a & (m - 1):
+                return p
+        m >>= 1
+        b = (b >> 1) ^ _POLY if b & 1 else b >> 1
+
+
+def _powers() -> list[int]:
+    out, p = [], 1 << 30  # x^1
+    for _ in range(32):
+        out.append(p)
+        p = _multmodp(p, p)
+    return out
+
+
+_X2N = _powers()  # x^(2^k) modulo the polynomial
+
+
+def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
+    """crc32 of the concatenation A+B, given crc32(A), crc32(B) and len(B)."""
+    p, k = 1 << 31, 3  # x^0; len2 bytes = len2 * 2^3 bits
+    while len2:
+        if len2 & 1:
+            p = _multmodp(_X2N[k & 31], p)
+        len2 >>= 1
+        k += 1
+    return _multmodp(p, crc1) ^ crc2
 
 
 def _enc_value(meta: StateMeta, v: Any) -> Any:
@@ -114,15 +172,38 @@ def _dec_value(meta: StateMeta, v: Any) -> Any:
     return one(v)
 
 
-def _decoder(meta: StateMeta) -> Any:
-    """A fast decoder for one state's values: the common msgpack, non-TTL, single-value case is free."""
-    if (
-        meta.value_serializer == "msgpack"
-        and meta.ttl is None
-        and StateKind(meta.kind) not in (StateKind.LIST, StateKind.MAP)
-    ):
-        return lambda v: v
-    return lambda v: _dec_value(meta, v)
+_BYTES_DUMPS = get_serializer("bytes").dumps  # one bound method, compared by identity
+_JUST_BYTES = {bytes}
+
+
+def _encoder(meta: StateMeta) -> Callable[[Any], Any] | None:
+    """One state's value encoder, resolved once per snapshot instead of once per value; None when
+    values go into the (msgpack) section as they are, the common case."""
+    ser = get_serializer(meta.value_serializer)
+    kind = StateKind(meta.kind)
+    if kind in (StateKind.LIST, StateKind.MAP):
+        return lambda v: _enc_value(meta, v)
+    ttl = meta.ttl is not None
+    if ser.identity == "msgpack":
+        return (lambda x: [x[1], x[0]]) if ttl else None
+    if ser.identity == "bytes" and not ttl:
+        return _BYTES_DUMPS
+    dump = ser.dumps
+    return (lambda x: [x[1], dump(x[0])]) if ttl else dump
+
+
+def _decoder(meta: StateMeta) -> Callable[[Any], Any] | None:
+    """One state's value decoder, resolved once per file; None when a section's value is the value
+    (msgpack, non-TTL, single value)."""
+    ser = get_serializer(meta.value_serializer)
+    kind = StateKind(meta.kind)
+    if kind in (StateKind.LIST, StateKind.MAP):
+        return lambda v: _dec_value(meta, v)
+    ttl = meta.ttl is not None
+    if ser.identity == "msgpack":
+        return (lambda x: TtlValue(x[1], x[0])) if ttl else None
+    load = ser.loads
+    return (lambda x: TtlValue(load(x[1]), x[0])) if ttl else load
 
 
 def _meta_to_plain(m: StateMeta) -> dict[str, Any]:
@@ -162,33 +243,43 @@ def _encode_operator(op: OperatorStateSnapshot) -> bytes:
     return msgpack.packb(rows, use_bin_type=True)
 
 
-def encode_subtask_state(s: SubtaskStateSnapshot) -> bytes:
-    """Serialize one subtask's keyed and operator state into the file format."""
+def _keyed_sections(k: KeyedStateSnapshot) -> Iterator[tuple[int, bytes]]:
+    """One msgpack section per key group: rows ``[state, namespace, key, value]``, built per
+    namespace with one comprehension and packed in one C call."""
+    encoders = {name: _encoder(m) for name, m in k.states.items()}
+    for kg in sorted(k.key_groups):
+        rows: list[list[Any]] = []
+        for name, per_ns in k.key_groups[kg].items():
+            state_enc = encoders[name]
+            for ns, per_key in per_ns.items():
+                enc = state_enc
+                if enc is _BYTES_DUMPS and set(map(type, per_key.values())) <= _JUST_BYTES:
+                    enc = None  # exactly what the bytes serializer returns, checked in bulk
+                if enc is None:
+                    rows += [[name, ns, key, v] for key, v in per_key.items()]
+                else:
+                    rows += [[name, ns, key, enc(v)] for key, v in per_key.items()]
+        yield kg, MSGPACK.dumps(rows)
+
+
+def _keyed_header(k: KeyedStateSnapshot) -> dict[str, Any]:
+    return {
+        "max_parallelism": k.max_parallelism,
+        "range": [k.key_group_range.start, k.key_group_range.end],
+        "states": [_meta_to_plain(m) for m in k.states.values()],
+        "snapshot_time_ms": k.snapshot_time_ms,
+    }
+
+
+def encode_row_format(s: SubtaskStateSnapshot) -> bytes:
+    """The version-1 layout (index in the header, one row per entry). No longer written by storage;
+    kept so that reading version-1 files stays tested."""
     sections: list[tuple[str | int, bytes]] = []
-    keyed_header: dict[str, Any] | None = None
     if s.keyed is not None:
-        k = s.keyed
-        metas = k.states
-        for kg in sorted(k.key_groups):
-            rows = []
-            for name, per_ns in k.key_groups[kg].items():
-                meta = metas[name]
-                for ns, per_key in per_ns.items():
-                    for key, v in per_key.items():
-                        rows.append([name, ns, key, _enc_value(meta, v)])
-            sections.append((kg, MSGPACK.dumps(rows)))
-        keyed_header = {
-            "max_parallelism": k.max_parallelism,
-            "range": [k.key_group_range.start, k.key_group_range.end],
-            "states": [_meta_to_plain(m) for m in metas.values()],
-            "snapshot_time_ms": k.snapshot_time_ms,
-        }
-    op_header = None
+        sections.extend(_keyed_sections(s.keyed))
     if s.operator is not None:
         sections.append((_OPERATOR, _encode_operator(s.operator)))
-        op_header = True
-    index = []
-    offset = 0
+    index, offset = [], 0
     for sid, data in sections:
         index.append([sid, offset, len(data), _crc(data)])
         offset += len(data)
@@ -198,21 +289,130 @@ def encode_subtask_state(s: SubtaskStateSnapshot) -> bytes:
             "subtask_index": s.subtask_index,
             "parallelism": s.parallelism,
             "max_parallelism": s.max_parallelism,
-            "keyed": keyed_header,
-            "operator": op_header,
+            "keyed": None if s.keyed is None else _keyed_header(s.keyed),
+            "operator": True if s.operator is not None else None,
             "index": index,
         },
         use_bin_type=True,
     )
-    head = _PRE.pack(MAGIC, FORMAT_VERSION, len(header)) + header + _U32.pack(_crc(header))
-    body = head + b"".join(d for _, d in sections)
+    body = (
+        _PRE.pack(MAGIC, ROW_FORMAT_VERSION, len(header))
+        + header
+        + _U32.pack(_crc(header))
+        + b"".join(d for _, d in sections)
+    )
     return body + _U32.pack(_crc(body)) + TRAILER_MAGIC
+
+
+def _state_groups(k: KeyedStateSnapshot, kg: int, encoders: dict[str, Any]) -> list[list[Any]]:
+    """A version-3 section's content: ``[state, namespace, {key: value}]`` per state and namespace.
+    The maps are the snapshot's own dicts when values go in as they are (msgpack values; bytes values
+    checked in bulk), so a key group is packed by one C call with no Python work per entry."""
+    groups: list[list[Any]] = []
+    for name, per_ns in k.key_groups[kg].items():
+        state_enc = encoders[name]
+        for ns, per_key in per_ns.items():
+            enc = state_enc
+            if enc is _BYTES_DUMPS and set(map(type, per_key.values())) <= _JUST_BYTES:
+                enc = None  # exactly what the bytes serializer returns
+            groups.append([name, ns, per_key if enc is None else {key: enc(v) for key, v in per_key.items()}])
+    return groups
+
+
+def write_subtask_state(s: SubtaskStateSnapshot, write: Callable[[Any], object]) -> tuple[int, int]:
+    """Serialize one subtask's state in the current format (version 3), handing each part to ``write``
+    as soon as it is encoded: key groups are packed one at a time into one reused buffer (passed as a
+    memoryview valid only during the call), so a 1 GB state is neither held whole nor copied in
+    memory. The file's crc32 follows from the sections' (:func:`crc32_combine`), not from another
+    pass. Returns (file size, file crc32)."""
+    header = msgpack.packb(
+        {
+            "operator_id": s.operator_id,
+            "subtask_index": s.subtask_index,
+            "parallelism": s.parallelism,
+            "max_parallelism": s.max_parallelism,
+            "keyed": None if s.keyed is None else _keyed_header(s.keyed),
+            "operator": True if s.operator is not None else None,
+        },
+        use_bin_type=True,
+    )
+    head = _PRE.pack(MAGIC, FORMAT_VERSION, len(header)) + header + _U32.pack(_crc(header))
+    write(head)
+    crc, size = _crc(head), len(head)
+    index: list[list[Any]] = []
+    offset = 0
+
+    def section(sid: str | int, view: Any) -> None:
+        nonlocal crc, offset
+        n, section_crc = len(view), _crc(view)
+        write(view)
+        index.append([sid, offset, n, section_crc])
+        crc = crc32_combine(crc, section_crc, n)
+        offset += n
+
+    if s.keyed is not None:
+        k = s.keyed
+        encoders = {name: _encoder(m) for name, m in k.states.items()}
+        packer = MSGPACK.packer()
+        for kg in sorted(k.key_groups):
+            try:
+                packer.pack(_state_groups(k, kg, encoders))
+            except (TypeError, OverflowError, ValueError) as e:
+                raise SerializerError(f"msgpack serializer: key group {kg}: {e}") from e
+            with packer.getbuffer() as view:
+                section(kg, view)
+            packer.reset()
+    if s.operator is not None:
+        section(_OPERATOR, _encode_operator(s.operator))
+    footer = msgpack.packb(index, use_bin_type=True)
+    tail = footer + _U32.pack(len(footer)) + _U32.pack(_crc(footer))
+    crc = zlib.crc32(tail, crc)
+    trailer = _U32.pack(crc) + TRAILER_MAGIC
+    write(tail + trailer)
+    size += offset + len(tail) + len(trailer)
+    return size, zlib.crc32(trailer, crc) & 0xFFFFFFFF
+
+
+def encode_subtask_state(s: SubtaskStateSnapshot) -> bytes:
+    """Serialize one subtask's keyed and operator state into the file format, in memory."""
+    out = io.BytesIO()
+    write_subtask_state(s, out.write)
+    return out.getvalue()
+
+
+def _load_rows(rows: list[Any], per_state: dict[str, dict[Any, dict[Any, Any]]], decoders: dict) -> None:
+    """Rows ``[state, namespace, key, value]`` of one key group into ``per_state``. Rows come grouped
+    by state and namespace, so the target dict and decoder are looked up once per group."""
+    last_name: Any = _NO_ROW
+    last_ns: Any = _NO_ROW
+    target: dict[Any, Any] = {}
+    dec = None
+    for st_name, ns, key, v in rows:
+        if st_name != last_name or ns != last_ns:
+            target = per_state.setdefault(st_name, {}).setdefault(ns, {})
+            dec = decoders[st_name]
+            last_name, last_ns = st_name, ns
+        target[key] = v if dec is None else dec(v)
+
+
+_NO_ROW = object()
+
+
+def _load_groups(groups: list[Any], per_state: dict[str, dict[Any, dict[Any, Any]]], decoders: dict) -> None:
+    """A version-3 section (``[state, namespace, {key: value}]`` groups) into ``per_state``: the
+    decoded maps are taken as they are unless the state's values need decoding."""
+    for st_name, ns, m in groups:
+        dec = decoders[st_name]
+        if not isinstance(m, dict):
+            raise ValueError(f"state {st_name!r}: entries are a {type(m).__name__}, not a map")
+        per_state.setdefault(st_name, {})[ns] = m if dec is None else {k: dec(v) for k, v in m.items()}
 
 
 @dataclass
 class _Header:
     plain: dict[str, Any]
     body_start: int
+    version: int
 
 
 def _read_header(fh: BinaryIO, name: str) -> _Header:
@@ -238,11 +438,66 @@ def _read_header(fh: BinaryIO, name: str) -> _Header:
     except Exception as e:
         raise CorruptStateFileError(f"{name}: unreadable header: {e}") from None
     ftype = plain.get("type") if isinstance(plain, dict) else None
-    if not isinstance(plain, dict) or (version == FORMAT_VERSION) != (ftype is None):
+    if not isinstance(plain, dict) or (version == INCREMENTAL_FORMAT_VERSION) != (ftype is not None):
         raise CorruptStateFileError(f"{name}: header does not match format version {version}")
     if ftype is not None and ftype not in (_MANIFEST, _KG_FILE):
         raise CorruptStateFileError(f"{name}: unknown file type {ftype!r}")
-    return _Header(plain, _PRE.size + hlen + 4)
+    return _Header(plain, _PRE.size + hlen + 4, version)
+
+
+def _footer_index(fh: BinaryIO, name: str, h: _Header) -> tuple[list[Any], int]:
+    """A version-3 file's section index (from its checksummed footer) and the footer's size."""
+    size = fh.seek(0, io.SEEK_END)
+    if size < h.body_start + _TAIL.size:
+        raise CorruptStateFileError(f"{name}: truncated or missing trailer ({size} bytes)")
+    fh.seek(size - _TAIL.size)
+    flen, fcrc, _, magic = _TAIL.unpack(fh.read(_TAIL.size))
+    start = size - _TAIL.size - flen
+    if magic != TRAILER_MAGIC or start < h.body_start:
+        raise CorruptStateFileError(f"{name}: truncated or missing trailer ({size} bytes)")
+    fh.seek(start)
+    footer = fh.read(flen)
+    if _crc(footer) != fcrc:
+        raise CorruptStateFileError(f"{name}: index checksum mismatch (the file is damaged)")
+    try:
+        index = msgpack.unpackb(footer, raw=False, strict_map_key=False)
+        if any(o < 0 or n < 0 or h.body_start + o + n > start for _, o, n, _ in index):
+            raise ValueError("a section lies outside the file's body")
+    except Exception as e:
+        raise CorruptStateFileError(f"{name}: unreadable index: {e}") from None
+    return index, size - start
+
+
+class _SectionReader:
+    """Reads sections into one reused buffer: one ``pread`` straight into it when the file is a real
+    file, so a section is neither allocated afresh nor copied again on its way to the decoder."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self.fh = fh
+        self.buf = bytearray()
+        try:
+            self.fd = fh.fileno()
+        except (AttributeError, io.UnsupportedOperation):
+            self.fd = -1
+
+    def read(self, offset: int, length: int) -> memoryview:
+        """``length`` bytes at ``offset`` (fewer at the end of the file), valid until the next read."""
+        if len(self.buf) < length:
+            self.buf = bytearray(length)  # a new one: views of the old one may still be alive
+        view = memoryview(self.buf)[:length]
+        got = 0
+        if self.fd < 0:
+            self.fh.seek(offset)
+        while got < length:
+            n = (
+                os.preadv(self.fd, [view[got:]], offset + got)
+                if self.fd >= 0
+                else self.fh.readinto(view[got:])  # type: ignore[attr-defined]
+            )
+            if not n:
+                break
+            got += n
+        return view[:got]
 
 
 def verify_file(data: bytes, name: str) -> None:
@@ -277,12 +532,18 @@ def decode_subtask_state(
         keyed = KeyedStateSnapshot(
             kh["max_parallelism"], KeyGroupRange(*kh["range"]), metas, {}, kh["snapshot_time_ms"]
         )
-    for sid, offset, length, crc in p["index"]:
+    decoders = {n: _decoder(m) for n, m in metas.items()}
+    if h.version == FORMAT_VERSION:
+        index, footer_size = _footer_index(fh, name, h)
+        read += footer_size
+    else:
+        index = p["index"]
+    reader = _SectionReader(fh)
+    for sid, offset, length, crc in index:
         wanted = sid == _OPERATOR or key_group_range is None or sid in key_group_range
         if not wanted:
             continue
-        fh.seek(h.body_start + offset)
-        data = fh.read(length)
+        data = reader.read(h.body_start + offset, length)
         read += len(data)
         if len(data) != length:
             raise CorruptStateFileError(f"{name}: truncated in section {sid}")
@@ -294,6 +555,10 @@ def decode_subtask_state(
                 if sid != _OPERATOR
                 else msgpack.unpackb(data, raw=False, strict_map_key=False)
             )
+            if sid != _OPERATOR and h.version == FORMAT_VERSION:
+                assert keyed is not None
+                _load_groups(rows, keyed.key_groups.setdefault(sid, {}), decoders)
+                continue
         except Exception as e:
             raise CorruptStateFileError(f"{name}: undecodable section {sid}: {e}") from None
         if sid == _OPERATOR:
@@ -309,13 +574,9 @@ def decode_subtask_state(
                 operator.states[op_name] = OperatorStateEntry(op_name, m, vser, kser, value)
         else:
             assert keyed is not None
-            per_state = keyed.key_groups.setdefault(sid, {})
-            decoders = {n: _decoder(m) for n, m in metas.items()}
-            for st_name, ns, key, v in rows:
-                per_state.setdefault(st_name, {}).setdefault(ns, {})[key] = decoders[st_name](v)
+            _load_rows(rows, keyed.key_groups.setdefault(sid, {}), decoders)
     if p.get("type") == _MANIFEST and keyed is not None:
         base = Path(name).parent if base_dir is None else Path(base_dir)
-        decoders = {n: _decoder(m) for n, m in metas.items()}
         for kg, chain in p["shared"]:
             if key_group_range is not None and kg not in key_group_range:
                 continue
@@ -449,7 +710,8 @@ def _apply_key_group_file(
         for row in rows:
             st_name, ns, key = row[0], row[1], row[2]
             if len(row) == 4:
-                per_state.setdefault(st_name, {}).setdefault(ns, {})[key] = decoders[st_name](row[3])
+                dec = decoders[st_name]
+                per_state.setdefault(st_name, {}).setdefault(ns, {})[key] = row[3] if dec is None else dec(row[3])
             else:
                 per_state.get(st_name, {}).get(ns, {}).pop(key, None)
     except CorruptStateFileError:

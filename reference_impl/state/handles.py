@@ -17,6 +17,7 @@ from reference_impl.ttl import is_expired
 __all__ = [
     "StateTable",
     "ValueState",
+    "TtlValueState",
     "ListState",
     "ReducingState",
     "AggregatingState",
@@ -26,6 +27,7 @@ __all__ = [
 ]
 
 VOID_NAMESPACE = "VoidNamespace"
+_MISSING = object()
 
 
 class NoCurrentKeyError(RuntimeError):
@@ -44,6 +46,12 @@ class StateTable:
 
 
 class _Handle:
+    # slots: attribute loads on the per-record path are plain slot reads, not dict lookups
+    __slots__ = (
+        "_b", "_t", "_name", "_ns", "_m", "_ttl", "_ttl_ms", "_on_read", "_return_expired",
+        "_cleanup_size", "_accesses", "_clock",
+    )  # fmt: skip
+
     def __init__(self, backend: Any, table: StateTable, namespace: Any = VOID_NAMESPACE) -> None:
         self._b = backend
         self._t = table
@@ -51,14 +59,16 @@ class _Handle:
         self.set_current_namespace(namespace)
         ttl = table.descriptor.ttl_config
         self._ttl = ttl
+        self._ttl_ms = 0
+        self._on_read = self._return_expired = False
+        self._cleanup_size = self._accesses = 0
+        self._clock = backend.time_provider.now_ms
         if ttl is not None:
             self._ttl_ms = ttl.ttl_ms
             self._on_read = ttl.update_on_read
             self._return_expired = ttl.return_expired
             inc = ttl.incremental_cleanup
             self._cleanup_size = inc.cleanup_size if inc is not None else 0
-            self._accesses = 0
-            self._clock = backend.time_provider.now_ms
 
     def set_current_namespace(self, namespace: Any) -> None:
         self._ns = namespace
@@ -92,22 +102,52 @@ class _Handle:
 
 
 class ValueState(_Handle):
-    """A single value per key; ``value()`` is the descriptor's default when empty."""
+    """A single value per key; ``value()`` is the descriptor's default when empty.
+
+    The hot path of every keyed operator (a read and an update per record), so it is lean: a TTL
+    state gets the :class:`TtlValueState` subclass at construction instead of a TTL test per call,
+    and the no-current-key check runs only on a miss (no key is ever stored under ``None``)."""
+
+    def __new__(cls, backend: Any, table: StateTable, namespace: Any = VOID_NAMESPACE) -> ValueState:
+        if cls is ValueState and table.descriptor.ttl_config is not None:
+            cls = TtlValueState
+        return object.__new__(cls)
+
+    __slots__ = ("_default",)
 
     def __init__(self, backend: Any, table: StateTable, namespace: Any = VOID_NAMESPACE) -> None:
         super().__init__(backend, table, namespace)
         self._default = table.descriptor.default
 
     def value(self) -> Any:
+        v = self._m.get(self._b.current_key, _MISSING)
+        if v is _MISSING:
+            self._key()  # raises NoCurrentKeyError before set_current_key()
+            return self._default
+        return v
+
+    def update(self, value: Any) -> None:
         k = self._b.current_key
         if k is None:
             raise NoCurrentKeyError(f"state {self._name!r} used before set_current_key()")
-        if self._ttl is None:
-            return self._m.get(k, self._default)
+        if value is None:  # Flink: update(null) clears the value
+            self._m.pop(k, None)
+        else:
+            self._m[k] = value
+
+
+class TtlValueState(ValueState):
+    """:class:`ValueState` with TTL: stores ``(value, timestamp)`` and checks expiry on every read."""
+
+    __slots__ = ()
+
+    def value(self) -> Any:
+        k = self._b.current_key
         tv = self._m.get(k)
         if tv is None:
+            self._key()
             return self._default
-        now = self._now()
+        now = self._now() if self._cleanup_size else self._clock()  # one call fewer without cleanup
         if tv[1] + self._ttl_ms <= now and is_expired(tv[1], self._ttl_ms, now):
             self._m.pop(k, None)
             return tv[0] if self._return_expired else self._default
@@ -119,15 +159,15 @@ class ValueState(_Handle):
         k = self._b.current_key
         if k is None:
             raise NoCurrentKeyError(f"state {self._name!r} used before set_current_key()")
-        if value is None:  # Flink: update(null) clears the value
+        if value is None:
             self._m.pop(k, None)
-        elif self._ttl is None:
-            self._m[k] = value
         else:
-            self._m[k] = (value, self._now())
+            self._m[k] = (value, self._now() if self._cleanup_size else self._clock())
 
 
 class _MergingHandle(_Handle):
+    __slots__ = ()
+
     def merge_namespaces(self, target: Any, sources: Iterable[Any]) -> None:
         """Merge the current key's values in ``sources`` into ``target`` and remove the sources."""
         k = self._key()
@@ -159,6 +199,8 @@ class _MergingHandle(_Handle):
 
 class ListState(_MergingHandle):
     """A list per key. ``get()`` is None when empty; adding None raises; ``update([])`` clears."""
+
+    __slots__ = ()
 
     def get(self) -> list[Any] | None:
         k = self._key()
@@ -229,6 +271,8 @@ class ListState(_MergingHandle):
 class ReducingState(_MergingHandle):
     """One value per key, folded with the descriptor's reduce function; TTL shares one timestamp."""
 
+    __slots__ = ("_fn",)
+
     def __init__(self, backend: Any, table: StateTable, namespace: Any = VOID_NAMESPACE) -> None:
         super().__init__(backend, table, namespace)
         self._fn = table.descriptor.reduce_function
@@ -268,6 +312,8 @@ class ReducingState(_MergingHandle):
 
 class AggregatingState(_MergingHandle):
     """An accumulator per key; ``get()`` returns ``get_result(accumulator)``."""
+
+    __slots__ = ("_agg",)
 
     def __init__(self, backend: Any, table: StateTable, namespace: Any = VOID_NAMESPACE) -> None:
         super().__init__(backend, table, namespace)
@@ -309,6 +355,8 @@ class AggregatingState(_MergingHandle):
 
 class MapState(_Handle):
     """A map per key. Putting None as a value is allowed (Flink allows null map values)."""
+
+    __slots__ = ()
 
     def _map(self, create: bool = False) -> dict[Any, Any] | None:
         k = self._key()
@@ -393,5 +441,3 @@ class MapState(_Handle):
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
         return iter(self.items())
 
-
-_MISSING = object()

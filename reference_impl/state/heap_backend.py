@@ -27,6 +27,7 @@ from reference_impl.ttl import StateTtlConfig, is_expired
 __all__ = ["HeapKeyedStateBackend", "KeyGroupOutOfRangeError"]  # the error re-exported
 
 _IMMUTABLE = (int, float, str, bytes, bool, type(None))
+_IMMUTABLE_TYPES = frozenset(_IMMUTABLE)  # exact types: one set lookup per value on snapshot/restore
 
 
 def _copy(v: Any) -> Any:
@@ -54,11 +55,10 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
     # ------------------------------------------------------------------ keys
 
     def set_current_key(self, key: Any) -> None:
-        kg = self._kg_of.get(key)
-        if kg is None:
-            kg = self._kg_of[key] = self._owned_key_group(key)
+        # once per record: one dict membership test once the key's group is cached
+        if key not in self._kg_of:
+            self._kg_of[key] = self._owned_key_group(key)
         self.current_key = key
-        self.current_key_group = kg
         if self._per_record_cleanup:
             for table, n in self._per_record_cleanup:
                 self.incremental_cleanup(table, n)
@@ -192,11 +192,13 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
             (n, meta, data, None if meta.ttl is None else StateTtlConfig.from_dict(meta.ttl))
             for n, (meta, data) in self._restored.items()
         ]
+        kg_of, imm = self._kg_of, _IMMUTABLE_TYPES
         for name, meta, data, ttl in sources:
             states[name] = meta
             drop = ttl is not None and ttl.full_snapshot_cleanup
             kind = StateKind(meta.kind)
             for ns, m in data.items():
+                buckets: dict[int, dict[Any, Any]] = {}  # this namespace's entries by key group
                 for key, v in m.items():
                     if drop:
                         v = _without_expired(kind, v, ttl.ttl_ms, now)  # type: ignore[union-attr]
@@ -204,8 +206,15 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
                             continue
                     if ttl is not None:
                         v = _as_ttl_values(kind, v)
-                    kg = self.key_group_of(key)
-                    kgs.setdefault(kg, {}).setdefault(name, {}).setdefault(ns, {})[key] = _copy(v)
+                    kg = kg_of.get(key)
+                    if kg is None:
+                        kg = self.key_group_of(key)
+                    bucket = buckets.get(kg)
+                    if bucket is None:
+                        bucket = buckets[kg] = {}
+                    bucket[key] = v if type(v) in imm else _copy(v)
+                for kg, bucket in buckets.items():
+                    kgs.setdefault(kg, {}).setdefault(name, {})[ns] = bucket
         return KeyedStateSnapshot(self.max_parallelism, self.key_group_range, states, kgs, now)
 
     def restore(self, snapshots: list[KeyedStateSnapshot]) -> None:
@@ -214,6 +223,7 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
             raise StateRestoreError("restore() must run on a fresh backend, before any state is used")
         for name, meta in self._restored_metas(snapshots).items():
             self._restored[name] = (meta, {})
+        kg_of, imm = self._kg_of, _IMMUTABLE_TYPES
         for snap in snapshots:
             for kg, per_state in snap.key_groups.items():
                 if kg not in self.key_group_range:
@@ -221,10 +231,10 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
                 for name, per_ns in per_state.items():
                     data = self._restored[name][1]
                     for ns, m in per_ns.items():
-                        target = data.setdefault(ns, {})
-                        for key, v in m.items():
-                            target[key] = _copy(v)
-                            self._kg_of[key] = kg
+                        data.setdefault(ns, {}).update(
+                            {key: v if type(v) in imm else _copy(v) for key, v in m.items()}
+                        )
+                        kg_of.update(dict.fromkeys(m, kg))
 
 
 def _as_ttl_values(kind: StateKind, v: Any) -> Any:

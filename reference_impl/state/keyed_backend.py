@@ -51,7 +51,6 @@ class KeyedStateBackendBase:
         self.key_group_range = key_group_range
         self.time_provider: TimeProvider = time_provider or SystemClock()
         self.current_key: Any = None
-        self.current_key_group: int | None = None
         self._handles: dict[tuple[str, Any], Any] = {}
 
     # ------------------------------------------------------------------ keys
@@ -68,6 +67,14 @@ class KeyedStateBackendBase:
 
     def get_current_key(self) -> Any:
         return self.current_key
+
+    def key_group_of(self, key: Any) -> int:
+        raise NotImplementedError
+
+    @property
+    def current_key_group(self) -> int | None:
+        """The current key's key group, derived (not stored) so that switching keys stays cheap."""
+        return None if self.current_key is None else self.key_group_of(self.current_key)
 
     # ------------------------------------------------------------------ state handles
 

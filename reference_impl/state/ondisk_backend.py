@@ -370,9 +370,8 @@ class OnDiskKeyedStateBackend(KeyedStateBackendBase):
     def set_current_key(self, key: Any) -> None:
         if self._cache:
             self._flush()
-        kg, self._kg_b, self._key_b = self._key_info(key)
+        _, self._kg_b, self._key_b = self._key_info(key)
         self.current_key = key
-        self.current_key_group = kg
         if self._per_record_cleanup:
             for table, n in self._per_record_cleanup:
                 self.incremental_cleanup(table, n)

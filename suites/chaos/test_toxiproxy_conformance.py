@@ -82,8 +82,14 @@ def _round_trip(proxy, payload=b"ping") -> float:
         return time.perf_counter() - t0
 
 
+def _best(proxy, n: int = 3) -> float:
+    """The fastest of n round trips: a loaded machine only ever adds time, so upper bounds hold on
+    the best sample while lower bounds (the toxic's effect) hold on every one."""
+    return min(_round_trip(proxy) for _ in range(n))
+
+
 def test_plain_link_and_api(client, proxy):
-    assert _round_trip(proxy) < 0.15
+    assert _best(proxy) < 0.15
     assert proxy.name in client.proxies()
     assert client.version()
     with pytest.raises(ProxyExists):
@@ -95,18 +101,19 @@ def test_plain_link_and_api(client, proxy):
 
 
 def test_latency_is_added_within_tolerance(proxy):
-    base = _round_trip(proxy)
+    base = _best(proxy)
     proxy.add_toxic(name="lat", type="latency", stream="downstream", attributes={"latency": 200})
-    assert 0.17 <= _round_trip(proxy) - base <= 0.35
+    assert 0.17 <= _best(proxy) - base <= 0.35
     assert "lat" in proxy.toxics()
     proxy.destroy_toxic("lat")
-    assert _round_trip(proxy) < 0.15
+    assert _best(proxy) < 0.15
 
 
 def test_jitter_stays_within_bounds(proxy):
     proxy.add_toxic(type="latency", attributes={"latency": 100, "jitter": 50})
-    for _ in range(5):
-        assert 0.04 <= _round_trip(proxy) <= 0.25
+    samples = sorted(_round_trip(proxy) for _ in range(7))
+    assert samples[0] >= 0.04  # never less than latency - jitter
+    assert samples[3] <= 0.25  # the median within latency + jitter, with slack for a loaded machine
 
 
 def test_bandwidth_caps_throughput(proxy):

@@ -1,0 +1,55 @@
+"""A user's own test file, using only the plugin's fixtures, runs a scenario on local-cluster and
+asserts on the oracles: ``examples/test_user_chaos.py`` is copied into an empty folder (no project
+conftest, no pyproject) and run in a fresh pytest session, as a user's project would run it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def test_users_own_chaos_tests_run_on_local_cluster_with_only_the_plugin(tmp_path):
+    from harness.spark.cluster import SparkEnvironmentError, check_java
+
+    try:
+        check_java()
+    except SparkEnvironmentError as e:
+        pytest.skip(str(e))
+    project = tmp_path / "user-project"
+    project.mkdir()
+    shutil.copy(EXAMPLES / "test_user_chaos.py", project)
+    shutil.copytree(EXAMPLES / "scenarios", project / "scenarios")
+    alluredir = tmp_path / "allure-results"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "test_user_chaos.py", "-p", "no:cacheprovider", "-v", "-rA"]
+        + [f"--alluredir={alluredir}", f"--basetemp={tmp_path / 'basetemp'}"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-5000:]
+    assert "test_keyed_count_survives_an_executor_kill PASSED" in proc.stdout, proc.stdout[-3000:]
+    assert "3 passed" in proc.stdout, proc.stdout[-2000:]  # the local-cluster test and two folder cases
+    results = [json.loads(f.read_text()) for f in alluredir.glob("*-result.json")]
+    local = next(r for r in results if r["name"] == "test_keyed_count_survives_an_executor_kill")
+    assert local["status"] == "passed"
+    params = {p["name"]: p["value"] for p in local["parameters"]}
+    assert params["cluster"].strip("'") == "local"
+    steps = [s["name"] for top in local["steps"] for s in top.get("steps", [])]
+    assert any(s.startswith("fault: kill_executor on ") for s in steps), steps
+    assert any(s.startswith("restore from checkpoint") for s in steps), steps
