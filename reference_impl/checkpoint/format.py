@@ -40,6 +40,7 @@ import os
 import struct
 import zlib
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -85,6 +86,7 @@ FORMAT_VERSION = 3  # full snapshots: streamed, index in the footer, one map per
 _READABLE_VERSIONS = (ROW_FORMAT_VERSION, INCREMENTAL_FORMAT_VERSION, FORMAT_VERSION)
 _PRE = struct.Struct(">4sHI")
 _U32 = struct.Struct(">I")
+_CHUNK = 1 << 20  # I/O and checksum granularity: fits the CPU cache, so a chunk is not fetched twice
 _TAIL = struct.Struct(">II4s4s")  # v3: index length, index crc32, file crc32, trailer magic
 _OPERATOR = "operator"
 _MANIFEST, _KG_FILE = "incremental-manifest", "key-group"
@@ -172,7 +174,8 @@ def _dec_value(meta: StateMeta, v: Any) -> Any:
     return one(v)
 
 
-_BYTES_DUMPS = get_serializer("bytes").dumps  # one bound method, compared by identity
+_BYTES = get_serializer("bytes")
+_BYTES_DUMPS, _BYTES_LOADS = _BYTES.dumps, _BYTES.loads  # bound once, compared by identity
 _JUST_BYTES = {bytes}
 
 
@@ -202,6 +205,8 @@ def _decoder(meta: StateMeta) -> Callable[[Any], Any] | None:
     ttl = meta.ttl is not None
     if ser.identity == "msgpack":
         return (lambda x: TtlValue(x[1], x[0])) if ttl else None
+    if ser is _BYTES and not ttl:
+        return _BYTES_LOADS
     load = ser.loads
     return (lambda x: TtlValue(load(x[1]), x[0])) if ttl else load
 
@@ -342,28 +347,51 @@ def write_subtask_state(s: SubtaskStateSnapshot, write: Callable[[Any], object])
     index: list[list[Any]] = []
     offset = 0
 
-    def section(sid: str | int, view: Any) -> None:
+    def crc_and_write(view: Any) -> int:  # in the writer thread: both release the GIL
+        c = 0
+        for i in range(0, len(view), _CHUNK):  # each chunk written while still in the CPU cache
+            chunk = view[i : i + _CHUNK]
+            c = zlib.crc32(chunk, c)
+            write(chunk)
+        return c & 0xFFFFFFFF
+
+    def finish(sid: str | int, done: Future[int], view: memoryview, packer: Any) -> None:
         nonlocal crc, offset
-        n, section_crc = len(view), _crc(view)
-        write(view)
+        section_crc, n = done.result(), len(view)
         index.append([sid, offset, n, section_crc])
         crc = crc32_combine(crc, section_crc, n)
         offset += n
-
-    if s.keyed is not None:
-        k = s.keyed
-        encoders = {name: _encoder(m) for name, m in k.states.items()}
-        packer = MSGPACK.packer()
-        for kg in sorted(k.key_groups):
-            try:
-                packer.pack(_state_groups(k, kg, encoders))
-            except (TypeError, OverflowError, ValueError) as e:
-                raise SerializerError(f"msgpack serializer: key group {kg}: {e}") from e
-            with packer.getbuffer() as view:
-                section(kg, view)
+        view.release()
+        if packer is not None:
             packer.reset()
-    if s.operator is not None:
-        section(_OPERATOR, _encode_operator(s.operator))
+
+    # two packers: key group i+1 is packed (holding the GIL) while key group i is checksummed and
+    # written by one writer thread, in order
+    with ThreadPoolExecutor(1, thread_name_prefix="state-writer") as writer:
+        pending: tuple[str | int, Future[int], memoryview, Any] | None = None
+        if s.keyed is not None:
+            k = s.keyed
+            encoders = {name: _encoder(m) for name, m in k.states.items()}
+            packers = (MSGPACK.packer(), MSGPACK.packer())
+            for i, kg in enumerate(sorted(k.key_groups)):
+                packer = packers[i % 2]
+                try:
+                    packer.pack(_state_groups(k, kg, encoders))
+                except (TypeError, OverflowError, ValueError) as e:
+                    raise SerializerError(f"msgpack serializer: key group {kg}: {e}") from e
+                view = packer.getbuffer()
+                done = writer.submit(crc_and_write, view)
+                if pending is not None:
+                    finish(*pending)
+                pending = (kg, done, view, packer)
+        if s.operator is not None:
+            view = memoryview(_encode_operator(s.operator))
+            done = writer.submit(crc_and_write, view)
+            if pending is not None:
+                finish(*pending)
+            pending = (_OPERATOR, done, view, None)
+        if pending is not None:
+            finish(*pending)
     footer = msgpack.packb(index, use_bin_type=True)
     tail = footer + _U32.pack(len(footer)) + _U32.pack(_crc(footer))
     crc = zlib.crc32(tail, crc)
@@ -405,6 +433,8 @@ def _load_groups(groups: list[Any], per_state: dict[str, dict[Any, dict[Any, Any
         dec = decoders[st_name]
         if not isinstance(m, dict):
             raise ValueError(f"state {st_name!r}: entries are a {type(m).__name__}, not a map")
+        if dec is _BYTES_LOADS and set(map(type, m.values())) <= _JUST_BYTES:
+            dec = None  # msgpack decoded them as bytes already: checked in bulk
         per_state.setdefault(st_name, {})[ns] = m if dec is None else {k: dec(v) for k, v in m.items()}
 
 
@@ -468,6 +498,32 @@ def _footer_index(fh: BinaryIO, name: str, h: _Header) -> tuple[list[Any], int]:
     return index, size - start
 
 
+def _prefetched(
+    fh: BinaryIO, sections: list[tuple[Any, int, int, int]]
+) -> Iterator[tuple[Any, int, int, memoryview, int]]:
+    """``(sid, length, crc, data, crc of data)`` per section, in order. With a real file, one reader
+    thread reads and checksums section i+1 (both release the GIL) into the other of two buffers while
+    the caller decodes section i; ``data`` is valid until the next item."""
+    readers = (_SectionReader(fh), _SectionReader(fh))
+    if readers[0].fd < 0 or len(sections) < 2:
+        for sid, offset, length, crc in sections:
+            data, data_crc = readers[0].read_and_crc(offset, length)
+            yield sid, length, crc, data, data_crc
+        return
+
+    def fetch(i: int) -> tuple[memoryview, int]:
+        return readers[i % 2].read_and_crc(sections[i][1], sections[i][2])
+
+    with ThreadPoolExecutor(1, thread_name_prefix="state-reader") as pool:
+        nxt = pool.submit(fetch, 0)
+        for i, (sid, _, length, crc) in enumerate(sections):
+            data, data_crc = nxt.result()
+            if i + 1 < len(sections):
+                nxt = pool.submit(fetch, i + 1)  # into the other buffer: this one is being decoded
+            yield sid, length, crc, data, data_crc
+            data.release()
+
+
 class _SectionReader:
     """Reads sections into one reused buffer: one ``pread`` straight into it when the file is a real
     file, so a section is neither allocated afresh nor copied again on its way to the decoder."""
@@ -480,24 +536,25 @@ class _SectionReader:
         except (AttributeError, io.UnsupportedOperation):
             self.fd = -1
 
-    def read(self, offset: int, length: int) -> memoryview:
-        """``length`` bytes at ``offset`` (fewer at the end of the file), valid until the next read."""
+    def read_and_crc(self, offset: int, length: int) -> tuple[memoryview, int]:
+        """``length`` bytes at ``offset`` (fewer at the end of the file), valid until the next read,
+        and their crc32, computed chunk by chunk right after each chunk is read (still in cache)."""
         if len(self.buf) < length:
             self.buf = bytearray(length)  # a new one: views of the old one may still be alive
         view = memoryview(self.buf)[:length]
-        got = 0
+        got = crc = 0
         if self.fd < 0:
             self.fh.seek(offset)
         while got < length:
+            chunk = view[got : got + _CHUNK]
             n = (
-                os.preadv(self.fd, [view[got:]], offset + got)
-                if self.fd >= 0
-                else self.fh.readinto(view[got:])  # type: ignore[attr-defined]
+                os.preadv(self.fd, [chunk], offset + got) if self.fd >= 0 else self.fh.readinto(chunk)  # type: ignore[attr-defined]
             )
             if not n:
                 break
+            crc = zlib.crc32(chunk[:n], crc)
             got += n
-        return view[:got]
+        return view[:got], crc & 0xFFFFFFFF
 
 
 def verify_file(data: bytes, name: str) -> None:
@@ -538,16 +595,16 @@ def decode_subtask_state(
         read += footer_size
     else:
         index = p["index"]
-    reader = _SectionReader(fh)
-    for sid, offset, length, crc in index:
-        wanted = sid == _OPERATOR or key_group_range is None or sid in key_group_range
-        if not wanted:
-            continue
-        data = reader.read(h.body_start + offset, length)
+    wanted = [
+        (sid, h.body_start + offset, length, crc)
+        for sid, offset, length, crc in index
+        if sid == _OPERATOR or key_group_range is None or sid in key_group_range
+    ]
+    for sid, length, crc, data, data_crc in _prefetched(fh, wanted):
         read += len(data)
         if len(data) != length:
             raise CorruptStateFileError(f"{name}: truncated in section {sid}")
-        if _crc(data) != crc:
+        if data_crc != crc:
             raise CorruptStateFileError(f"{name}: checksum mismatch in section {sid}")
         try:
             rows = (
@@ -711,7 +768,9 @@ def _apply_key_group_file(
             st_name, ns, key = row[0], row[1], row[2]
             if len(row) == 4:
                 dec = decoders[st_name]
-                per_state.setdefault(st_name, {}).setdefault(ns, {})[key] = row[3] if dec is None else dec(row[3])
+                per_state.setdefault(st_name, {}).setdefault(ns, {})[key] = (
+                    row[3] if dec is None else dec(row[3])
+                )
             else:
                 per_state.get(st_name, {}).get(ns, {}).pop(key, None)
     except CorruptStateFileError:

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
+from operator import itemgetter
 from typing import Any
+
+import numpy as np
 
 from reference_impl.keygroups import KeyGroupRange, assign_to_key_group
 from reference_impl.snapshot import KeyedStateSnapshot, StateKind, StateMeta, StateRestoreError, TtlValue
@@ -28,6 +31,15 @@ __all__ = ["HeapKeyedStateBackend", "KeyGroupOutOfRangeError"]  # the error re-e
 
 _IMMUTABLE = (int, float, str, bytes, bool, type(None))
 _IMMUTABLE_TYPES = frozenset(_IMMUTABLE)  # exact types: one set lookup per value on snapshot/restore
+
+
+_BULK_MIN = 256  # below this many entries a plain loop beats the vectorised split
+
+
+def _all_immutable(values: Any) -> bool:
+    """Whether every value is of an immutable built-in type (checked in one C loop): then a shallow
+    copy of the dict is an isolated copy."""
+    return set(map(type, values)) <= _IMMUTABLE_TYPES
 
 
 def _copy(v: Any) -> Any:
@@ -199,6 +211,9 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
             kind = StateKind(meta.kind)
             for ns, m in data.items():
                 buckets: dict[int, dict[Any, Any]] = {}  # this namespace's entries by key group
+                if ttl is None and len(m) >= _BULK_MIN and _all_immutable(m.values()):
+                    buckets = self._split_by_key_group(m)
+                    m = {}  # done: no per-entry loop
                 for key, v in m.items():
                     if drop:
                         v = _without_expired(kind, v, ttl.ttl_ms, now)  # type: ignore[union-attr]
@@ -217,6 +232,32 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
                     kgs.setdefault(kg, {}).setdefault(name, {})[ns] = bucket
         return KeyedStateSnapshot(self.max_parallelism, self.key_group_range, states, kgs, now)
 
+    def _split_by_key_group(self, m: dict[Any, Any]) -> dict[int, dict[Any, Any]]:
+        """``m``'s entries as one new dict per key group, with no Python work per entry: key groups are
+        looked up by one ``itemgetter`` call, sorted with numpy, and each group's dict is built by
+        ``dict(zip(...))`` from sorted slices (all C loops)."""
+        kg_of = self._kg_of
+        try:
+            kgs = itemgetter(*m)(kg_of)
+        except KeyError:  # keys whose group was never cached (not seen by set_current_key)
+            for key in m:
+                if key not in kg_of:
+                    kg_of[key] = self.key_group_of(key)
+            kgs = itemgetter(*m)(kg_of)
+        arr = np.array(kgs, dtype=np.int64)
+        if arr.min() == arr.max():
+            return {int(arr[0]): dict(m)}
+        order = np.argsort(arr, kind="stable")
+        pick = itemgetter(*order.tolist())
+        keys, values = pick(tuple(m)), pick(tuple(m.values()))
+        sorted_kgs = arr[order]
+        starts = [0, *(np.flatnonzero(sorted_kgs[1:] != sorted_kgs[:-1]) + 1).tolist()]
+        ends = [*starts[1:], len(m)]
+        return {
+            kg: dict(zip(keys[a:b], values[a:b], strict=True))
+            for kg, a, b in zip(sorted_kgs[starts].tolist(), starts, ends, strict=True)
+        }
+
     def restore(self, snapshots: list[KeyedStateSnapshot]) -> None:
         """Load the key groups of this backend's range from ``snapshots`` (any old parallelism)."""
         if self._tables or self._restored:
@@ -231,9 +272,13 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
                 for name, per_ns in per_state.items():
                     data = self._restored[name][1]
                     for ns, m in per_ns.items():
-                        data.setdefault(ns, {}).update(
-                            {key: v if type(v) in imm else _copy(v) for key, v in m.items()}
-                        )
+                        target = data.get(ns)
+                        if target is None:
+                            target = data[ns] = {}
+                        if _all_immutable(m.values()):
+                            target.update(m)  # a C loop; the snapshot's dict stays the snapshot's
+                        else:
+                            target.update({key: v if type(v) in imm else _copy(v) for key, v in m.items()})
                         kg_of.update(dict.fromkeys(m, kg))
 
 
