@@ -380,14 +380,16 @@ class Scenario(_Strict):
             data["seed"] = seed
         try:
             return Scenario.model_validate(data)
-        except ValidationError as e:  # e.g. docker-only faults run with --cluster local: exit 2, not a traceback
+        except ValidationError as e:  # e.g. docker-only faults with --cluster local: exit 2, no traceback
             problems: list[tuple[int | None, str, str]] = []
             for err in e.errors():
                 msg = err["msg"].removeprefix("Value error, ")
                 for path_, m in _ENCODED.findall(msg) or [(".".join(map(str, err["loc"])), msg)]:
                     loc = tuple(int(x) if x.isdigit() else x for x in path_.split(".") if x)
                     problems.append((None, _field_name(loc), m))
-            raise ScenarioError(f"scenario {self.name!r} with cluster {data['cluster']!r}", problems) from None
+            raise ScenarioError(
+                f"scenario {self.name!r} with cluster {data['cluster']!r}", problems
+            ) from None
 
 
 def consistency_problems(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:

@@ -35,9 +35,12 @@ class PlannedFault:
     healed: bool = False
     fired_at: int | None = None
     injector: Injector | None = field(default=None, repr=False)
+    after_ms: int = 0  # the trigger's after_ms: fire this long after the condition is reached
+    due_at: int | None = None  # when a reached trigger with after_ms fires
 
     def describe(self) -> str:
-        return f"#{self.fault_id} {self.fault.kind} at {self.kind}={self.value}"
+        after = f"+{self.after_ms}ms" if self.after_ms else ""
+        return f"#{self.fault_id} {self.fault.kind} at {self.kind}={self.value}{after}"
 
 
 def plan(scenario: Scenario) -> list[PlannedFault]:
@@ -52,7 +55,16 @@ def plan(scenario: Scenario) -> list[PlannedFault]:
             for t in times:
                 out.append(PlannedFault(len(out) + 1, f, "time_ms", t, rng.getrandbits(32)))
         else:
-            out.append(PlannedFault(len(out) + 1, f, at.kind, getattr(at, at.kind), rng.getrandbits(32)))
+            out.append(
+                PlannedFault(
+                    len(out) + 1,
+                    f,
+                    at.kind,
+                    getattr(at, at.kind),
+                    rng.getrandbits(32),
+                    after_ms=at.after_ms or 0,
+                )
+            )
     return out
 
 
@@ -92,19 +104,28 @@ class Nemesis:
         for p in self.planned:
             if not p.fired and p.kind == "time_ms" and now_ms >= p.value:
                 self._fire(p)
+            elif not p.fired and p.due_at is not None and now_ms >= p.due_at:
+                self._fire(p)
         self._heal_due()
+
+    def _reached(self, p: PlannedFault) -> None:
+        """A checkpoint or records trigger was reached: fire now, or ``after_ms`` later (on_time)."""
+        if not p.after_ms:
+            self._fire(p)
+        elif p.due_at is None:
+            p.due_at = self.now_ms + p.after_ms
 
     def on_checkpoint_completed(self, checkpoint_id: int) -> None:
         self.last_checkpoint = max(self.last_checkpoint, checkpoint_id)
         for p in self.planned:
             if not p.fired and p.kind == "checkpoint" and checkpoint_id >= p.value:
-                self._fire(p)
+                self._reached(p)
 
     def on_records(self, total_records: int) -> None:
         self.records = total_records
         for p in self.planned:
             if not p.fired and p.kind == "records" and total_records >= p.value:
-                self._fire(p)
+                self._reached(p)
 
     def on_failpoint(self, name: str, target: str | None = None) -> FailpointAction | None:
         """Called by the runtime at a named failpoint; returns the action to take there, if any.

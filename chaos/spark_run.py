@@ -192,7 +192,7 @@ def _run_spark(
             from chaos.cluster.docker_spark import docker_injector
 
             target = None if f.target is None else str(f.target)
-            injector = docker_injector(docker, cluster, scope, f.kind, target, rng)
+            injector = docker_injector(docker, cluster, scope, f.kind, target, rng, f.duration_ms)
             if injector is not None:
                 return injector
         if f.kind == "kill_executor":

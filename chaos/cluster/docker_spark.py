@@ -141,7 +141,9 @@ class DockerSparkCluster:
             client = docker_client()
             compose_command()
         except DockerStackError as e:
-            raise EnvironmentProblem(f"cluster 'docker' needs a Docker engine and docker-compose: {e}") from None
+            raise EnvironmentProblem(
+                f"cluster 'docker' needs a Docker engine and docker-compose: {e}"
+            ) from None
         sweep_dead_owners(client)
         try:
             image = self.image or build_images()
@@ -277,7 +279,9 @@ class ExecSignal(Injector):
         res = self.container.exec_run(["sh", "-c", script])
         out = (res.output or b"").decode("utf-8", "replace").strip()
         if res.exit_code != 0:
-            raise InjectorError(f"{self.kind} in {self.container.name}: `{script}` exited {res.exit_code}: {out}")
+            raise InjectorError(
+                f"{self.kind} in {self.container.name}: `{script}` exited {res.exit_code}: {out}"
+            )
         return out
 
     def start(self) -> None:
@@ -306,16 +310,23 @@ class ExecSignal(Injector):
 
 
 def docker_injector(
-    dc: DockerSparkCluster, spark: Any, scope: RunScope, kind: str, target: str | None, rng: random.Random
+    dc: DockerSparkCluster,
+    spark: Any,
+    scope: RunScope,
+    kind: str,
+    target: str | None,
+    rng: random.Random,
+    duration_ms: int | None = None,
 ) -> Injector | None:
-    """The injector for a container or process fault on the docker cluster, None for other kinds."""
+    """The injector for a container or process fault on the docker cluster, None for other kinds.
+    A ``kill_worker`` with a duration starts the killed worker again when it heals."""
     if kind in ("kill_executor", "pause_executor", "kill_python_worker"):
         return ExecSignal(scope, dc.pick_worker(spark, target, rng), kind, rng)
     if kind == "partition_worker":
         assert dc.stack is not None
         return PartitionContainer(scope, dc.pick_worker(spark, target, rng), dc.stack.network())
     if kind in CONTAINER_FAULTS:
-        return ContainerFault(scope, dc.pick_worker(spark, target, rng), kind)
+        return ContainerFault(scope, dc.pick_worker(spark, target, rng), kind, duration_ms is not None)
     return None
 
 
@@ -368,7 +379,7 @@ def docker_cluster_for(run_dir: Path, slots: int) -> Iterator[DockerSparkCluster
     else:
         try:
             session.cluster.repair()
-        except DockerStackError:  # beyond repair: start afresh
+        except Exception:  # beyond repair (a container gone, an API error): start afresh
             session.cluster.stop()
             session.cluster = DockerSparkCluster(session.mount_root, max(need, session.workers or 0)).start()
     yield session.cluster

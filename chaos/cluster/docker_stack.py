@@ -42,6 +42,7 @@ __all__ = [
     "ROLE_LABEL",
     "DockerStack",
     "DockerStackError",
+    "OWNER_LABEL",
     "build_images",
     "compose_command",
     "docker_client",
@@ -49,6 +50,7 @@ __all__ = [
 
 COMPOSE_DIR = Path(__file__).resolve().parents[2] / "compose"
 ROLE_LABEL = "io.statechaos.role"
+OWNER_LABEL = "io.statechaos.owner"
 DEFAULT_IMAGE = "statechaos/spark:latest"
 # compose service -> role label value
 SERVICES = {
@@ -109,12 +111,66 @@ def build_images(*, check_only: bool = False, timeout: float = 3600) -> str:
     return lines[-1]
 
 
+def owner_token(pid: int | None = None) -> str:
+    """``host/pid/start-time`` of a process (default: this one), the value of the owner label.
+
+    The start time tells a dead owner from a new process that reuses its pid."""
+    import socket
+
+    import psutil
+
+    p = psutil.Process(pid)
+    return f"{socket.gethostname()}/{p.pid}/{int(p.create_time())}"
+
+
+def _owner_alive(token: str) -> bool:
+    """Whether the process named by an owner label still runs. Owners on other hosts count as alive
+    (their pids mean nothing here), and so do unreadable tokens: when in doubt, leave it."""
+    import socket
+
+    import psutil
+
+    try:
+        host, pid, started = token.split("/")
+        if host != socket.gethostname():
+            return True
+        return int(psutil.Process(int(pid)).create_time()) == int(started)
+    except psutil.NoSuchProcess:
+        return False
+    except (ValueError, psutil.Error):
+        return True
+
+
+def sweep_dead_owners(client: Any | None = None) -> list[str]:
+    """Remove the stacks of runs that died without cleaning up (SIGKILL): every container, network
+    and volume whose owner label names a process of this host that no longer runs. Stacks started by
+    hand (no owner) and stacks of live runs are left alone. Returns the projects removed."""
+    client = client or docker_client()
+    dead: set[str] = set()
+    objects = [
+        *client.containers.list(all=True, filters={"label": [PROJECT_LABEL, OWNER_LABEL]}),
+        *client.networks.list(filters={"label": [PROJECT_LABEL, OWNER_LABEL]}),
+        *client.volumes.list(filters={"label": [PROJECT_LABEL, OWNER_LABEL]}),
+    ]
+    for obj in objects:
+        labels = obj.attrs.get("Labels") or obj.attrs.get("Config", {}).get("Labels") or {}
+        token, project = labels.get(OWNER_LABEL), labels.get(PROJECT_LABEL)
+        if token and project and _PROJECT_RE.match(project) and not _owner_alive(token):
+            dead.add(project)
+    for project in sorted(dead):
+        DockerStack(project, client=client).sweep()
+    return sorted(dead)
+
+
 class DockerStack:
     """One run's compose stack: master, ``workers`` workers, the driver and (optionally) the proxy.
 
     ``project`` is the compose project name and the value of the ``io.statechaos.project`` label; it
     must be unique per concurrent run. ``image`` defaults to ``statechaos/spark:latest`` (what
-    ``compose/build-images.sh`` tags last). ``proxy=False`` leaves the Toxiproxy service out."""
+    ``compose/build-images.sh`` tags last). ``proxy=False`` leaves the Toxiproxy service out,
+    ``driver=False`` the driver container. ``worker_cores`` is each worker's task slots; ``mounts``
+    are host directories bind-mounted at the same path into workers and driver; ``owner`` (see
+    :func:`owner_token`) lets a later run remove this stack if its owner dies without cleaning up."""
 
     def __init__(
         self,
@@ -123,8 +179,12 @@ class DockerStack:
         *,
         image: str | None = None,
         proxy: bool = True,
+        driver: bool = True,
         compose_file: Path | str | None = None,
         client: Any | None = None,
+        worker_cores: int = 1,
+        mounts: Sequence[Path | str] = (),
+        owner: str | None = None,
     ) -> None:
         if not _PROJECT_RE.match(project):
             raise ValueError(
@@ -137,9 +197,18 @@ class DockerStack:
         self.workers = workers
         self.image = image or DEFAULT_IMAGE
         self.proxy = proxy
+        self.driver = driver  # False: the driver runs elsewhere (on the host), no idle driver container
         self.compose_file = Path(compose_file) if compose_file else COMPOSE_DIR / "docker-compose.yml"
         if not self.compose_file.is_file():
             raise DockerStackError(f"compose file {self.compose_file} does not exist")
+        if worker_cores < 1:
+            raise ValueError(f"worker_cores must be >= 1, got {worker_cores}")
+        self.worker_cores = worker_cores
+        # host directories bind-mounted at the same path into workers and driver (a host driver's run
+        # directory: executors write checkpoints and output where the driver reads them)
+        self.mounts = [Path(m).resolve() for m in mounts]
+        self.owner = owner
+        self._override: Path | None = None
         self._client = client
         self._saved_handlers: dict[int, Any] = {}
 
@@ -163,18 +232,27 @@ class DockerStack:
 
     @property
     def services(self) -> list[str]:
-        names = ["spark-master", "spark-worker", "spark-driver"]
+        names = ["spark-master", "spark-worker"] + (["spark-driver"] if self.driver else [])
         return names + (["toxiproxy"] if self.proxy else [])
 
     # ---- compose CLI -------------------------------------------------------------------------------
     def _compose(
         self, *args: str, timeout: float = 300, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
-        env = dict(os.environ, COMPOSE_PROJECT_NAME=self.project, STATECHAOS_IMAGE=self.image)
+        env = dict(
+            os.environ,
+            COMPOSE_PROJECT_NAME=self.project,
+            STATECHAOS_IMAGE=self.image,
+            STATECHAOS_WORKER_CORES=str(self.worker_cores),
+            STATECHAOS_OWNER=self.owner or "",
+        )
+        files = ["-f", str(self.compose_file)]
+        override = self._override_file()
+        if override is not None:
+            files += ["-f", str(override)]
         cmd = [
             *compose_command(),
-            "-f",
-            str(self.compose_file),
+            *files,
             "-p",
             self.project,
             "--project-directory",
@@ -190,6 +268,25 @@ class DockerStack:
                 f"`{' '.join(cmd)}` exited {proc.returncode}:\n{(proc.stderr or proc.stdout)[-4000:]}"
             )
         return proc
+
+    def _override_file(self) -> Path | None:
+        """A compose override adding ``mounts`` to workers and driver (written once, removed by ``down``)."""
+        if not self.mounts:
+            return None
+        if self._override is None or not self._override.is_file():
+            import json
+            import tempfile
+
+            binds = [f"{m}:{m}" for m in self.mounts]
+            doc = {
+                "version": "2.4",
+                "services": {s: {"volumes": binds} for s in ("spark-worker", "spark-driver")},
+            }
+            fd, name = tempfile.mkstemp(prefix=f"statechaos-{self.project}-", suffix=".yml")
+            with os.fdopen(fd, "w") as f:
+                json.dump(doc, f)  # JSON is YAML
+            self._override = Path(name)
+        return self._override
 
     # ---- lifecycle ---------------------------------------------------------------------------------
     def up(self, timeout: float = 300) -> DockerStack:
@@ -261,6 +358,9 @@ class DockerStack:
                 self._compose("down", "-v", "--remove-orphans", "-t", "3", timeout=timeout, check=False)
             finally:
                 self.sweep()
+                if self._override is not None:
+                    self._override.unlink(missing_ok=True)
+                    self._override = None
         left = self.leftovers()
         if any(left.values()):
             raise DockerStackError(f"stack {self.project} left resources behind: {left}")

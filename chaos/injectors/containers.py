@@ -19,13 +19,17 @@ _ACTIONS = {
 
 
 class ContainerFault(Injector):
-    """``kill_worker`` / ``restart_worker`` are instant; ``stop_worker`` and ``pause_worker`` heal on stop."""
+    """``kill_worker`` / ``restart_worker`` are instant; ``stop_worker`` and ``pause_worker`` heal on stop.
 
-    def __init__(self, scope: RunScope, container: Any, kind: str) -> None:
+    ``restart_killed``: a killed worker is started again when the fault heals (after its duration), as
+    a supervisor would bring it back; otherwise it stays dead."""
+
+    def __init__(self, scope: RunScope, container: Any, kind: str, restart_killed: bool = False) -> None:
         if kind not in _ACTIONS:
             raise ValueError(f"unknown container fault {kind!r}; expected one of {', '.join(_ACTIONS)}")
         self.scope, self.container, self.kind = scope, container, kind
-        self.instant = _ACTIONS[kind][1] is None
+        self._heal = "start" if kind == "kill_worker" and restart_killed else _ACTIONS[kind][1]
+        self.instant = self._heal is None
         self._active = False
 
     def start(self) -> None:
@@ -43,7 +47,7 @@ class ContainerFault(Injector):
         self._active = True
 
     def stop(self) -> None:
-        heal = _ACTIONS[self.kind][1]
+        heal = self._heal
         if heal and self._active:
             self._active = False
             try:

@@ -162,8 +162,15 @@ class SparkCluster:
         log_level: str = "WARN",
         start_timeout_s: float = 120.0,
         keep_work_dir: bool = False,
+        driver_host: str = "127.0.0.1",
+        executor_python: str | None = None,
     ) -> None:
         self.master = master
+        # Where the driver listens and what executors dial; loopback unless executors run elsewhere
+        # (containers: an address of the host that they reach).
+        self.driver_host = driver_host
+        # The executors' Python; default this interpreter (a venv every executor on this host shares).
+        self.executor_python = executor_python or sys.executable
         self.app_name = app_name or f"statechaos-{time.strftime('%H%M%S')}-{uuid.uuid4().hex[:8]}"
         self.task_max_failures = task_max_failures
         self.stage_max_consecutive_attempts = stage_max_consecutive_attempts
@@ -196,18 +203,17 @@ class SparkCluster:
     # -- lifecycle ------------------------------------------------------------------------------
 
     def _conf(self) -> dict[str, str]:
-        py = sys.executable
+        py = self.executor_python
         conf = {
             "spark.master": self.master,
             "spark.app.name": self.app_name,
-            "spark.driver.host": "127.0.0.1",
-            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.driver.host": self.driver_host,
+            "spark.driver.bindAddress": self.driver_host,
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
             "spark.pyspark.python": py,
-            "spark.pyspark.driver.python": py,
+            "spark.pyspark.driver.python": sys.executable,
             "spark.executorEnv.PYSPARK_PYTHON": py,
-            "spark.executorEnv.SPARK_LOCAL_IP": "127.0.0.1",
             "spark.task.maxFailures": str(self.task_max_failures),
             "spark.stage.maxConsecutiveAttempts": str(self.stage_max_consecutive_attempts),
             "spark.driver.memory": f"{self.driver_memory_mb}m",
@@ -221,6 +227,8 @@ class SparkCluster:
             "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
             "spark.executor.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
         }
+        if self.driver_host == "127.0.0.1":  # executors on this host: keep them on loopback too
+            conf["spark.executorEnv.SPARK_LOCAL_IP"] = "127.0.0.1"
         py_files = list(self.py_files)
         if self.ship_project:
             py_files.append(self._zip_project())
@@ -253,7 +261,8 @@ class SparkCluster:
                 "another SparkContext is active in this process; stop it first (one Spark app at a time)"
             )
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        os.environ["PYSPARK_PYTHON"] = sys.executable
+        # pyspark ships this (not spark.pyspark.python) to executors as the Python to run tasks with
+        os.environ["PYSPARK_PYTHON"] = self.executor_python
         owns_gateway = SparkContext._gateway is None
         t0 = time.monotonic()
         self._state = "started"
@@ -263,15 +272,20 @@ class SparkCluster:
         try:
             self.spark = builder.getOrCreate()
         except Exception as e:
+            # the text first: a py4j error asks the gateway for it, and stop() shuts the gateway down
+            try:
+                what = f"{type(e).__name__}: {e}"
+            except Exception:
+                what = type(e).__name__
             proc = getattr(SparkContext._gateway, "proc", None) if owns_gateway else None
             if proc is not None:
                 with contextlib.suppress(psutil.NoSuchProcess):
                     self._gateway_proc = psutil.Process(proc.pid)
             self.stop()
             raise SparkEnvironmentError(
-                f"Spark did not start on {self.master}: {type(e).__name__}: {e}. Check Java 17/21 (JAVA_HOME), "
-                f"free memory, and that 127.0.0.1 is usable (SPARK_LOCAL_IP=127.0.0.1)"
-            ) from e
+                f"Spark did not start on {self.master}: {what}. Check Java 17/21 (JAVA_HOME), "
+                f"free memory, and that {self.driver_host} is usable (SPARK_LOCAL_IP={self.driver_host})"
+            ) from None
         self.sc = self.spark.sparkContext
         self.sc.setLogLevel(self.log_level)
         self.app_id = self.sc.applicationId

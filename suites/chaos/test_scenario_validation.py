@@ -197,3 +197,13 @@ def test_good_scenario_and_overrides():
     )
     again = sc.with_overrides(cluster="local", seed=99)
     assert again.cluster == "local" and again.seed == 99
+
+
+def test_docker_only_faults_with_cluster_override_exit_2(tmp_path, capsys):
+    """`statechaos run docker-scenario.yaml --cluster local`: the override is validated like the file."""
+    path = SCENARIOS / "kill-worker-docker.yaml"
+    assert main(["run", str(path), "--cluster", "local", "--runs-dir", str(tmp_path)]) == 2
+    out = re.sub(r"\s*\n\s*", " ", capsys.readouterr().err)
+    assert "faults[0].kind" in out and "needs cluster docker" in out, out
+    assert "Traceback" not in out
+    assert not list(tmp_path.iterdir()), "nothing may run"

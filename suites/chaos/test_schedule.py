@@ -92,3 +92,40 @@ def test_heal_all_heals_active_faults():
     assert nem.active
     nem.heal_all()
     assert not nem.active and "stop clock_skew#3" in log
+
+
+def test_after_ms_fires_that_long_after_the_condition():
+    sc = parse_scenario(
+        "name: later\ncluster: sim\nfaults:\n"
+        "  - {at: {checkpoint: 2, after_ms: 1s}, kind: crash_task, target: 'count[0]'}\n"
+        "  - {at: {records: 100, after_ms: 250ms}, kind: crash_task, target: 'count[1]'}\n"
+    )
+    planned = plan(sc)
+    assert [p.describe() for p in planned] == [
+        "#1 crash_task at checkpoint=2+1000ms",
+        "#2 crash_task at records=100+250ms",
+    ]
+    log: list[str] = []
+    nem = Nemesis(planned, lambda p, rng: Recording(log, f"#{p.fault_id}", True), lambda *a, **k: None)
+    nem.on_time(5000)
+    nem.on_checkpoint_completed(2)
+    nem.on_records(100)
+    assert not log  # reached, not yet due
+    nem.on_time(5249)
+    nem.on_checkpoint_completed(3)  # a later checkpoint does not move the due time
+    assert not log
+    nem.on_time(5250)
+    assert log == ["start #2", "stop #2"]
+    nem.on_time(5999)
+    assert log == ["start #2", "stop #2"]
+    nem.on_time(6000)
+    assert log[-2:] == ["start #1", "stop #1"] and not nem.pending
+
+
+def test_after_ms_only_for_checkpoint_and_records_triggers():
+    import pytest
+
+    from chaos.scenario import ScenarioError
+
+    with pytest.raises(ScenarioError, match="after_ms only applies"):
+        parse_scenario("name: x\nfaults:\n  - {at: {time_ms: 1s, after_ms: 1s}, kind: crash_task}\n")

@@ -2,28 +2,19 @@
 workers run from the driver container, the shared checkpoint volume, crash leftovers swept by the
 next ``up`` of the same project, and ``down`` leaving nothing labelled behind.
 
-One stack start dominates the time, so the checks share one module-scoped flow. Skips (with the
-reason) when no Docker engine or compose CLI is reachable; when the image build fails it skips
-locally but fails under CI (``CI`` set), where Docker is known to exist.
+One stack start dominates the time, so the checks share one flow. The ``image`` fixture (conftest)
+builds the image or skips with the reason.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import uuid
 
 import pytest
 
-from chaos.cluster.docker_stack import (
-    ROLE_LABEL,
-    DockerStack,
-    DockerStackError,
-    build_images,
-    compose_command,
-    docker_client,
-)
+from chaos.cluster.docker_stack import ROLE_LABEL, DockerStack, docker_client
 from chaos.scope import PROJECT_LABEL
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -60,22 +51,6 @@ out = sc.parallelize(range(2), 2).barrier().mapPartitions(task).collect()
 print("RESULT " + json.dumps(out), flush=True)
 spark.stop()
 """
-
-
-@pytest.fixture(scope="module")
-def image() -> str:
-    """The image of this checkout, built by compose/build-images.sh (seconds when already built)."""
-    try:
-        docker_client()
-        compose_command()
-    except DockerStackError as e:
-        pytest.skip(f"docker suite needs a Docker engine and docker-compose: {e}")
-    try:
-        return build_images()
-    except DockerStackError as e:
-        if os.environ.get("CI"):
-            pytest.fail(f"compose images could not be built: {e}")
-        pytest.skip(f"compose images are missing and could not be built: {e}")
 
 
 def _project() -> str:

@@ -1,0 +1,109 @@
+"""Every docker scenario of ``scenarios/`` on the dockerised Spark standalone cluster, through the
+plugin's ``run_scenario`` as a user's test would: the driver on this host, executors in the worker
+containers of one compose stack shared by the module (repaired between scenarios), faults through
+the Docker SDK and the stack's Toxiproxy. Each scenario must pass every check, and leave evidence
+that its fault really hit the job (a failover after a kill, an expired checkpoint during a pause, a
+slow checkpoint under latency). Afterwards nothing of the session's stacks is left."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaos.cluster.docker_spark import docker_session
+from chaos.cluster.docker_stack import OWNER_LABEL, docker_client, owner_token
+from chaos.scenario import load_scenario
+from harness.history import read_history
+
+pytestmark = [pytest.mark.docker, pytest.mark.spark, pytest.mark.slow]
+
+SCENARIOS = sorted((Path(__file__).resolve().parents[2] / "scenarios").glob("*docker*.yaml"))
+
+
+def _owned_by_me() -> dict[str, list[str]]:
+    client = docker_client()
+    flt = {"label": f"{OWNER_LABEL}={owner_token(os.getpid())}"}
+    return {
+        "containers": [c.name for c in client.containers.list(all=True, filters=flt)],
+        "networks": [n.name for n in client.networks.list(filters=flt)],
+        "volumes": [v.name for v in client.volumes.list(filters=flt)],
+    }
+
+
+@pytest.fixture(scope="module")
+def shared_stack(image: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """One compose stack for every scenario of the module (run directories live under the mounted root)."""
+    root = Path(request.config.getoption("--runs-dir") or tmp_path_factory.getbasetemp())
+    with docker_session(root):
+        yield
+    assert _owned_by_me() == {"containers": [], "networks": [], "volumes": []}
+
+
+def _events(outcome: Any) -> list[dict[str, Any]]:
+    return list(read_history(Path(outcome.run_dir) / "history.jsonl"))
+
+
+def _window(events: list[dict[str, Any]], kind: str) -> tuple[int, int]:
+    start = next(e for e in events if e["type"] == "fault_start" and e["kind"] == kind)
+    end = next(
+        (e for e in events if e["type"] == "fault_end" and e["fault_id"] == start["fault_id"]),
+        events[-1],
+    )
+    return int(start["t"]), int(end["t"])
+
+
+def _evidence(name: str, outcome: Any) -> None:
+    """What each scenario's fault must visibly have done to the job."""
+    events = _events(outcome)
+    faults = [e for e in events if e["type"] == "fault_start"]
+    for f in faults:
+        if f["kind"] in ("kill_worker", "pause_worker", "partition_worker", "restart_worker"):
+            assert "spark-worker" in (f.get("target") or ""), f  # a worker container of this run
+    restarts = [e for e in events if e["type"] == "job_restart"]
+    if name in ("kill-worker-docker", "partition-worker-docker", "kill-worker-alignment-docker"):
+        assert restarts, "the fault never made the job fail over"
+    if name == "kill-worker-alignment-docker":
+        t_kill, _ = _window(events, "kill_worker")
+        t_delay, _ = _window(events, "delay_barrier")
+        triggered = {e["checkpoint_id"]: e["t"] for e in events if e["type"] == "checkpoint_triggered"}
+        done = {
+            e["checkpoint_id"] for e in events if e["type"] == "checkpoint_completed" and e["t"] <= t_kill
+        }
+        aligning = [c for c, t in triggered.items() if t_delay <= t <= t_kill and c not in done]
+        assert aligning, "no checkpoint was in flight (held at alignment) when the worker was killed"
+    if name == "pause-worker-docker":
+        start, end = _window(events, "pause_worker")
+        expired = [
+            e for e in events if e["type"] == "checkpoint_aborted" and "expired" in str(e.get("reason"))
+        ]
+        assert any(start <= e["t"] <= end + 1000 for e in expired), "no checkpoint expired during the pause"
+    if name == "latency-barrier-docker":
+        start, end = _window(events, "network")
+        triggered = {e["checkpoint_id"]: e["t"] for e in events if e["type"] == "checkpoint_triggered"}
+        slow = [
+            e["t"] - triggered[e["checkpoint_id"]]
+            for e in events
+            if e["type"] == "checkpoint_completed"
+            and e["checkpoint_id"] in triggered
+            and start <= triggered[e["checkpoint_id"]] <= end
+        ]
+        assert slow and max(slow) >= 600, f"no checkpoint waited for the 600 ms late barrier: {slow}"
+    if name == "rescale-docker":
+        assert len([e for e in events if e["type"] == "rescale"]) == 2
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+def test_docker_scenario_passes_every_check(shared_stack: None, run_scenario: Any, path: Path) -> None:
+    sc = load_scenario(path)
+    assert sc.cluster == "docker"
+    outcome = run_scenario(path)
+    failed = [(v["oracle"], v["summary"], v.get("details", [])[:5]) for v in outcome.failed_checks]
+    assert outcome.passed, failed
+    _evidence(sc.name, outcome)
+
+
+def test_six_docker_scenarios_ship() -> None:
+    assert len(SCENARIOS) >= 6, SCENARIOS
