@@ -1,0 +1,160 @@
+"""Recovery time after an executor SIGKILL: ours vs Spark Structured Streaming's, on the same
+local-cluster, with the same keys and checkpoint interval.
+
+Both sides: SIGKILL the executor JVM with the lowest id right after the second checkpoint has
+completed (ours: the coordinator completed checkpoint 2; Structured Streaming: micro-batch 1's
+commit file exists), and stop the clock at the first checkpoint completed after that — ours: the
+first checkpoint of the relaunched deployment (Spark fails the barrier stage, relaunches every task,
+each restores from checkpoint 2, then the coordinator completes a new checkpoint); Structured
+Streaming: the next micro-batch commit (Spark retries the lost tasks, the state store reloads the
+lost partitions from the checkpoint). Cluster startup is excluded, and each side runs a warm-up job
+first (see ``end_to_end``). Lower is better: the ratio is ours / Spark's, target <= 1. Measured
+on two cluster shapes (``SHAPES_FULL``): with and without a spare task slot per task.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from chaos.bench.core import Figure
+from chaos.bench.end_to_end import MASTER, run_ours, runnable_operators, spark_cluster, warm_up
+from chaos.bench.spark_streaming import run_structured_streaming_count, write_input
+
+__all__ = ["run", "KillAfterCheckpoint"]
+
+KILL_AFTER = 2
+INTERVAL_MS = 500  # both sides; short, so the kill lands early in our run and it outlasts the restart
+# keys (state size at the kill); ours gets 40 records per key, at least 300,000 (it must still be
+# running after the restart), Spark 10 per key in 10 micro-batches (it stops once it has recovered)
+KEYS_FULL = (2_000, 10_000, 40_000)
+SSS_BATCHES = 10
+# Cluster shapes (both sides run on the same one). Ours relaunches the whole barrier stage, which
+# needs a free slot per task at once: with 2 cores per executor the survivor has them; with 1 core
+# per executor the relaunch waits for the replacement executor (new JVM, cold Python workers).
+SPARE_SLOTS = "local-cluster[2,2,2048]"
+SHAPES_QUICK: tuple[tuple[str, tuple[int, ...]], ...] = ((SPARE_SLOTS, (2_000,)),)
+SHAPES_FULL: tuple[tuple[str, tuple[int, ...]], ...] = ((SPARE_SLOTS, KEYS_FULL), (MASTER, (2_000,)))
+
+
+def _victim(cluster: Any) -> int:
+    """The pid of the live executor with the lowest id."""
+    pids = cluster.executor_pids()
+    if not pids:
+        raise RuntimeError("no executor process of the benchmark's cluster is visible")
+    return pids[min(pids, key=lambda e: int(e) if e.isdigit() else 0)]
+
+
+class KillAfterCheckpoint:
+    """Chaos hooks for a :class:`SparkExecutor`: SIGKILL an executor once checkpoint ``after`` has
+    completed; ``recovery_seconds`` is the time from the kill to the first checkpoint completed by a
+    later deployment (after Spark relaunched the stage and the tasks restored)."""
+
+    def __init__(self, cluster: Any, after: int = KILL_AFTER) -> None:
+        self.cluster, self.after = cluster, after
+        self.ex: Any = None
+        self.killed_at: float | None = None
+        self.killed_deployment = -1
+        self.recovery_seconds: float | None = None
+
+    def attach(self, ex: Any) -> None:
+        self.ex = ex
+        ex.hooks = self
+
+    def on_checkpoint_completed(self, checkpoint_id: int) -> None:
+        dep = self.ex.dep.number if self.ex is not None and self.ex.dep is not None else 0
+        if self.killed_at is None and checkpoint_id >= self.after:
+            pid = _victim(self.cluster)
+            os.kill(pid, signal.SIGKILL)
+            self.killed_at, self.killed_deployment = time.perf_counter(), dep
+        elif self.killed_at is not None and self.recovery_seconds is None and dep > self.killed_deployment:
+            self.recovery_seconds = time.perf_counter() - self.killed_at
+
+    def on_time(self, now_ms: int) -> None:
+        pass
+
+    def on_records(self, total_records: int) -> None:
+        pass
+
+    def on_failpoint(self, name: str, target: str | None = None) -> None:
+        return None
+
+    def heal_all(self) -> None:
+        pass
+
+
+def _ours(cluster: Any, work: Path, keys: int) -> tuple[float, str]:
+    hooks = KillAfterCheckpoint(cluster)
+    records = max(40 * keys, 300_000)
+    ours = run_ours(cluster, work, records, keys, interval_ms=INTERVAL_MS, hooks=hooks)
+    if ours.recovery_seconds is None:
+        raise RuntimeError(
+            f"ours: no checkpoint completed after the kill (killed: {hooks.killed_at is not None}, "
+            f"attempts {ours.attempts}); the input may be too small to outlast the restart"
+        )
+    return ours.recovery_seconds, f"{records} records, {ours.attempts} deployments"
+
+
+def _theirs(cluster: Any, work: Path, keys: int, op: str) -> float:
+    src = work / f"input-{keys}"
+    if not src.exists():
+        write_input(src, 10 * keys, keys, SSS_BATCHES)
+    r = run_structured_streaming_count(
+        cluster.spark,
+        10 * keys,
+        keys,
+        INTERVAL_MS,
+        operator=op,
+        batches=SSS_BATCHES,
+        kill_executor_pid=lambda: _victim(cluster),
+        kill_after_batches=KILL_AFTER,
+        stop_after_recovery=True,
+        input_dir=src,
+    )
+    if r.recovery_seconds is None:
+        raise RuntimeError(f"Spark {op}: no micro-batch committed after the kill")
+    return r.recovery_seconds
+
+
+def run(quick: bool) -> list[Figure]:
+    ops, missing = runnable_operators()
+    repeats = 1 if quick else 2  # best of n per side: a kill's cost varies run to run
+    figures: list[Figure] = []
+    for master, sizes in SHAPES_QUICK if quick else SHAPES_FULL:
+        with (
+            tempfile.TemporaryDirectory(prefix="statechaos-bench-recovery-") as tmp,
+            spark_cluster(master, "recovery") as cluster,
+        ):
+            work = Path(tmp)
+            warm_up(cluster, work, ops)
+            for keys in sizes:
+                ours = [_ours(cluster, work, keys) for _ in range(repeats)]
+                ours_s, ours_note = min(ours)
+                theirs = {op: min(_theirs(cluster, work, keys, op) for _ in range(repeats)) for op in ops}
+                best = min(theirs, key=lambda op: theirs[op])
+                others = "; ".join(f"{op} {t:.1f} s" for op, t in theirs.items())
+                not_run = ", ".join(f"{o} ({w})" for o, w in missing.items())
+                figures.append(
+                    Figure(
+                        name="recovery: executor SIGKILL -> first checkpoint after restore",
+                        value=ours_s,
+                        baseline=theirs[best],
+                        unit="s",
+                        baseline_name=f"Spark SS {best}",
+                        target=1.0,
+                        higher_is_better=False,
+                        size={"cluster": master, "keys": keys, "interval_ms": INTERVAL_MS},
+                        notes=(
+                            f"cluster startup excluded; best of {repeats} per side; kill after checkpoint/"
+                            f"micro-batch {KILL_AFTER}; ours {ours_note} (all runs: "
+                            f"{', '.join(f'{t:.1f}' for t, _ in ours)} s); Spark {10 * keys} records in "
+                            f"{SSS_BATCHES} micro-batches; operators: {others}"
+                            + (f"; not run: {not_run}" if not_run else "")
+                        ),
+                    )
+                )
+    return figures

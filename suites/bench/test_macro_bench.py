@@ -1,0 +1,83 @@
+"""The macro benchmarks' pieces that need no cluster (the Structured Streaming input, the kill hook),
+and, with Spark, each macro module in quick mode producing its figures. Nothing about time."""
+
+from __future__ import annotations
+
+import collections
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from chaos.bench.core import Figure
+from chaos.bench.recovery import KillAfterCheckpoint
+from chaos.bench.spark_streaming import OPERATORS, available_operators, write_input
+
+pytestmark = pytest.mark.bench
+
+
+def test_streaming_input_has_per_key_sequences_from_one(tmp_path: Path) -> None:
+    assert write_input(tmp_path, 5_000, 37, 7, seed=3) == 5_000
+    files = sorted(tmp_path.glob("part-*.csv"))
+    assert len(files) == 7 and not list(tmp_path.glob(".*"))
+    last: collections.Counter[str] = collections.Counter()
+    for f in files:
+        for line in f.read_text().split():
+            key, seq = line.split(",")
+            last[key] += 1
+            assert int(seq) == last[key], (f.name, line)
+    assert sum(last.values()) == 5_000 and len(last) <= 37
+
+
+def test_available_operators_names_each_operator_and_says_why_not() -> None:
+    got = available_operators()
+    assert set(got) == set(OPERATORS)
+    assert got["applyInPandasWithState"] is None
+    assert all(why is None or "protobuf" in why for why in got.values())
+
+
+def test_kill_hook_kills_after_the_checkpoint_and_times_the_next_deployment() -> None:
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        cluster = SimpleNamespace(executor_pids=lambda: {"1": victim.pid, "0": victim.pid})
+        ex = SimpleNamespace(dep=SimpleNamespace(number=0), hooks=None)
+        hook = KillAfterCheckpoint(cluster, after=2)
+        hook.attach(ex)
+        assert ex.hooks is hook
+        hook.on_checkpoint_completed(1)
+        assert hook.killed_at is None and victim.poll() is None
+        hook.on_checkpoint_completed(2)
+        assert victim.wait(10) == -9
+        hook.on_checkpoint_completed(3)  # same deployment: not a recovery
+        assert hook.recovery_seconds is None
+        ex.dep.number = 1
+        time.sleep(0.01)
+        hook.on_checkpoint_completed(5)
+        assert hook.recovery_seconds is not None and hook.recovery_seconds > 0
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+        victim.wait()
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["end_to_end", "recovery"])
+def test_macro_module_produces_figures(name: str) -> None:
+    import importlib
+
+    from harness.spark.cluster import SparkEnvironmentError, check_java
+
+    try:
+        check_java()
+    except SparkEnvironmentError as e:
+        pytest.skip(str(e))
+    figures = importlib.import_module(f"chaos.bench.{name}").run(True)
+    assert figures
+    for f in figures:
+        assert isinstance(f, Figure) and f.size and f.target is not None
+        assert f.value > 0 and f.baseline > 0 and math.isfinite(f.ratio), f
