@@ -79,3 +79,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         ):
             if not _has_label(item, label_type):
                 item.add_marker(mark)
+
+
+@pytest.fixture
+def java() -> None:
+    """Skip (with the reason) where no Java 17/21 runs Spark; for tests that start Spark themselves."""
+    from harness.spark.cluster import SparkEnvironmentError, check_java
+
+    try:
+        check_java()
+    except SparkEnvironmentError as e:
+        pytest.skip(str(e))

@@ -288,18 +288,7 @@ def encode_row_format(s: SubtaskStateSnapshot) -> bytes:
     for sid, data in sections:
         index.append([sid, offset, len(data), _crc(data)])
         offset += len(data)
-    header = msgpack.packb(
-        {
-            "operator_id": s.operator_id,
-            "subtask_index": s.subtask_index,
-            "parallelism": s.parallelism,
-            "max_parallelism": s.max_parallelism,
-            "keyed": None if s.keyed is None else _keyed_header(s.keyed),
-            "operator": True if s.operator is not None else None,
-            "index": index,
-        },
-        use_bin_type=True,
-    )
+    header = msgpack.packb({**_subtask_header(s), "index": index}, use_bin_type=True)
     body = (
         _PRE.pack(MAGIC, ROW_FORMAT_VERSION, len(header))
         + header
@@ -307,6 +296,18 @@ def encode_row_format(s: SubtaskStateSnapshot) -> bytes:
         + b"".join(d for _, d in sections)
     )
     return body + _U32.pack(_crc(body)) + TRAILER_MAGIC
+
+
+def _subtask_header(s: SubtaskStateSnapshot) -> dict[str, Any]:
+    """The header fields every format version writes (v2 adds its section index)."""
+    return {
+        "operator_id": s.operator_id,
+        "subtask_index": s.subtask_index,
+        "parallelism": s.parallelism,
+        "max_parallelism": s.max_parallelism,
+        "keyed": None if s.keyed is None else _keyed_header(s.keyed),
+        "operator": True if s.operator is not None else None,
+    }
 
 
 def _state_groups(k: KeyedStateSnapshot, kg: int, encoders: dict[str, Any]) -> list[list[Any]]:
@@ -330,17 +331,7 @@ def write_subtask_state(s: SubtaskStateSnapshot, write: Callable[[Any], object])
     memoryview valid only during the call), so a 1 GB state is neither held whole nor copied in
     memory. The file's crc32 follows from the sections' (:func:`crc32_combine`), not from another
     pass. Returns (file size, file crc32)."""
-    header = msgpack.packb(
-        {
-            "operator_id": s.operator_id,
-            "subtask_index": s.subtask_index,
-            "parallelism": s.parallelism,
-            "max_parallelism": s.max_parallelism,
-            "keyed": None if s.keyed is None else _keyed_header(s.keyed),
-            "operator": True if s.operator is not None else None,
-        },
-        use_bin_type=True,
-    )
+    header = msgpack.packb(_subtask_header(s), use_bin_type=True)
     head = _PRE.pack(MAGIC, FORMAT_VERSION, len(header)) + header + _U32.pack(_crc(header))
     write(head)
     crc, size = _crc(head), len(head)

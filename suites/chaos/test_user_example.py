@@ -19,13 +19,7 @@ EXAMPLES = ROOT / "examples"
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-def test_users_own_chaos_tests_run_on_local_cluster_with_only_the_plugin(tmp_path):
-    from harness.spark.cluster import SparkEnvironmentError, check_java
-
-    try:
-        check_java()
-    except SparkEnvironmentError as e:
-        pytest.skip(str(e))
+def test_users_own_chaos_tests_run_on_local_cluster_with_only_the_plugin(tmp_path, java):
     project = tmp_path / "user-project"
     project.mkdir()
     shutil.copy(EXAMPLES / "test_user_chaos.py", project)

@@ -48,13 +48,7 @@ def _completed(history: Path) -> int:
         return 0
 
 
-def test_a_new_driver_finishes_the_run_of_one_that_was_killed(tmp_path):
-    from harness.spark.cluster import SparkEnvironmentError, check_java
-
-    try:
-        check_java()
-    except SparkEnvironmentError as e:
-        pytest.skip(str(e))
+def test_a_new_driver_finishes_the_run_of_one_that_was_killed(tmp_path, java):
     scenario = tmp_path / "driver-replacement.yaml"
     scenario.write_text(yaml.safe_dump(SCENARIO))
     runs = tmp_path / "runs"

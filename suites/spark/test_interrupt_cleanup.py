@@ -43,13 +43,7 @@ SCENARIO = {
 }
 
 
-def test_ctrl_c_mid_run_exits_130_and_leaves_nothing_running(tmp_path):
-    from harness.spark.cluster import SparkEnvironmentError, check_java
-
-    try:
-        check_java()
-    except SparkEnvironmentError as e:
-        pytest.skip(str(e))
+def test_ctrl_c_mid_run_exits_130_and_leaves_nothing_running(tmp_path, java):
     scenario = tmp_path / "interrupted.yaml"
     scenario.write_text(yaml.safe_dump(SCENARIO))
     runs = tmp_path / "runs"
