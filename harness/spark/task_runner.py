@@ -48,11 +48,24 @@ class _Link:
         self.client.send(msg)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            for m in self.client.poll(0.05):
+            got = self.client.poll(0.05)
+            for i, m in enumerate(got):
                 if m and m[0] == reply:
+                    self.buffer.extend(got[i + 1 :])  # what came after the reply (a cancel) is kept
                     return m
                 self.buffer.append(m)
         raise TimeoutError(f"no {reply} from the driver within {timeout_s} s")
+
+    def cancelled(self, wait_s: float = 1.0) -> bool:
+        """Has the driver cancelled this deployment (a rescale)? Waits briefly for the message, which
+        may trail a peer's reaction to it."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            self.buffer.extend(self.client.poll(0.05))
+            if any(m and m[0] == "cancel" for m in self.buffer):
+                return True
+            if time.monotonic() >= deadline:
+                return False
 
 
 class _Output:
@@ -216,7 +229,14 @@ def run_subtask(
                 restored = restore_subtask(chk, a, graph.max_parallelism)
         task.restore(restored, None if chk is None else chk.checkpoint_id, chk_path)
         link.send("restored")
-        return _loop(task, link, gate, output, storage, clock)
+        try:
+            return _loop(task, link, gate, output, storage, clock)
+        except (ConnectionError, TransportError) as e:
+            # peers that got the driver's cancel first close their channels: part of the cancel,
+            # not a failure (a failure would make Spark relaunch the stage the driver is stopping)
+            if link.cancelled():
+                return {"task": name, "status": "cancelled", "after": f"{type(e).__name__}: {e}"}
+            raise
     finally:
         if task is not None:
             try:
