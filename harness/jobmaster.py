@@ -188,7 +188,7 @@ class JobMaster:
             op: {"parallelism": p, "max_parallelism": graph.max_parallelism}
             for op, p in graph.parallelism().items()
         }
-        known = self.storage.list_checkpoints(self.job_id)
+        known = [n for n, _ in self.storage.checkpoint_dirs(self.job_id)]  # never reuse an id on disk
         first = max([self.next_checkpoint_id, *(k + 1 for k in known)])
         coord = CheckpointCoordinator(
             self.job_id,

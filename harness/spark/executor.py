@@ -343,6 +343,16 @@ class SparkExecutor:
 
     def run(self) -> RunSummary:
         if self.resume:
+            # checkpoints the dead driver had in flight never completed: abort them as it would have
+            storage = self.master.storage
+            for cid, d in storage.checkpoint_dirs(self.graph.name):
+                if not (d / "_metadata").is_file():
+                    storage.discard(self.graph.name, cid)
+                    self.history.emit(
+                        "checkpoint_aborted",
+                        checkpoint_id=cid,
+                        reason="in flight when the previous driver died",
+                    )
             self.history.emit(
                 "driver_replaced",
                 attempt=self.deployments,

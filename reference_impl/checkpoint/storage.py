@@ -293,8 +293,18 @@ class FileSystemCheckpointStorage:
         return load_metadata(d)
 
     def discard(self, job_id: str, checkpoint_id: int) -> None:
-        """Remove a (pending, aborted or subsumed) checkpoint directory and its files."""
-        shutil.rmtree(self.checkpoint_dir(job_id, checkpoint_id), ignore_errors=True)
+        """Remove a (pending, aborted or subsumed) checkpoint directory and its files. The directory is
+        first renamed out of the ``chk-<n>`` namespace (atomic), so a process killed mid-delete never
+        leaves a half-deleted checkpoint that a restore would have to skip as damaged."""
+        d = self.checkpoint_dir(job_id, checkpoint_id)
+        gone = d.with_name(f".discarded-{d.name}-{os.getpid()}-{time.monotonic_ns()}")
+        try:
+            os.rename(d, gone)
+        except FileNotFoundError:
+            return
+        shutil.rmtree(gone, ignore_errors=True)
+        for left in d.parent.glob(".discarded-chk-*"):  # of a process killed mid-delete
+            shutil.rmtree(left, ignore_errors=True)
 
     def checkpoint_dirs(self, job_id: str) -> list[tuple[int, Path]]:
         """All ``chk-<n>`` directories of a job, newest first (completed or not)."""
