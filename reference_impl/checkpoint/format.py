@@ -64,6 +64,7 @@ __all__ = [
     "FORMAT_VERSION",
     "INCREMENTAL_FORMAT_VERSION",
     "CorruptStateFileError",
+    "KeyGroupSink",
     "SharedFileRef",
     "encode_subtask_state",
     "encode_row_format",
@@ -86,10 +87,13 @@ FORMAT_VERSION = 3  # full snapshots: streamed, index in the footer, one map per
 _READABLE_VERSIONS = (ROW_FORMAT_VERSION, INCREMENTAL_FORMAT_VERSION, FORMAT_VERSION)
 _PRE = struct.Struct(">4sHI")
 _U32 = struct.Struct(">I")
-_CHUNK = 1 << 20  # I/O and checksum granularity: fits the CPU cache, so a chunk is not fetched twice
 _TAIL = struct.Struct(">II4s4s")  # v3: index length, index crc32, file crc32, trailer magic
 _OPERATOR = "operator"
 _MANIFEST, _KG_FILE = "incremental-manifest", "key-group"
+
+
+KeyGroupSink = Callable[[KeyedStateSnapshot], Callable[[int, dict[str, Any]], None]]
+"""Given a file's keyed header, the function its decoded key groups are handed to (streamed restores)."""
 
 
 class CorruptStateFileError(ValueError):
@@ -338,12 +342,11 @@ def write_subtask_state(s: SubtaskStateSnapshot, write: Callable[[Any], object])
     index: list[list[Any]] = []
     offset = 0
 
-    def crc_and_write(view: Any) -> int:  # in the writer thread: both release the GIL
-        c = 0
-        for i in range(0, len(view), _CHUNK):  # each chunk written while still in the CPU cache
-            chunk = view[i : i + _CHUNK]
-            c = zlib.crc32(chunk, c)
-            write(chunk)
+    def crc_and_write(view: Any) -> int:
+        # in the writer thread: one call each for the whole section, as both release the GIL and every
+        # return waits for the packing thread to let go of it
+        c = zlib.crc32(view)
+        write(view)
         return c & 0xFFFFFFFF
 
     def finish(sid: str | int, done: Future[int], view: memoryview, packer: Any) -> None:
@@ -529,23 +532,22 @@ class _SectionReader:
 
     def read_and_crc(self, offset: int, length: int) -> tuple[memoryview, int]:
         """``length`` bytes at ``offset`` (fewer at the end of the file), valid until the next read,
-        and their crc32, computed chunk by chunk right after each chunk is read (still in cache)."""
+        and their crc32: one ``pread`` and one checksum call for the whole section, since each return
+        from a GIL-releasing call waits for the decoding thread to let go of the GIL."""
         if len(self.buf) < length:
             self.buf = bytearray(length)  # a new one: views of the old one may still be alive
         view = memoryview(self.buf)[:length]
-        got = crc = 0
+        got = 0
         if self.fd < 0:
             self.fh.seek(offset)
         while got < length:
-            chunk = view[got : got + _CHUNK]
-            n = (
-                os.preadv(self.fd, [chunk], offset + got) if self.fd >= 0 else self.fh.readinto(chunk)  # type: ignore[attr-defined]
-            )
+            rest = view[got:]
+            n = os.preadv(self.fd, [rest], offset + got) if self.fd >= 0 else self.fh.readinto(rest)  # type: ignore[attr-defined]
             if not n:
                 break
-            crc = zlib.crc32(chunk[:n], crc)
             got += n
-        return view[:got], crc & 0xFFFFFFFF
+        data = view[:got]
+        return data, zlib.crc32(data) & 0xFFFFFFFF
 
 
 def verify_file(data: bytes, name: str) -> None:
@@ -561,11 +563,19 @@ def decode_subtask_state(
     name: str,
     key_group_range: KeyGroupRange | None = None,
     base_dir: str | Path | None = None,
+    load_into: KeyGroupSink | None = None,
 ) -> tuple[SubtaskStateSnapshot, int]:
     """Read a state file, only the key groups in ``key_group_range`` (all if None); every section read
     is checksummed. Returns the snapshot and the number of bytes read. A version-2 manifest's key
     groups are read from the shared files it names, relative to ``base_dir`` (default: the directory
-    of ``name``), each checked against the size and crc32 the manifest recorded."""
+    of ``name``), each checked against the size and crc32 the manifest recorded.
+
+    ``load_into`` streams keyed state instead of collecting it: it is called with the keyed header
+    (a snapshot without key groups) and returns the function each key group is handed to as soon as
+    it is verified and decoded, while the next one is read (e.g.
+    :meth:`~reference_impl.state.HeapKeyedStateBackend.key_group_restorer`); the returned snapshot
+    then holds no key groups. A damaged section still raises, after the key groups before it were
+    handed over."""
     h = _read_header(fh, name)
     p = h.plain
     if p.get("type") == _KG_FILE:
@@ -581,6 +591,15 @@ def decode_subtask_state(
             kh["max_parallelism"], KeyGroupRange(*kh["range"]), metas, {}, kh["snapshot_time_ms"]
         )
     decoders = {n: _decoder(m) for n, m in metas.items()}
+    sink = None if load_into is None or keyed is None else load_into(keyed)
+
+    def done(kg: int, per_state: dict[str, Any]) -> None:
+        assert keyed is not None
+        if sink is None:
+            keyed.key_groups[kg] = per_state
+        else:
+            sink(kg, per_state)
+
     if h.version == FORMAT_VERSION:
         index, footer_size = _footer_index(fh, name, h)
         read += footer_size
@@ -603,10 +622,9 @@ def decode_subtask_state(
                 if sid != _OPERATOR
                 else msgpack.unpackb(data, raw=False, strict_map_key=False)
             )
-            if sid != _OPERATOR and h.version == FORMAT_VERSION:
-                assert keyed is not None
-                _load_groups(rows, keyed.key_groups.setdefault(sid, {}), decoders)
-                continue
+            if sid != _OPERATOR:
+                per_state: dict[str, Any] = {}
+                (_load_groups if h.version == FORMAT_VERSION else _load_rows)(rows, per_state, decoders)
         except Exception as e:
             raise CorruptStateFileError(f"{name}: undecodable section {sid}: {e}") from None
         if sid == _OPERATOR:
@@ -621,20 +639,19 @@ def decode_subtask_state(
                     value = [ser.loads(v) for v in body]
                 operator.states[op_name] = OperatorStateEntry(op_name, m, vser, kser, value)
         else:
-            assert keyed is not None
-            _load_rows(rows, keyed.key_groups.setdefault(sid, {}), decoders)
+            done(sid, per_state)
     if p.get("type") == _MANIFEST and keyed is not None:
         base = Path(name).parent if base_dir is None else Path(base_dir)
         for kg, chain in p["shared"]:
             if key_group_range is not None and kg not in key_group_range:
                 continue
-            per_state = keyed.key_groups.setdefault(kg, {})
+            per_state = {}
             for ref in chain:
                 read += _apply_key_group_file(base, SharedFileRef(*ref), name, kg, decoders, per_state)
             for st_name in [n for n, per_ns in per_state.items() if not any(per_ns.values())]:
                 del per_state[st_name]
-            if not per_state:
-                del keyed.key_groups[kg]
+            if per_state:
+                done(kg, per_state)
     snap = SubtaskStateSnapshot(
         p["operator_id"], p["subtask_index"], p["parallelism"], p["max_parallelism"], keyed, operator
     )

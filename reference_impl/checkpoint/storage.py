@@ -25,12 +25,14 @@ from typing import Any
 
 from reference_impl.checkpoint.format import (
     CorruptStateFileError,
+    KeyGroupSink,
     decode_subtask_state,
     referenced_shared_files,
     verify_file,
     verify_shared_file,
     write_subtask_state,
 )
+from reference_impl.checkpoint.syncing import SyncingWriter, write_all
 from reference_impl.keygroups import KeyGroupRange
 from reference_impl.snapshot import SubtaskStateSnapshot
 
@@ -98,17 +100,10 @@ class RestoreReport:
         return f"restoring from {used}" + (f" ({skipped})" if skipped else "")
 
 
-def _write_all(fd: int, data: Any) -> None:
-    """Hand ``data`` to the kernel as it is (no user-space buffer, no copy), however many calls it takes."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
 def _fsync_write(path: Path, data: bytes) -> None:
     """Write and fsync."""
     with open(path, "wb", buffering=0) as fh:
-        _write_all(fh.fileno(), data)
+        write_all(fh.fileno(), data)
         os.fsync(fh.fileno())
 
 
@@ -169,13 +164,18 @@ def validate_checkpoint(directory: Path) -> CompletedCheckpoint:
 
 
 def read_subtask_state(
-    chk: CompletedCheckpoint, handle: StateFileHandle, key_group_range: KeyGroupRange | None = None
+    chk: CompletedCheckpoint,
+    handle: StateFileHandle,
+    key_group_range: KeyGroupRange | None = None,
+    load_into: KeyGroupSink | None = None,
 ) -> tuple[SubtaskStateSnapshot, int]:
-    """Read one state file (only the key groups in ``key_group_range``); returns (snapshot, bytes read)."""
+    """Read one state file (only the key groups in ``key_group_range``); returns (snapshot, bytes read).
+    ``load_into`` streams the key groups into a backend as they are decoded (see
+    :func:`~reference_impl.checkpoint.format.decode_subtask_state`)."""
     p = chk.directory / handle.path
     try:
         with open(p, "rb") as fh:
-            return decode_subtask_state(fh, str(p), key_group_range)
+            return decode_subtask_state(fh, str(p), key_group_range, load_into=load_into)
     except FileNotFoundError:
         raise CheckpointError(f"{p}: missing (named by {chk.directory / METADATA})") from None
     except CorruptStateFileError as e:
@@ -204,10 +204,8 @@ class FileSystemCheckpointStorage:
         for sub in (d, self.job_dir(job_id) / "shared", self.job_dir(job_id) / "taskowned"):
             sub.mkdir(parents=True, exist_ok=True)
         name = f"{state.operator_id}-{state.subtask_index}.state"
-        with open(d / name, "wb", buffering=0) as fh:
-            fd = fh.fileno()
-            size, crc = write_subtask_state(state, lambda data: _write_all(fd, data))  # streamed
-            os.fsync(fd)
+        with open(d / name, "wb", buffering=0) as fh, SyncingWriter(fh.fileno()) as out:
+            size, crc = write_subtask_state(state, out)  # streamed; the device flushes as it goes
         return StateFileHandle(state.operator_id, state.subtask_index, name, size, crc)
 
     def shared_dir(self, job_id: str) -> Path:

@@ -440,4 +440,3 @@ class MapState(_Handle):
 
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
         return iter(self.items())
-

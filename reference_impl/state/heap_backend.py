@@ -10,7 +10,7 @@ check kind, serializers and TTL when the state is next requested.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from operator import itemgetter
 from typing import Any
 
@@ -40,6 +40,13 @@ def _all_immutable(values: Any) -> bool:
     """Whether every value is of an immutable built-in type (checked in one C loop): then a shallow
     copy of the dict is an isolated copy."""
     return set(map(type, values)) <= _IMMUTABLE_TYPES
+
+
+def _isolated(m: dict[Any, Any]) -> dict[Any, Any]:
+    """A copy of ``m`` that shares no mutable value with it."""
+    if _all_immutable(m.values()):
+        return dict(m)
+    return {k: v if type(v) in _IMMUTABLE_TYPES else _copy(v) for k, v in m.items()}
 
 
 def _copy(v: Any) -> Any:
@@ -262,24 +269,54 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
         """Load the key groups of this backend's range from ``snapshots`` (any old parallelism)."""
         if self._tables or self._restored:
             raise StateRestoreError("restore() must run on a fresh backend, before any state is used")
-        for name, meta in self._restored_metas(snapshots).items():
-            self._restored[name] = (meta, {})
-        kg_of, imm = self._kg_of, _IMMUTABLE_TYPES
+        self._restored_metas(snapshots)  # all checked before anything is loaded
         for snap in snapshots:
+            load = self.key_group_restorer(snap, owned=False)
             for kg, per_state in snap.key_groups.items():
-                if kg not in self.key_group_range:
-                    continue
-                for name, per_ns in per_state.items():
-                    data = self._restored[name][1]
-                    for ns, m in per_ns.items():
-                        target = data.get(ns)
-                        if target is None:
-                            target = data[ns] = {}
-                        if _all_immutable(m.values()):
-                            target.update(m)  # a C loop; the snapshot's dict stays the snapshot's
-                        else:
-                            target.update({key: v if type(v) in imm else _copy(v) for key, v in m.items()})
-                        kg_of.update(dict.fromkeys(m, kg))
+                load(kg, per_state)
+
+    def key_group_restorer(
+        self, header: KeyedStateSnapshot, owned: bool = True
+    ) -> Callable[[int, dict[str, dict[Any, dict[Any, Any]]]], None]:
+        """A function that loads one key group (``state -> namespace -> key -> value``) into this
+        backend, for restores that stream key groups in as they are decoded, as Flink's heap restore
+        does (the next key group is read while this one is loaded); key groups outside the backend's
+        range are skipped. ``header`` is the stream's snapshot without its key groups (its states and
+        max parallelism, checked here); several streams (files of a rescaled checkpoint) may be loaded
+        before any state is used. ``owned`` says the dicts were
+        decoded for this backend alone: they are taken over, not copied. A stream that fails part way
+        leaves a backend to discard, not to use."""
+        if self._tables:
+            raise StateRestoreError("restore() must run on a fresh backend, before any state is used")
+        metas = self._restored_metas([header])
+        for name, meta in metas.items():
+            known = self._restored.get(name)
+            if known is not None and known[0] != meta:
+                raise StateRestoreError(f"state {name!r} has conflicting metadata across restored snapshots")
+            if known is None:
+                self._restored[name] = (meta, {})
+        kg_of, kgr, restored = self._kg_of, self.key_group_range, self._restored
+
+        def load(kg: int, per_state: dict[str, dict[Any, dict[Any, Any]]]) -> None:
+            if kg not in kgr:
+                return
+            for name, per_ns in per_state.items():
+                if name not in metas:
+                    raise StateRestoreError(
+                        f"key group {kg} holds state {name!r}, which its metadata does not name"
+                    )
+                data = restored[name][1]
+                for ns, m in per_ns.items():
+                    target = data.get(ns)
+                    if target is None:
+                        data[ns] = m if owned else _isolated(m)  # owned: decoded for us alone, taken over
+                    elif owned or _all_immutable(m.values()):
+                        target.update(m)  # a C loop; a snapshot's own dict stays the snapshot's
+                    else:
+                        target.update(_isolated(m))
+                    kg_of.update(dict.fromkeys(m, kg))
+
+        return load
 
 
 def _as_ttl_values(kind: StateKind, v: Any) -> Any:
