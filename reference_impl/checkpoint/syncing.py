@@ -31,7 +31,7 @@ def write_all(fd: int, data: Any) -> None:
 class SyncingWriter:
     """Writes to ``fd`` and, every ``sync_every`` bytes, asks a background thread to ``fdatasync`` it
     (a request made while a sync runs is folded into the next one). :meth:`close` (or leaving the
-    ``with`` block) stops the thread and ``fsync`` s the file unless the block raised; an error of a
+    ``with`` block) stops the thread and fsyncs the file unless the block raised; an error of a
     background sync is raised by the next :meth:`write` or by :meth:`close`, never lost."""
 
     def __init__(self, fd: int, sync_every: int = SYNC_EVERY) -> None:

@@ -283,9 +283,9 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
         does (the next key group is read while this one is loaded); key groups outside the backend's
         range are skipped. ``header`` is the stream's snapshot without its key groups (its states and
         max parallelism, checked here); several streams (files of a rescaled checkpoint) may be loaded
-        before any state is used. ``owned`` says the dicts were
-        decoded for this backend alone: they are taken over, not copied. A stream that fails part way
-        leaves a backend to discard, not to use."""
+        before any state is used. ``owned`` says the dicts were decoded for this backend alone: they
+        are taken over, not copied. A stream that fails part way leaves a backend to discard, not to
+        use."""
         if self._tables:
             raise StateRestoreError("restore() must run on a fresh backend, before any state is used")
         metas = self._restored_metas([header])
