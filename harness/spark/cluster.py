@@ -31,7 +31,8 @@ Measured facts (this machine: 2 cores, local-cluster[2,1,1024], other engineers'
   until it is shut down; ``SparkCluster.stop`` shuts it down when it launched it.
 - Executor logs go to ``$SPARK_HOME/work/<app-id>/<executor-id>/`` (SPARK_HOME is the pyspark
   package in the venv; local-cluster workers offer no other place); ``stop`` removes that folder
-  unless ``keep_work_dir``.
+  unless ``keep_work_dir``, and ``start`` sweeps the folders of runs that were SIGKILLed
+  (:func:`sweep_stale_work_dirs`).
 - Executors import the project without ``spark.files``: ``spark.pyspark.python`` points at this venv,
   where statechaos is installed editable. ``ship_project=True`` zips the packages into pyFiles for
   masters whose Python lacks them.
@@ -59,7 +60,14 @@ from typing import Any
 
 import psutil
 
-__all__ = ["SparkEnvironmentError", "SparkCluster", "parse_master", "check_java", "alive_pids"]
+__all__ = [
+    "SparkEnvironmentError",
+    "SparkCluster",
+    "parse_master",
+    "check_java",
+    "alive_pids",
+    "sweep_stale_work_dirs",
+]
 
 _LOCAL_CLUSTER = re.compile(r"^local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\]$")
 _EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
@@ -300,6 +308,7 @@ class SparkCluster:
         if self.local_cluster:
             spark_home = Path(os.environ.get("SPARK_HOME") or _pyspark_home())
             self._work_dir = spark_home / "work" / self.app_id
+            sweep_stale_work_dirs(spark_home)
             w, _, _ = self.local_cluster
             try:
                 self.wait_for_executors(w, self.start_timeout_s - (time.monotonic() - t0))
@@ -538,6 +547,36 @@ def _pyspark_home() -> str:
     import pyspark
 
     return str(Path(pyspark.__file__).parent)
+
+
+STALE_WORK_DIR_S = 60.0  # an app folder untouched this long, with no process of its app, is a leftover
+_APP_DIR = re.compile(r"^app-\d{14}-\d{4,}$")
+
+
+def sweep_stale_work_dirs(spark_home: Path, min_age_s: float = STALE_WORK_DIR_S) -> list[Path]:
+    """Remove ``<spark_home>/work/app-*`` folders that runs killed with SIGKILL left behind (a run
+    removes its own on every other exit). A folder goes only if no live process was started for its
+    app (executors carry ``--app-id``) and nothing in it changed for ``min_age_s``: another run's
+    folder, just created or still in use, is never touched. Returns what was removed."""
+    work = spark_home / "work"
+    if not work.is_dir():
+        return []
+    candidates = [d for d in work.iterdir() if d.is_dir() and _APP_DIR.match(d.name)]
+    if not candidates:
+        return []
+    in_use = {_arg(_cmdline(p), "--app-id") for p in psutil.process_iter()}
+    now, removed = time.time(), []
+    for d in candidates:
+        if d.name in in_use:
+            continue
+        try:
+            newest = max([d.stat().st_mtime, *(f.stat().st_mtime for f in d.rglob("*"))])
+        except OSError:
+            continue  # changing under us: in use
+        if now - newest >= min_age_s:
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
 
 
 def alive_pids(pids: Iterable[int]) -> set[int]:

@@ -6,13 +6,22 @@ from __future__ import annotations
 import os
 import queue
 import signal
+import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
-from harness.spark.cluster import SparkCluster, SparkEnvironmentError, alive_pids, check_java, parse_master
+from harness.spark.cluster import (
+    SparkCluster,
+    SparkEnvironmentError,
+    alive_pids,
+    check_java,
+    parse_master,
+    sweep_stale_work_dirs,
+)
 from harness.spark.transport import CoordinatorServer
 
 pytestmark = pytest.mark.spark
@@ -170,3 +179,35 @@ def test_executor_sigkill_relaunches_barrier_stage_and_stop_reaps_everything(clu
     cluster.stop()
     cluster.stop()  # idempotent
     assert alive_pids(owned | cluster.seen_pids()) == set()
+
+
+def test_start_sweeps_only_the_work_folders_of_dead_runs(tmp_path: Path) -> None:
+    """A SIGKILLed run leaves ``work/app-*``; the next start removes it, but never a folder whose
+    app still has a process, one that changed recently, or anything not named like an app."""
+    work = tmp_path / "work"
+    old = time.time() - 3600
+
+    def app(name: str, age: float | None = old) -> Path:
+        d = work / name / "0"
+        d.mkdir(parents=True)
+        (d / "stderr").write_text("executor log")
+        if age is not None:
+            for p in (d / "stderr", d, d.parent):
+                os.utime(p, (age, age))
+        return d.parent
+
+    dead = app("app-20261122000000-0000")
+    fresh = app("app-20261122000000-0001", age=None)
+    live = app("app-20261122000000-0002")
+    other = app("notes")
+    executor = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "--app-id", live.name]
+    )  # stands in for an executor of a run still going
+    try:
+        removed = sweep_stale_work_dirs(tmp_path)
+    finally:
+        executor.kill()
+        executor.wait()
+    assert removed == [dead]
+    assert not dead.exists() and fresh.exists() and live.exists() and other.exists()
+    assert sweep_stale_work_dirs(tmp_path / "nowhere") == []
