@@ -24,6 +24,7 @@ from reference_impl.keygroups import (
 from reference_impl.serializers import BYTES
 from reference_impl.snapshot import SubtaskStateSnapshot
 from reference_impl.state import (
+    VOID_NAMESPACE,
     HeapKeyedStateBackend,
     ListStateDescriptor,
     MapStateDescriptor,
@@ -74,6 +75,22 @@ def test_snapshot_groups_every_entry_by_its_key_group():
         for m in per_ns.values()
     )
     assert total == b.num_entries()
+
+
+@pytest.mark.parametrize("max_p", [128, 4096])  # fewer / more key groups than entries
+@pytest.mark.parametrize("cached", [True, False])  # key groups known, or computed at snapshot time
+def test_split_by_key_group_puts_every_entry_in_its_group(max_p, cached):
+    b = HeapKeyedStateBackend(max_p, KeyGroupRange(0, max_p - 1), ManualClock(1000))
+    v = b.get_state(ValueStateDescriptor("v"))
+    keys = _keys(300)
+    for i, k in enumerate(keys):
+        b.set_current_key(k)
+        v.update(i)
+    if not cached:
+        b._kg_of.clear()
+    snap = b.snapshot()
+    got = {k: (kg, val) for kg, ps in snap.key_groups.items() for k, val in ps["v"][VOID_NAMESPACE].items()}
+    assert got == {k: (assign_to_key_group(k, max_p), i) for i, k in enumerate(keys)}
 
 
 def test_snapshot_is_isolated_from_later_updates():
