@@ -1,4 +1,4 @@
-"""statechaos's own Toxiproxy-API-compatible proxy, and the choice of which server a run uses."""
+"""statechaos's own Toxiproxy-compatible server, and the choice of which server a run uses."""
 
 from chaos.toxiproxy.server import VERSION, ToxiproxyServer
 from chaos.toxiproxy.toxics import TOXIC_TYPES, Toxic, ToxicError

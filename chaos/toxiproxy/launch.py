@@ -1,11 +1,12 @@
 """Which Toxiproxy API server a run talks to: a configured one (``TOXIPROXY_URL``), Shopify's
-``toxiproxy-server`` when it is on PATH, or else statechaos's own compatible proxy. A server the run
-starts is a child process of the run (its own interpreter, so proxied bytes never compete with the
+``toxiproxy-server`` when it is on PATH, or else statechaos's own compatible server. A server the run
+starts is a child process of the run (its own process, so proxied bytes never compete with the
 driver for the GIL) and is stopped when the run ends, also on failure and Ctrl-C."""
 
 from __future__ import annotations
 
 import contextlib
+import gzip
 import os
 import shutil
 import socket
@@ -14,9 +15,14 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import urlparse
 
-__all__ = ["toxiproxy_server", "toxiproxy_client"]
+__all__ = ["toxiproxy_server", "toxiproxy_client", "serve", "reference_server", "REFERENCE_DIR"]
+
+# Where a statechaos checkout's sibling ``shared/tools`` keeps an unmodified Toxiproxy build (optional:
+# tests and benchmarks compare against it when present).
+REFERENCE_DIR = Path(__file__).resolve().parents[3] / "shared" / "tools" / "toxiproxy"
 
 
 def _free_port(host: str) -> int:
@@ -38,21 +44,40 @@ def _wait_ready(url: str, proc: subprocess.Popen[str], timeout_s: float = 20.0) 
     raise RuntimeError(f"the Toxiproxy server at {url} did not answer within {timeout_s:.0f} s")
 
 
+def reference_server(dest: Path, source: Path = REFERENCE_DIR) -> Path | None:
+    """Shopify's ``toxiproxy-server`` unpacked into ``dest`` from ``source`` (a gzipped Linux build),
+    or None when there is none."""
+    builds = sorted(source.glob("toxiproxy-server-*-linux-amd64.gz")) if source.is_dir() else []
+    if not builds:
+        return None
+    exe = dest / "toxiproxy-server"
+    if not exe.exists():
+        dest.mkdir(parents=True, exist_ok=True)
+        part = exe.with_suffix(".part")
+        with gzip.open(builds[-1]) as src, open(part, "wb") as out:
+            shutil.copyfileobj(src, out)
+        part.chmod(0o755)
+        part.replace(exe)
+    return exe
+
+
 @contextlib.contextmanager
-def toxiproxy_server(host: str = "127.0.0.1") -> Iterator[str]:
-    """Yield the API URL of a Toxiproxy server for this run, starting one if none is configured."""
-    if url := os.environ.get("TOXIPROXY_URL"):
-        yield url.rstrip("/")
-        return
-    if exe := shutil.which("toxiproxy-server"):
+def serve(exe: str | os.PathLike[str] | None = None, host: str = "127.0.0.1") -> Iterator[str]:
+    """Start a Toxiproxy server as a child process and yield its API URL: Shopify's ``exe`` when given,
+    else statechaos's own. Stopped on exit."""
+    if exe is not None:
         port = _free_port(host)
-        cmd = [exe, "-host", host, "-port", str(port)]
+        cmd = [str(exe), "-host", host, "-port", str(port)]
         url = f"http://{host}:{port}"
     else:
         cmd = [sys.executable, "-m", "chaos.toxiproxy", "--host", host, "--port", "0"]
         url = ""
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True
+    proc = subprocess.Popen(  # Shopify's server logs to stdout: discard it (a closed pipe kills it)
+        cmd,
+        stdout=subprocess.DEVNULL if url else subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
     )
     try:
         if not url:  # our own server prints "statechaos toxiproxy API on http://host:port"
@@ -69,6 +94,19 @@ def toxiproxy_server(host: str = "127.0.0.1") -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+@contextlib.contextmanager
+def toxiproxy_server(host: str = "127.0.0.1") -> Iterator[str]:
+    """Yield the API URL of a Toxiproxy server for this run: ``TOXIPROXY_URL``, else Shopify's
+    ``toxiproxy-server`` from PATH started for the run, else statechaos's own started for the run."""
+    if url := os.environ.get("TOXIPROXY_URL"):
+        yield url.rstrip("/")
+        return
+    with serve(shutil.which("toxiproxy-server"), host) as url:
+        yield url
 
 
 def toxiproxy_client(url: str) -> object:

@@ -1,35 +1,46 @@
-"""A Toxiproxy-API-compatible TCP proxy in asyncio.
+"""A Toxiproxy-compatible server in asyncio: Toxiproxy's REST API (api.go) and its proxies.
 
-Shopify's Toxiproxy server is not installable from the registries statechaos's machines reach, so
-this one speaks the same REST API (``/proxies``, ``/proxies/{name}``, ``/proxies/{name}/toxics``,
-``/reset``, ``/populate``, ``/version``) well enough that the ``toxiproxy-python`` client works
-unchanged. Run ``python -m chaos.toxiproxy`` or use :class:`ToxiproxyServer` in-process.
+Shopify's Toxiproxy server is not installable from the registries statechaos's machines reach, so this
+one answers as Toxiproxy 2.12 does, status codes, JSON shapes, headers and error bodies included, and
+its toxics act on bytes as Toxiproxy's do; ``suites/chaos/test_toxiproxy_conformance.py`` runs the same
+probes against both and fails on any difference. Runs use a real Toxiproxy when one is at hand (see
+``launch``). Run ``python -m chaos.toxiproxy`` or use :class:`ToxiproxyServer` in-process.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import socket
-import struct
+import base64
+import itertools
+import os
+import random
+import re
 import threading
+import time
+from collections.abc import Awaitable, Callable
+from email.utils import formatdate
 from typing import Any
+from urllib.parse import unquote
 
-from chaos.toxiproxy.toxics import CloseConnection, LinkState, ResetConnection, Toxic, ToxicError, apply
+from chaos.toxiproxy import gojson
+from chaos.toxiproxy.proxy import AddressError, Proxy, ProxyAlreadyStarted
+from chaos.toxiproxy.toxics import ToxicError
 
 __all__ = ["ToxiproxyServer", "VERSION"]
 
-VERSION = "2.9.0-statechaos"
+VERSION = "2.12.0-statechaos"
 _REASONS = {
     200: "OK",
     201: "Created",
     204: "No Content",
     400: "Bad Request",
+    403: "Forbidden",
     404: "Not Found",
-    409: "Conflict",
     405: "Method Not Allowed",
+    409: "Conflict",
     500: "Internal Server Error",
 }
+_PROXY_FIELDS = ("name", "listen", "upstream", "enabled")
 
 
 class ApiError(Exception):
@@ -38,228 +49,242 @@ class ApiError(Exception):
         self.status = status
 
 
-def _split(addr: str) -> tuple[str, int]:
-    host, _, port = addr.rpartition(":")
-    if not host or not port.isdigit():
-        raise ApiError(400, f"bad address {addr!r}: expected host:port")
-    return host, int(port)
+class _RequestIds:
+    """Toxiproxy's ``X-Toxiproxy-Request-Id``: an xid (time, machine, pid, counter; base32hex)."""
+
+    def __init__(self) -> None:
+        self._machine = random.randbytes(3)
+        self._pid = (os.getpid() & 0xFFFF).to_bytes(2, "big")
+        self._counter = itertools.count(random.randrange(1 << 24))
+
+    def next(self) -> str:
+        raw = int(time.time()).to_bytes(4, "big") + self._machine + self._pid
+        raw += (next(self._counter) & 0xFFFFFF).to_bytes(3, "big")
+        return base64.b32hexencode(raw).decode().lower().rstrip("=")
 
 
-class Proxy:
-    """One listening proxy with its toxics and live connections."""
-
-    def __init__(self, name: str, listen: str, upstream: str) -> None:
-        self.name, self.listen, self.upstream = name, listen, upstream
-        _split(listen)
-        _split(upstream)
-        self.enabled = False
-        self.toxics: dict[str, Toxic] = {}
-        self._server: asyncio.base_events.Server | None = None
-        self._conns: set[asyncio.Task[None]] = set()
-        self._writers: set[asyncio.StreamWriter] = set()
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "listen": self.listen,
-            "upstream": self.upstream,
-            "enabled": self.enabled,
-            "toxics": [t.to_json() for t in self.toxics.values()],
-        }
-
-    async def start(self) -> None:
-        if self.enabled:
-            return
-        host, port = _split(self.listen)
-        try:
-            self._server = await asyncio.start_server(self._handle, host, port, reuse_address=True)
-        except OSError as e:
-            raise ApiError(500, f"proxy {self.name}: cannot listen on {self.listen}: {e}") from None
-        real = self._server.sockets[0].getsockname()
-        self.listen = f"{host}:{real[1]}"
-        self.enabled = True
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
-        for w in list(self._writers):
-            w.close()
-        for t in list(self._conns):
-            t.cancel()
-        self.enabled = False
-
-    def _stream(self, stream: str) -> list[Toxic]:
-        return [t for t in self.toxics.values() if t.stream == stream]
-
-    async def _handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._conns.add(task)
-        self._writers.add(client_w)
-        up_w = None
-        try:
-            host, port = _split(self.upstream)
-            try:
-                up_r, up_w = await asyncio.open_connection(host, port)
-            except OSError:
-                return
-            self._writers.add(up_w)
-            a = asyncio.create_task(self._pump(client_r, up_w, "upstream", client_w))
-            b = asyncio.create_task(self._pump(up_r, client_w, "downstream", up_w))
-            done, pending = await asyncio.wait({a, b}, return_when=asyncio.FIRST_COMPLETED)
-            # one side finished: let the other drain what is in flight, briefly
-            await asyncio.wait(pending, timeout=0.5)
-            for p in pending:
-                p.cancel()
-        except asyncio.CancelledError:
-            pass
-        finally:
-            for w in (client_w, up_w):
-                if w is not None:
-                    self._writers.discard(w)
-                    w.close()
-            self._conns.discard(task)
-
-    async def _pump(
-        self, r: asyncio.StreamReader, w: asyncio.StreamWriter, stream: str, other: asyncio.StreamWriter
-    ) -> None:
-        state = LinkState()
-        try:
-            while True:
-                chunk = await r.read(32 * 1024)
-                if not chunk:
-                    for t in self._stream(stream):
-                        if t.type == "slow_close" and state.applies(t):
-                            await asyncio.sleep(t.attributes["delay"] / 1000)
-                    if w.can_write_eof():
-                        w.write_eof()
-                    return
-                for delay, piece in await apply(self._stream(stream), state, chunk):
-                    if delay < 0:
-                        raise CloseConnection()
-                    if delay:
-                        await asyncio.sleep(delay)
-                    w.write(piece)
-                    await w.drain()
-        except ResetConnection:
-            for sw in (w, other):
-                sock = sw.get_extra_info("socket")
-                if sock is not None:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                sw.transport.abort()
-        except CloseConnection:
-            w.close()
-            other.close()
-        except (ConnectionError, OSError):
-            return
+class _Response:
+    def __init__(self, status: int, body: bytes = b"", ctype: str | None = None, **headers: str) -> None:
+        self.status, self.body, self.ctype, self.headers = status, body, ctype, headers
 
 
-class _Api:
+def _json(status: int, value: Any) -> _Response:
+    return _Response(status, gojson.dumps(value), "application/json")
+
+
+def _error(status: int, message: str) -> _Response:
+    """Toxiproxy's apiError: a JSON body sent through Go's ``http.Error`` (so text/plain)."""
+    body = gojson.dumps({"error": message, "status": status}) + b"\n"
+    return _Response(status, body, "text/plain; charset=utf-8", **{"X-Content-Type-Options": "nosniff"})
+
+
+def _body(raw: bytes) -> Any:
+    try:
+        return gojson.decode(raw)
+    except gojson.DecodeError as e:
+        raise ApiError(400, f"bad request body: {e}") from None
+
+
+def _proxy_fields(value: Any, defaults: dict[str, Any]) -> dict[str, Any]:
+    try:
+        f = {**defaults, **gojson.fields(value, _PROXY_FIELDS, "toxiproxy.Proxy")}
+        for k in ("name", "listen", "upstream"):
+            f[k] = gojson.as_str(f.get(k, ""), f"Proxy.{k}")
+        f["enabled"] = gojson.as_bool(f.get("enabled", True), "Proxy.enabled")
+    except gojson.DecodeError as e:
+        raise ApiError(400, f"bad request body: {e}") from None
+    return f
+
+
+class Api:
+    """The routes of api.go over a name -> :class:`Proxy` map."""
+
     def __init__(self) -> None:
         self.proxies: dict[str, Proxy] = {}
+        H = Callable[..., Awaitable[_Response]]
+        self.routes: list[tuple[re.Pattern[str], dict[str, H]]] = [
+            (re.compile(p), m)
+            for p, m in [
+                (r"/reset", {"POST": self.reset}),
+                (r"/proxies", {"GET": self.proxy_index, "POST": self.proxy_create}),
+                (r"/populate", {"POST": self.populate}),
+                (
+                    r"/proxies/([^/]+)",
+                    {
+                        "GET": self.proxy_show,
+                        "POST": self.proxy_update,
+                        "PATCH": self.proxy_update,
+                        "DELETE": self.proxy_delete,
+                    },
+                ),
+                (r"/proxies/([^/]+)/toxics", {"GET": self.toxic_index, "POST": self.toxic_create}),
+                (
+                    r"/proxies/([^/]+)/toxics/([^/]+)",
+                    {
+                        "GET": self.toxic_show,
+                        "POST": self.toxic_update,
+                        "PATCH": self.toxic_update,
+                        "DELETE": self.toxic_delete,
+                    },
+                ),
+                (r"/version", {"GET": self.version}),
+            ]
+        ]
+        self.ids = _RequestIds()
 
-    async def create(self, body: Any) -> Proxy:
-        if not isinstance(body, dict) or not body.get("name") or not body.get("upstream"):
-            raise ApiError(400, "a proxy needs name and upstream")
-        name = body["name"]
-        if name in self.proxies:
-            raise ApiError(409, "proxy already exists")
-        p = Proxy(name, body.get("listen") or "127.0.0.1:0", body["upstream"])
-        if body.get("enabled", True):
-            await p.start()
-        self.proxies[name] = p
-        return p
+    async def handle(self, method: str, target: str, headers: dict[str, str], raw: bytes) -> _Response:
+        path = unquote(target.split("?", 1)[0])
+        allowed = False
+        for pattern, methods in self.routes:
+            m = pattern.fullmatch(path)
+            if m is None:
+                continue
+            if method not in methods:
+                allowed = True
+                continue
+            rid = {"X-Toxiproxy-Request-Id": self.ids.next()}
+            if headers.get("user-agent", "").startswith("Mozilla/"):
+                resp = _Response(403, b"User agent not allowed\n", "text/plain; charset=utf-8")
+                resp.headers["X-Content-Type-Options"] = "nosniff"
+            else:
+                try:
+                    resp = await methods[method](*m.groups(), raw=raw)
+                except (ApiError, ToxicError) as e:
+                    resp = _error(e.status, str(e))
+                except AddressError as e:
+                    resp = _error(500, str(e))
+            resp.headers.update(rid)
+            return resp
+        if allowed:  # gorilla/mux: the path matched, the method did not
+            return _Response(405)
+        return _Response(
+            404, b"404 page not found\n", "text/plain; charset=utf-8", **{"X-Content-Type-Options": "nosniff"}
+        )
 
-    def get(self, name: str) -> Proxy:
+    def _get(self, name: str) -> Proxy:
         if name not in self.proxies:
             raise ApiError(404, "proxy not found")
         return self.proxies[name]
 
-    async def route(self, method: str, path: str, body: Any) -> tuple[int, Any]:
-        parts = [p for p in path.split("?")[0].split("/") if p]
-        if parts == ["version"] and method == "GET":
-            return 200, VERSION
-        if parts == ["reset"] and method == "POST":
-            for p in self.proxies.values():
-                p.toxics.clear()
+    # -- proxies ----------------------------------------------------------------------------------
+    async def version(self, raw: bytes) -> _Response:
+        return _Response(200, f'{{"version": "{VERSION}"}}\n'.encode(), "application/json;charset=utf-8")
+
+    async def reset(self, raw: bytes) -> _Response:
+        """Enable every proxy and remove every toxic."""
+        for p in list(self.proxies.values()):
+            try:
                 await p.start()
-            return 204, None
-        if parts == ["populate"] and method == "POST":
-            out = []
-            for spec in body or []:
-                existing = self.proxies.get(spec.get("name"))
-                if existing and (
-                    existing.upstream != spec.get("upstream") or existing.listen != spec.get("listen")
-                ):
-                    await existing.stop()
-                    del self.proxies[existing.name]
-                    existing = None
-                out.append((existing or await self.create(spec)).to_json())
-            return 201, {"proxies": out}
-        if parts == ["proxies"]:
-            if method == "GET":
-                return 200, {n: p.to_json() for n, p in self.proxies.items()}
-            if method == "POST":
-                return 201, (await self.create(body)).to_json()
-        if len(parts) == 2 and parts[0] == "proxies":
-            p = self.get(parts[1])
-            if method == "GET":
-                return 200, p.to_json()
-            if method == "DELETE":
-                await p.stop()
-                del self.proxies[p.name]
-                return 204, None
-            if method in ("POST", "PATCH"):
-                body = body or {}
-                if "upstream" in body:
-                    p.upstream = body["upstream"]
-                if "listen" in body and body["listen"] != p.listen:
-                    await p.stop()
-                    p.listen = body["listen"]
-                if body.get("enabled") is False:
-                    await p.stop()
-                elif body.get("enabled") is True or ("listen" in body and not p.enabled):
-                    await p.start()
-                return 200, p.to_json()
-        if len(parts) >= 3 and parts[0] == "proxies" and parts[2] == "toxics":
-            p = self.get(parts[1])
-            if len(parts) == 3:
-                if method == "GET":
-                    return 200, [t.to_json() for t in p.toxics.values()]
-                if method == "POST":
-                    try:
-                        t = Toxic.from_json(body)
-                    except ToxicError as e:
-                        raise ApiError(400, str(e)) from None
-                    if t.name in p.toxics:
-                        raise ApiError(409, "toxic already exists")
-                    p.toxics[t.name] = t
-                    return 200, t.to_json()
-            if len(parts) == 4:
-                if parts[3] not in p.toxics:
-                    raise ApiError(404, "toxic not found")
-                t = p.toxics[parts[3]]
-                if method == "GET":
-                    return 200, t.to_json()
-                if method == "DELETE":
-                    del p.toxics[t.name]
-                    return 204, None
-                if method == "POST":
-                    try:
-                        new = Toxic.from_json(
-                            {
-                                **t.to_json(),
-                                **(body or {}),
-                                "attributes": {**t.attributes, **((body or {}).get("attributes") or {})},
-                            }
-                        )
-                    except ToxicError as e:
-                        raise ApiError(400, str(e)) from None
-                    p.toxics[t.name] = new
-                    return 200, new.to_json()
-        raise ApiError(404, f"no route for {method} {path}")
+            except ProxyAlreadyStarted:
+                pass
+            p.toxics.reset()
+        return _Response(204)
+
+    async def proxy_index(self, raw: bytes) -> _Response:
+        return _json(200, {n: self.proxies[n].to_json() for n in sorted(self.proxies)})
+
+    async def proxy_create(self, raw: bytes) -> _Response:
+        f = _proxy_fields(_body(raw), {})
+        for k in ("name", "upstream"):
+            if not f[k]:
+                raise ApiError(400, f"missing required field: {k}")
+        if f["name"] in self.proxies:
+            raise ApiError(409, "proxy already exists")
+        p = Proxy(f["name"], f["listen"], f["upstream"])
+        if f["enabled"]:
+            await p.start()
+        self.proxies[p.name] = p
+        return _json(201, p.to_json())
+
+    async def populate(self, raw: bytes) -> _Response:
+        """Create or replace proxies from a JSON array: all entries are checked before any is created;
+        an entry equal to an existing proxy (listen addresses compared resolved) keeps it and its
+        toxics. A failure part-way answers the error with the proxies done so far."""
+        done: list[Proxy] = []
+        try:
+            value = _body(raw)
+            if value is not None and not isinstance(value, list):
+                raise ApiError(
+                    400,
+                    "bad request body: json: cannot unmarshal object into Go value of type "
+                    '[]struct { toxiproxy.Proxy; Enabled *bool "json:\\"enabled\\"" }',
+                )
+            entries = [_proxy_fields(v, {}) for v in value or []]
+            for i, f in enumerate(entries, 1):
+                for k in ("name", "upstream"):
+                    if not f[k]:
+                        raise ApiError(400, f"missing required field: {k} at proxy {i}")
+            for f in entries:
+                done.append(await self._add_or_replace(f))
+        except (ApiError, AddressError) as e:
+            status = e.status if isinstance(e, ApiError) else 500
+            return _json(status, {"error": str(e), "status": status, "proxies": self._listing(done)})
+        return _json(201, {"proxies": self._listing(done)})
+
+    @staticmethod
+    def _listing(proxies: list[Proxy]) -> list[dict[str, Any]] | None:
+        return [p.to_json() for p in proxies] or None  # Go marshals an empty slice it built as null
+
+    async def _add_or_replace(self, f: dict[str, Any]) -> Proxy:
+        existing = self.proxies.get(f["name"])
+        if existing is not None:
+            if not existing.differs(f["listen"], f["upstream"]):
+                return existing
+            existing.stop()
+        p = Proxy(f["name"], f["listen"], f["upstream"])
+        if f["enabled"]:
+            await p.start()
+        self.proxies[p.name] = p
+        return p
+
+    async def proxy_show(self, name: str, raw: bytes) -> _Response:
+        return _json(200, self._get(name).to_json())
+
+    async def proxy_update(self, name: str, raw: bytes) -> _Response:
+        p = self._get(name)
+        f = _proxy_fields(_body(raw), {"listen": p.listen, "upstream": p.upstream, "enabled": p.enabled})
+        await p.update(f["listen"], f["upstream"], f["enabled"])
+        return _json(200, p.to_json())
+
+    async def proxy_delete(self, name: str, raw: bytes) -> _Response:
+        p = self._get(name)
+        p.stop()
+        del self.proxies[name]
+        return _Response(204)
+
+    # -- toxics -----------------------------------------------------------------------------------
+    async def toxic_index(self, name: str, raw: bytes) -> _Response:
+        return _json(200, [t.to_json() for t in self._get(name).toxics.all()])
+
+    async def toxic_create(self, name: str, raw: bytes) -> _Response:
+        p = self._get(name)
+        return _json(200, p.toxics.add(_body(raw)).to_json())
+
+    async def toxic_show(self, name: str, toxic: str, raw: bytes) -> _Response:
+        return _json(200, self._get(name).toxics.get(toxic).to_json())
+
+    async def toxic_update(self, name: str, toxic: str, raw: bytes) -> _Response:
+        p = self._get(name)
+        p.toxics.get(toxic)
+        return _json(200, p.toxics.update(toxic, _body(raw)).to_json())
+
+    async def toxic_delete(self, name: str, toxic: str, raw: bytes) -> _Response:
+        self._get(name).toxics.remove(toxic)
+        return _Response(204)
+
+
+async def _read_body(r: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        parts = []
+        while True:
+            size = int((await r.readline()).split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                while (await r.readline()).strip():
+                    pass
+                return b"".join(parts)
+            parts.append(await r.readexactly(size))
+            await r.readline()
+    return await r.readexactly(int(headers.get("content-length", 0) or 0))
 
 
 class ToxiproxyServer:
@@ -267,7 +292,7 @@ class ToxiproxyServer:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 8474) -> None:
         self.host, self.port = host, port
-        self.api = _Api()
+        self.api = Api()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._server: asyncio.base_events.Server | None = None
@@ -285,39 +310,36 @@ class ToxiproxyServer:
             self._server.close()
             await self._server.wait_closed()
         for p in list(self.api.proxies.values()):
-            await p.stop()
+            p.stop()
 
     async def _http(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         try:
             while True:
                 line = await r.readline()
-                if not line:
+                if not line.strip():
                     return
-                method, path, _ = line.decode("latin-1").split(" ", 2)
-                headers = {}
+                method, target, version = line.decode("latin-1").split()
+                headers: dict[str, str] = {}
                 while (h := await r.readline()) not in (b"\r\n", b"\n", b""):
                     k, _, v = h.decode("latin-1").partition(":")
                     headers[k.strip().lower()] = v.strip()
-                raw = await r.readexactly(int(headers.get("content-length", 0) or 0))
+                raw = await _read_body(r, headers)
                 try:
-                    body = json.loads(raw) if raw.strip() else None
-                    status, payload = await self.api.route(method, path, body)
-                except ApiError as e:
-                    status, payload = e.status, {"error": str(e), "status": e.status}
-                except (json.JSONDecodeError, ValueError, TypeError) as e:
-                    status, payload = 400, {"error": f"bad request: {e}", "status": 400}
-                if payload is None:
-                    data, ctype = b"", "text/plain"
-                elif isinstance(payload, str):
-                    data, ctype = payload.encode(), "text/plain"
-                else:
-                    data, ctype = json.dumps(payload).encode(), "application/json"
-                w.write(
-                    f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\nContent-Type: {ctype}\r\n"
-                    f"Content-Length: {len(data)}\r\n\r\n".encode()
-                    + data
-                )
+                    resp = await self.api.handle(method, target, headers, raw)
+                except Exception as e:  # a bug here must not take the server down: answer 500
+                    resp = _error(500, f"{type(e).__name__}: {e}")
+                head = [f"HTTP/1.1 {resp.status} {_REASONS.get(resp.status, '')}"]
+                if resp.ctype:
+                    head.append(f"Content-Type: {resp.ctype}")
+                head += [f"{k}: {v}" for k, v in resp.headers.items()]
+                head.append(f"Date: {formatdate(usegmt=True)}")
+                if resp.status != 204:
+                    head.append(f"Content-Length: {len(resp.body)}")
+                w.write(("\r\n".join(head) + "\r\n\r\n").encode() + resp.body)
                 await w.drain()
+                conn = headers.get("connection", "").lower()
+                if conn == "close" or (version == "HTTP/1.0" and conn != "keep-alive"):
+                    return
         except (ConnectionError, asyncio.IncompleteReadError, ValueError):
             pass
         finally:

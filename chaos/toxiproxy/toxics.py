@@ -1,21 +1,32 @@
-"""Toxics with Toxiproxy's semantics, applied to each chunk a link forwards.
+"""Toxics as Toxiproxy defines them (toxics/*.go): how each is read from the API and written back, and
+what each does to the chunks of one direction of a connection.
 
-A toxic acts on one stream (``upstream``: client to server, ``downstream``: server to client) and,
-with ``toxicity`` < 1, only on that fraction of connections (decided once per connection). Toxics are
-looked up for every chunk, so adding or removing one affects live connections, as in Toxiproxy.
+Every toxic runs as one stage of its direction's pipeline (see ``link``), reading chunks from the stage
+before it and writing to the one after, so a toxic delays or drops chunks without holding up the stages
+around it: a latency toxic delays each chunk from the time it arrived (its input buffers 1024 chunks),
+so latency never limits throughput. Toxicity is drawn each time a stage (re)starts: once per
+connection, and again when the toxic or its neighbours change, as in Toxiproxy.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["TOXIC_TYPES", "Toxic", "ToxicError", "CloseConnection", "ResetConnection"]
+from chaos.toxiproxy import gojson
 
-# type -> attributes with their defaults
+if TYPE_CHECKING:
+    from chaos.toxiproxy.link import Stage
+
+__all__ = ["TOXIC_TYPES", "BUFFER_SIZE", "Chunk", "Toxic", "ToxicError", "PIPES"]
+
+# type -> its attributes with their defaults (the Go struct's fields, all integers)
 TOXIC_TYPES: dict[str, dict[str, int]] = {
+    "noop": {},
     "latency": {"latency": 0, "jitter": 0},
     "bandwidth": {"rate": 0},
     "slow_close": {"delay": 0},
@@ -24,123 +35,224 @@ TOXIC_TYPES: dict[str, dict[str, int]] = {
     "slicer": {"average_size": 0, "size_variation": 0, "delay": 0},
     "limit_data": {"bytes": 0},
 }
+_GO_NAMES = {
+    "noop": "NoopToxic",
+    "latency": "LatencyToxic",
+    "bandwidth": "BandwidthToxic",
+    "slow_close": "SlowCloseToxic",
+    "timeout": "TimeoutToxic",
+    "reset_peer": "ResetToxic",
+    "slicer": "SlicerToxic",
+    "limit_data": "LimitDataToxic",
+}
+# chunks a toxic's input holds before the stage feeding it waits (Toxiproxy's BufferedToxic)
+BUFFER_SIZE = {"latency": 1024}
 
 
 class ToxicError(ValueError):
-    """An invalid toxic (unknown type, bad stream, toxicity or attribute)."""
+    """A toxic request Toxiproxy refuses, with the HTTP status it answers."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
-class CloseConnection(Exception):
-    """The toxic ends the connection (limit_data, timeout)."""
+class Chunk:
+    """Bytes read from a connection and when: latency counts from ``ts`` (``time.monotonic()``)."""
 
+    __slots__ = ("data", "ts")
 
-class ResetConnection(Exception):
-    """The toxic resets the connection (reset_peer): the peer sees ECONNRESET."""
+    def __init__(self, data: bytes, ts: float) -> None:
+        self.data, self.ts = data, ts
 
 
 @dataclass
 class Toxic:
     name: str
     type: str
-    stream: str = "downstream"
+    stream: str  # as the client wrote it ("UPstream" is kept); ``direction`` is the parsed one
+    direction: str
     toxicity: float = 1.0
-    attributes: dict[str, Any] = field(default_factory=dict)
+    attributes: dict[str, int] = field(default_factory=dict)
 
     @classmethod
-    def from_json(cls, body: dict[str, Any]) -> Toxic:
-        if not isinstance(body, dict):
-            raise ToxicError("a toxic is a JSON object")
-        typ = body.get("type")
-        if typ not in TOXIC_TYPES:
-            raise ToxicError(f"unknown toxic type {typ!r}; known: {', '.join(TOXIC_TYPES)}")
-        stream = body.get("stream") or "downstream"
-        if stream not in ("upstream", "downstream"):
-            raise ToxicError(f"stream must be upstream or downstream, got {stream!r}")
+    def parse(cls, body: Any) -> tuple[Toxic, Any]:
+        """A new toxic from a create body, and its raw attributes: they are decoded (and may still fail)
+        only after the caller has checked the name is free, the order Toxiproxy checks in."""
         try:
-            toxicity = float(body.get("toxicity", 1.0))
-        except (TypeError, ValueError):
-            raise ToxicError(f"toxicity must be a number, got {body.get('toxicity')!r}") from None
-        if not 0.0 <= toxicity <= 1.0:
-            raise ToxicError(f"toxicity must be in [0, 1], got {toxicity}")
-        attrs = dict(TOXIC_TYPES[typ])
-        for k, v in (body.get("attributes") or {}).items():
-            if k not in attrs:
-                raise ToxicError(f"{typ} toxic has no attribute {k!r} (has: {', '.join(attrs)})")
-            if not isinstance(v, int | float) or isinstance(v, bool) or v < 0:
-                raise ToxicError(f"{typ}.{k} must be a non-negative number, got {v!r}")
-            attrs[k] = v
-        return cls(body.get("name") or f"{typ}_{stream}", typ, stream, toxicity, attrs)
+            f = gojson.fields(
+                body, ("attributes", "name", "type", "stream", "toxicity"), "toxics.ToxicWrapper"
+            )
+            name = gojson.as_str(f.get("name", ""), "ToxicWrapper.name")
+            typ = gojson.as_str(f.get("type", ""), "ToxicWrapper.type")
+            stream = gojson.as_str(f.get("stream", "downstream"), "ToxicWrapper.stream")
+            toxicity = gojson.as_float32(f.get("toxicity", 1.0), "ToxicWrapper.toxicity")
+            attrs = f.get("attributes")
+            if attrs is not None and not isinstance(attrs, dict):
+                gojson.fields(attrs, (), "toxics.NoopToxic")
+        except gojson.DecodeError as e:
+            raise ToxicError(400, f"bad request body: {e}") from None
+        if stream.lower() not in ("upstream", "downstream"):
+            raise ToxicError(400, "stream was invalid, can be either upstream or downstream")
+        if typ not in TOXIC_TYPES:
+            raise ToxicError(400, "invalid toxic type")
+        toxic = cls(name or f"{typ}_{stream}", typ, stream, stream.lower(), toxicity, dict(TOXIC_TYPES[typ]))
+        return toxic, attrs
+
+    def decode_attributes(self, raw: Any, base: dict[str, int] | None = None) -> dict[str, int]:
+        """``base`` (default: the defaults) with the attributes ``raw`` sets; unknown ones are ignored."""
+        attrs = dict(base if base is not None else TOXIC_TYPES[self.type])
+        go = _GO_NAMES[self.type]
+        try:
+            for k, v in gojson.fields(raw, tuple(attrs), f"toxics.{go}").items():
+                attrs[k] = gojson.as_int(v, f"{go}.attributes.{k}")
+        except gojson.DecodeError as e:
+            raise ToxicError(400, f"bad request body: {e}") from None
+        return attrs
+
+    def updated(self, body: Any) -> tuple[float, dict[str, int]]:
+        """The toxicity and attributes an update body sets: only those two can change (name, type and
+        stream in the body are ignored, as in toxic_collection.go)."""
+        try:
+            f = gojson.fields(body, ("attributes", "toxicity"), "struct")
+            toxicity = gojson.as_float32(f.get("toxicity", self.toxicity), ".toxicity")
+        except gojson.DecodeError as e:
+            raise ToxicError(400, f"bad request body: {e}") from None
+        return toxicity, self.decode_attributes(f.get("attributes"), self.attributes)
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "attributes": dict(self.attributes),
             "name": self.name,
             "type": self.type,
             "stream": self.stream,
             "toxicity": self.toxicity,
-            "attributes": self.attributes,
         }
 
 
-class LinkState:
-    """Per connection and direction: which toxics are active on it, and bytes passed (limit_data)."""
-
-    def __init__(self) -> None:
-        self.active: dict[str, bool] = {}
-        self.passed = 0
-        self.timeout_since: float | None = None
-
-    def applies(self, t: Toxic) -> bool:
-        if t.name not in self.active:
-            self.active[t.name] = random.random() < t.toxicity
-        return self.active[t.name]
+# --- what each toxic does (toxics/*.go); ``stage`` is its place in one link, see link.Stage ---------
 
 
-async def apply(toxics: list[Toxic], state: LinkState, chunk: bytes) -> list[tuple[float, bytes]]:
-    """Run ``chunk`` through the toxics; returns (delay before, piece) pairs to write in order.
-    Raises CloseConnection / ResetConnection when a toxic ends the connection."""
-    pieces: list[tuple[float, bytes]] = [(0.0, chunk)]
-    for t in toxics:
-        if not state.applies(t):
-            continue
-        a = t.attributes
-        if t.type == "latency":
-            jitter = a["jitter"]
-            delay = max(0.0, (a["latency"] + (random.uniform(-jitter, jitter) if jitter else 0)) / 1000)
-            pieces = [(d + (delay if i == 0 else 0), p) for i, (d, p) in enumerate(pieces)]
-        elif t.type == "bandwidth" and a["rate"] > 0:
-            pieces = [(d + len(p) / (a["rate"] * 1024), p) for d, p in pieces]
-        elif t.type == "timeout":
-            if a["timeout"] > 0:
-                await asyncio.sleep(a["timeout"] / 1000)
-                raise CloseConnection()
-            return []  # hold: data is dropped while the toxic is there
-        elif t.type == "reset_peer":
-            await asyncio.sleep(a["timeout"] / 1000)
-            raise ResetConnection()
-        elif t.type == "slicer" and a["average_size"] > 0:
-            out = []
-            for d, p in pieces:
-                i = 0
-                first = True
-                while i < len(p):
-                    var = a["size_variation"]
-                    size = max(1, int(a["average_size"] + (random.randint(-var, var) if var else 0)))
-                    out.append((d if first else a["delay"] / 1_000_000, p[i : i + size]))
-                    first = False
-                    i += size
-            pieces = out
-        elif t.type == "limit_data" and a["bytes"] > 0:
-            room = a["bytes"] - state.passed
-            if room <= 0:
-                raise CloseConnection()
-            out, total = [], 0
-            for d, p in pieces:
-                take = p[: max(0, room - total)]
-                if take:
-                    out.append((d, take))
-                    total += len(take)
-            state.passed += total
-            if state.passed >= a["bytes"]:
-                out.append((-1.0, b""))  # marker: close after writing
-            pieces = out
-    return pieces
+async def _noop(stage: Stage, t: Toxic) -> None:
+    while (c := await stage.get()) is not None:
+        stage.held = c
+        await stage.emit(c)
+    stage.close()
+
+
+async def _latency(stage: Stage, t: Toxic) -> None:
+    a = t.attributes
+    while (c := await stage.get()) is not None:
+        stage.held = c
+        delay = a["latency"]
+        if a["jitter"] > 0:
+            delay += random.randrange(a["jitter"] * 2) - a["jitter"]
+        sleep = delay / 1000 - (time.monotonic() - c.ts)  # from the chunk's arrival, not from now
+        if sleep > 0:
+            await asyncio.sleep(sleep)
+        c.ts += sleep
+        await stage.emit(c)
+    stage.close()
+
+
+async def _bandwidth(stage: Stage, t: Toxic) -> None:
+    rate = t.attributes["rate"]  # KB/s, 1 KB = 1000 bytes
+    sleep = 0.0
+    while (c := await stage.get()) is not None:
+        stage.held = c
+        sleep = 0.0 if rate <= 0 else sleep + len(c.data) / (rate * 1000)
+        while rate > 0 and len(c.data) > rate * 100:  # big chunks go out in 100 ms slices
+            await asyncio.sleep(0.1)
+            await stage.out.put(Chunk(c.data[: rate * 100], c.ts))
+            c.data = c.data[rate * 100 :]
+            sleep -= 0.1
+        start = time.monotonic()
+        if sleep > 0:
+            await asyncio.sleep(sleep)
+        sleep -= time.monotonic() - start
+        await stage.emit(c)
+    stage.close()
+
+
+async def _slow_close(stage: Stage, t: Toxic) -> None:
+    while (c := await stage.get()) is not None:
+        stage.held = c
+        await stage.emit(c)
+    await asyncio.sleep(t.attributes["delay"] / 1000)
+    stage.close()
+
+
+async def _timeout(stage: Stage, t: Toxic) -> None:
+    """Drops all data; closes the connection once no data has come for ``timeout`` ms (0: never)."""
+    timeout = t.attributes["timeout"] / 1000
+    while True:
+        if timeout > 0:
+            try:
+                c = await asyncio.wait_for(stage.get(), timeout)
+            except TimeoutError:
+                break
+        else:
+            c = await stage.get()
+        if c is None:
+            break
+    stage.close()
+
+
+async def _reset_peer(stage: Stage, t: Toxic) -> None:
+    """On the first chunk (or the end of input): wait ``timeout`` ms, then close. The link set
+    SO_LINGER 0 on both sockets when the toxic was there at connect, so the close is a TCP RST."""
+    await stage.get()
+    stage.interruptible = False
+    await asyncio.sleep(t.attributes["timeout"] / 1000)
+    stage.close()
+
+
+def _slices(a: dict[str, int], start: int, end: int) -> list[int]:
+    avg, var = a["average_size"], a["size_variation"]
+    if (end - start) - avg <= var or end - start <= 1:  # Toxiproxy recurses forever on average_size 0
+        return [start, end]
+    mid = start + (end - start) // 2
+    if var > 0:
+        mid += random.randrange(var * 2) - var
+    return _slices(a, start, mid) + _slices(a, mid, end)
+
+
+async def _slicer(stage: Stage, t: Toxic) -> None:
+    a = t.attributes
+    while (c := await stage.get()) is not None:
+        stage.held = c
+        bounds = _slices(a, 0, len(c.data))
+        for i in range(1, len(bounds), 2):
+            await stage.out.put(Chunk(c.data[bounds[i - 1] : bounds[i]], c.ts))
+            stage.held = Chunk(c.data[bounds[i] :], c.ts)
+            await asyncio.sleep(a["delay"] / 1_000_000)  # microseconds
+        stage.held = None
+    stage.close()
+
+
+async def _limit_data(stage: Stage, t: Toxic) -> None:
+    """Passes ``bytes`` bytes per connection and direction (counted across restarts), then closes."""
+    limit = t.attributes["bytes"]
+    while (c := await stage.get()) is not None:
+        remaining = max(0, limit - stage.state["sent"])
+        if remaining < len(c.data):
+            c = Chunk(c.data[:remaining], c.ts)
+        if c.data:
+            stage.state["sent"] += len(c.data)  # counted before the write: an interrupt delivers it
+            stage.held = c
+            await stage.emit(c)
+        if limit - stage.state["sent"] <= 0:
+            break
+    stage.close()
+
+
+PIPES: dict[str, Callable[[Stage, Toxic], Awaitable[None]]] = {
+    "noop": _noop,
+    "latency": _latency,
+    "bandwidth": _bandwidth,
+    "slow_close": _slow_close,
+    "timeout": _timeout,
+    "reset_peer": _reset_peer,
+    "slicer": _slicer,
+    "limit_data": _limit_data,
+}
