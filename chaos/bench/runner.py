@@ -18,7 +18,7 @@ from chaos.bench.core import Figure
 __all__ = ["MODULES", "run_benchmarks", "machine_description"]
 
 # benchmark module (chaos/bench/<name>.py with run(quick) -> list[Figure]), in report order
-MODULES = ("state_ops", "keygroups", "checkpoints", "oracles", "end_to_end", "recovery")
+MODULES = ("state_ops", "keygroups", "checkpoints", "oracles", "end_to_end", "recovery", "proxy_throughput")
 
 
 def machine_description() -> dict[str, Any]:
