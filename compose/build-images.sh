@@ -15,7 +15,11 @@
 #   --print-tag  print the image reference this checkout builds to (statechaos/spark:<tag>) and exit
 #   --check      exit 0 when that image exists, 3 when a build is needed (builds nothing)
 #   --no-cache   rebuild steps 2 and 3 without Docker's layer cache (rootfs and wheel caches are kept)
-# Env: STATECHAOS_CACHE (cache dir), STATECHAOS_DEBIAN_MIRROR (default http://deb.debian.org/debian).
+# Env: STATECHAOS_CACHE (cache dir), STATECHAOS_DEBIAN_MIRROR (default http://deb.debian.org/debian),
+#   STATECHAOS_TOXIPROXY_SERVER (a Linux x86-64 toxiproxy-server for the stack's proxy container).
+# The stack's proxy is Shopify's Toxiproxy when a server binary is found: $STATECHAOS_TOXIPROXY_SERVER,
+# else compose/toxiproxy/toxiproxy-server (git-ignored), else the checkout's sibling
+# shared/tools/toxiproxy/toxiproxy-server-*-linux-amd64.gz; otherwise statechaos's own compatible one.
 # Progress goes to stderr; on success the last line of stdout is the image reference.
 set -euo pipefail
 
@@ -61,12 +65,28 @@ project_files() {
     | LC_ALL=C sort)
 }
 
+# The Toxiproxy server to put in the image (a binary or a .gz of one), or nothing.
+toxiproxy_source() {
+  local f
+  if [[ -n ${STATECHAOS_TOXIPROXY_SERVER:-} ]]; then
+    [[ -f $STATECHAOS_TOXIPROXY_SERVER ]] || die "STATECHAOS_TOXIPROXY_SERVER=$STATECHAOS_TOXIPROXY_SERVER: no such file"
+    echo "$STATECHAOS_TOXIPROXY_SERVER"; return
+  fi
+  [[ -f $HERE/toxiproxy/toxiproxy-server ]] && { echo "$HERE/toxiproxy/toxiproxy-server"; return; }
+  for f in "$(dirname "$ROOT")"/shared/tools/toxiproxy/toxiproxy-server-*-linux-amd64.gz; do
+    [[ -f $f ]] && { echo "$f"; return; }
+  done
+  return 0
+}
+TOXIPROXY_SOURCE="$(toxiproxy_source)"
+
 # Content hash of the spark image's inputs; $1 is where the project files are (the checkout, or the
 # build context's copy, so the tag names exactly what was built while others keep editing).
 image_hash() {
   {
     echo "deps=$DEPS_HASH"
     (cd "$HERE/image" && sha256sum Dockerfile statechaos-node statechaos-health)
+    echo "toxiproxy=$([[ -n $TOXIPROXY_SOURCE ]] && sha256sum < "$TOXIPROXY_SOURCE" | cut -c1-16)"
     project_files "$1" | (cd "$1" && xargs -d '\n' sha256sum)
   } | sha
 }
@@ -231,8 +251,21 @@ fi
 # ---- 3. spark image (the project) ----------------------------------------------------------------
 CTX="$(mktemp -d "${TMPDIR:-/tmp}/statechaos-ctx.XXXXXX")"
 cp "$HERE/image/Dockerfile" "$HERE/image/statechaos-node" "$HERE/image/statechaos-health" "$CTX/"
-mkdir "$CTX/project"
+mkdir "$CTX/project" "$CTX/toxiproxy"
 project_files | (cd "$ROOT" && xargs -d '\n' cp --parents -t "$CTX/project")
+if [[ -z $TOXIPROXY_SOURCE ]]; then
+  log "no toxiproxy-server found: the stack's proxy is statechaos's own Toxiproxy-compatible server" \
+    "(for Shopify's, put a Linux x86-64 toxiproxy-server from https://github.com/Shopify/toxiproxy/releases" \
+    "at compose/toxiproxy/toxiproxy-server, or set STATECHAOS_TOXIPROXY_SERVER)"
+elif [[ $TOXIPROXY_SOURCE == *.gz ]]; then
+  gunzip -c "$TOXIPROXY_SOURCE" > "$CTX/toxiproxy/toxiproxy-server" || die "cannot unpack $TOXIPROXY_SOURCE"
+else
+  cp "$TOXIPROXY_SOURCE" "$CTX/toxiproxy/toxiproxy-server"
+fi
+if [[ -n $TOXIPROXY_SOURCE ]]; then
+  chmod 755 "$CTX/toxiproxy/toxiproxy-server"
+  log "the stack's proxy is Shopify's Toxiproxy ($TOXIPROXY_SOURCE)"
+fi
 IMAGE_HASH="$(image_hash "$CTX/project")"
 IMAGE="$IMAGE_REPO:$IMAGE_HASH"
 log "building $IMAGE FROM $DEPS_IMAGE (context $(du -sh "$CTX" | cut -f1))"

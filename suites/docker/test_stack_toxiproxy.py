@@ -1,0 +1,61 @@
+"""The compose image's proxy role runs Shopify's Toxiproxy when the image build found a server
+binary (compose/build-images.sh: ``STATECHAOS_TOXIPROXY_SERVER``, ``compose/toxiproxy/``, or the
+reference build of ``../shared/tools/toxiproxy``), and statechaos's own otherwise; either way it
+answers Toxiproxy's API. With the reference build present, the docker network scenarios
+(test_docker_scenarios) therefore run through the real server."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+import uuid
+
+import pytest
+
+from chaos.cluster.docker_stack import OWNER_LABEL, docker_client, owner_token
+from chaos.scope import PROJECT_LABEL
+from chaos.toxiproxy.launch import REFERENCE_DIR
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+def _get(url: str, path: str, deadline: float) -> bytes:
+    while True:
+        try:
+            with urllib.request.urlopen(url + path, timeout=3) as r:
+                return r.read()
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
+
+
+def test_proxy_role_serves_toxiproxy_api_from_the_real_server_when_built_in(image: str) -> None:
+    client = docker_client()
+    labels = {PROJECT_LABEL: f"sctest-{uuid.uuid4().hex[:8]}", OWNER_LABEL: owner_token()}
+    ctr = client.containers.run(
+        image,
+        ["statechaos-node", "proxy"],
+        detach=True,
+        labels=labels,
+        ports={"8474/tcp": ("127.0.0.1", None)},
+    )
+    try:
+        has_real = ctr.exec_run(["test", "-x", "/opt/statechaos/toxiproxy/toxiproxy-server"]).exit_code == 0
+        ctr.reload()
+        port = int(ctr.attrs["NetworkSettings"]["Ports"]["8474/tcp"][0]["HostPort"])
+        url = f"http://127.0.0.1:{port}"
+        version = json.loads(_get(url, "/version", time.monotonic() + 30))["version"]
+        assert version.endswith("-statechaos") != has_real, (version, has_real)
+        if any(REFERENCE_DIR.glob("toxiproxy-server-*-linux-amd64.gz")):
+            assert has_real, "the reference Toxiproxy build is present but the image's proxy is not it"
+        req = urllib.request.Request(
+            url + "/proxies",
+            json.dumps({"name": "probe", "upstream": "127.0.0.1:8474", "listen": "127.0.0.1:0"}).encode(),
+            method="POST",
+        )
+        with urllib.request.urlopen(req, timeout=5) as r:
+            assert r.status == 201 and json.loads(r.read())["listen"].startswith("127.0.0.1:")
+    finally:
+        ctr.remove(force=True)
