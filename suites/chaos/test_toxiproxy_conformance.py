@@ -593,3 +593,41 @@ def test_stopping_a_proxy_closes_its_connections(client, proxy, echo, change):
         proxy.enable()
     if change != "delete":
         assert _round_trip(proxy) < 1
+
+
+def test_toxics_changing_under_a_live_link_lose_and_reorder_nothing(proxy):
+    """TestNoDataDropped / TestToxicAddRemove: toxics added, updated and removed in both directions
+    while data streams through; every byte comes back, in order."""
+    payload = os.urandom(4 << 20)
+    received = bytearray()
+    with _connect(proxy) as s:
+        s.settimeout(20)
+
+        def reader() -> None:
+            while len(received) < len(payload):
+                chunk = s.recv(1 << 20)
+                if not chunk:
+                    return
+                received.extend(chunk)
+
+        t = threading.Thread(target=reader)
+        t.start()
+        sender = threading.Thread(
+            target=lambda: [s.sendall(payload[i : i + 65536]) for i in range(0, len(payload), 65536)]
+        )
+        sender.start()
+        for i in range(6):
+            stream = ("upstream", "downstream")[i % 2]
+            proxy.add_toxic(type="latency", name=f"lat{i}", stream=stream, attributes={"latency": 5})
+            proxy.add_toxic(type="noop", name=f"noop{i}", stream=stream)
+            proxy.add_toxic(
+                type="slicer", name=f"sl{i}", stream=stream, attributes={"average_size": 5000, "delay": 10}
+            )
+            APIConsumer.post(f"/proxies/{proxy.name}/toxics/lat{i}", json={"attributes": {"latency": 1}})
+            proxy.destroy_toxic(f"noop{i}")
+            proxy.destroy_toxic(f"lat{i}")
+            time.sleep(0.02)
+            proxy.destroy_toxic(f"sl{i}")
+        sender.join(20)
+        t.join(20)
+    assert len(received) == len(payload) and bytes(received) == payload
