@@ -72,6 +72,23 @@ TOXICS = (
     "disable",
 )
 
+
+def _check_toxic_attributes(toxic: str, attributes: dict[str, Any]) -> None:
+    """Toxiproxy ignores attributes a toxic does not have and refuses non-integers: catch both here,
+    where the scenario file can be named, instead of a typo silently doing nothing."""
+    from chaos.toxiproxy.toxics import TOXIC_TYPES
+
+    known = TOXIC_TYPES.get("latency" if toxic == "jitter" else toxic, {})
+    for name, value in attributes.items():
+        if name not in known:
+            has = f"has: {', '.join(known)}" if known else "takes none"
+            raise ValueError(f"toxic {toxic} has no attribute {name!r} ({has})")
+        if isinstance(value, bool) or not isinstance(value, int) and not float(value).is_integer():
+            raise ValueError(
+                f"toxic {toxic} attribute {name} must be a whole number (Toxiproxy's are), got {value!r}"
+            )
+
+
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
 
 
@@ -257,6 +274,7 @@ class Fault(_Strict):
         if k == "network":
             if self.toxic not in TOXICS:
                 raise ValueError(f"network faults need toxic: one of {', '.join(TOXICS)}")
+            _check_toxic_attributes(self.toxic, self.attributes)
         elif self.toxic is not None or self.attributes:
             raise ValueError(f"toxic/attributes only apply to network faults, not {k}")
         if k == "pause_executor" or k == "pause_worker":

@@ -113,7 +113,10 @@ class ToxicFault(Injector):
     ) -> None:
         self.proxies = _as_list(proxy)
         self.toxic, self.stream, self.toxicity = toxic, stream, toxicity
-        self.attributes = dict(attributes or {})
+        # Toxiproxy's attributes are integers: a JSON 300.0 is refused where 300 is taken
+        self.attributes = {
+            k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in (attributes or {}).items()
+        }
         self.type = "latency" if toxic == "jitter" else toxic
         if toxic == "jitter":
             self.attributes.setdefault("latency", 0)
