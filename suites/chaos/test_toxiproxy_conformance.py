@@ -631,3 +631,15 @@ def test_toxics_changing_under_a_live_link_lose_and_reorder_nothing(proxy):
         sender.join(20)
         t.join(20)
     assert len(received) == len(payload) and bytes(received) == payload
+
+
+def test_addresses_resolve_as_gos_net_package():
+    """proxy.go compares listen addresses with net.ResolveTCPAddr(...).String()."""
+    from chaos.toxiproxy.proxy import AddressError, resolve_tcp
+
+    assert resolve_tcp("localhost:0") == "127.0.0.1:0"
+    assert resolve_tcp(":8474") == ":8474" and resolve_tcp("") == ":0"
+    assert resolve_tcp("[::1]:5") == "[::1]:5" and resolve_tcp("0.0.0.0:1") == "0.0.0.0:1"
+    for bad, why in [("foo", "missing port"), ("a:b:1", "too many colons"), ("1.2.3.4:70000", "invalid port")]:
+        with pytest.raises(AddressError, match=why):
+            resolve_tcp(bad)
