@@ -14,6 +14,7 @@ stages start again. All of it runs on one event loop, so each rewiring is atomic
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import socket
 import struct
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     from chaos.toxiproxy.proxy import Proxy
 
 __all__ = ["Channel", "Stage", "Link", "Connection", "Side"]
+
+log = logging.getLogger(__name__)
 
 
 class Channel:
@@ -132,6 +135,9 @@ class Stage:
             await pipe(self, self.toxic)
         except asyncio.CancelledError:
             pass
+        except Exception:  # a bug in a toxic must end its connection, not leave it hanging
+            log.exception("toxic %s (%s) failed; closing its connection", self.toxic.name, self.toxic.type)
+            self.close()
 
     async def get(self) -> Chunk | None:
         return await self.inq.get()
