@@ -14,6 +14,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import socket
 import socketserver
 import threading
@@ -640,6 +641,29 @@ def test_addresses_resolve_as_gos_net_package():
     assert resolve_tcp("localhost:0") == "127.0.0.1:0"
     assert resolve_tcp(":8474") == ":8474" and resolve_tcp("") == ":0"
     assert resolve_tcp("[::1]:5") == "[::1]:5" and resolve_tcp("0.0.0.0:1") == "0.0.0.0:1"
-    for bad, why in [("foo", "missing port"), ("a:b:1", "too many colons"), ("1.2.3.4:70000", "invalid port")]:
+    for bad, why in [
+        ("foo", "missing port"),
+        ("a:b:1", "too many colons"),
+        ("1.2.3.4:70000", "invalid port"),
+    ]:
         with pytest.raises(AddressError, match=why):
             resolve_tcp(bad)
+
+
+def test_runs_prefer_toxiproxy_url_then_shopifys_server_on_path(real_exe, tmp_path, monkeypatch):
+    from chaos.toxiproxy.launch import toxiproxy_server
+
+    monkeypatch.setenv("TOXIPROXY_URL", "http://127.0.0.1:1/")
+    with toxiproxy_server() as url:
+        assert url == "http://127.0.0.1:1"  # configured: used as is, nothing started
+    monkeypatch.delenv("TOXIPROXY_URL")
+    (tmp_path / "toxiproxy-server").symlink_to(real_exe)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    with toxiproxy_server() as url:
+        assert not call(url, "GET", "/version")[2]["version"].endswith("-statechaos")
+    monkeypatch.setenv(
+        "PATH", os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != str(tmp_path))
+    )
+    if shutil.which("toxiproxy-server") is None:
+        with toxiproxy_server() as url:
+            assert call(url, "GET", "/version")[2]["version"].endswith("-statechaos")  # else our own
