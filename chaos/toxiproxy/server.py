@@ -33,6 +33,7 @@ _REASONS = {
     200: "OK",
     201: "Created",
     204: "No Content",
+    301: "Moved Permanently",
     400: "Bad Request",
     403: "Forbidden",
     404: "Not Found",
@@ -76,6 +77,21 @@ def _error(status: int, message: str) -> _Response:
     """Toxiproxy's apiError: a JSON body sent through Go's ``http.Error`` (so text/plain)."""
     body = gojson.dumps({"error": message, "status": status}) + b"\n"
     return _Response(status, body, "text/plain; charset=utf-8", **{"X-Content-Type-Options": "nosniff"})
+
+
+def _clean_path(path: str) -> str:
+    """gorilla/mux's cleanPath: Go's path.Clean, rooted, keeping a trailing slash."""
+    if not path:
+        return "/"
+    parts: list[str] = []
+    for seg in path.split("/"):
+        if seg == "..":
+            if parts:
+                parts.pop()
+        elif seg not in ("", "."):
+            parts.append(seg)
+    clean = "/" + "/".join(parts)
+    return clean + "/" if path.endswith("/") and clean != "/" else clean
 
 
 def _body(raw: bytes) -> Any:
@@ -134,6 +150,10 @@ class Api:
 
     async def handle(self, method: str, target: str, headers: dict[str, str], raw: bytes) -> _Response:
         path = unquote(target.split("?", 1)[0])
+        clean = _clean_path(path)
+        if clean != path:  # gorilla/mux redirects to the canonical path
+            query = target.split("?", 1)[1] if "?" in target else ""
+            return _Response(301, Location=clean + (f"?{query}" if query else ""))
         allowed = False
         for pattern, methods in self.routes:
             m = pattern.fullmatch(path)

@@ -108,7 +108,7 @@ def transcript(url: str, echo: str, p: str = "") -> list[Any]:
         status, hdrs, parsed = call(url, method, path.replace("{p}", p), body, headers)
         rid = hdrs.get("x-toxiproxy-request-id")
         assert rid is None or re.fullmatch(r"[0-9a-v]{20}", rid), rid
-        keep = {k: hdrs.get(k) for k in ("content-type", "x-content-type-options")}
+        keep = {k: hdrs.get(k) for k in ("content-type", "x-content-type-options", "location")}
         out.append([method, path, status, keep, rid is not None, _norm(parsed)])
         return parsed
 
@@ -119,6 +119,8 @@ def transcript(url: str, echo: str, p: str = "") -> list[Any]:
     step("DELETE", "/version")
     step("PUT", "/proxies")
     step("GET", "/proxies/")
+    step("GET", "//version")
+    step("GET", "/proxies/../version?x=1")
     for bad in (b"", b"xx", b"[1]", {"name": 5, "upstream": "x"}, {"upstream": echo}, {"name": "{p}"}):
         step("POST", "/proxies", bad)
     step("POST", "/proxies", {**body, "name": p})
@@ -310,7 +312,7 @@ def test_toxic_update_changes_only_attributes_and_toxicity(api):
 def test_populate_semantics(api):
     assert _answer(api, "POST", "/populate")[:2] == [
         400,
-        {"content-type": "application/json", "x-content-type-options": None},
+        {"content-type": "application/json", "x-content-type-options": None, "location": None},
     ]
     assert _answer(api, "POST", "/populate", 1)[3] == {"proxies": None}
     assert _answer(api, "POST", "/populate", 2)[0] == 400
