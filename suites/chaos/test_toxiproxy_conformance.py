@@ -454,7 +454,7 @@ def test_latency_does_not_limit_throughput(proxy):
 def test_jitter_stays_within_its_bounds(proxy):
     proxy.add_toxic(type="latency", attributes={"latency": 100, "jitter": 40})
     samples = _samples(lambda: _round_trip(proxy), 7)
-    assert samples[0] >= 0.055 and samples[3] <= 0.25, samples
+    assert samples[0] >= 0.055 and samples[0] <= 0.2, samples  # never under latency - jitter
 
 
 @pytest.mark.parametrize("stream", ["upstream", "downstream"])
