@@ -137,7 +137,9 @@ class ValueState(_Handle):
 
 
 class TtlValueState(ValueState):
-    """:class:`ValueState` with TTL: stores ``(value, timestamp)`` and checks expiry on every read."""
+    """:class:`ValueState` with TTL: stores ``(value, timestamp)`` and checks expiry on every read.
+    An empty or expired value reads as None, not the descriptor's default (as in Flink, whose TTL
+    value state is built without it)."""
 
     __slots__ = ()
 
@@ -146,11 +148,11 @@ class TtlValueState(ValueState):
         tv = self._m.get(k)
         if tv is None:
             self._key()
-            return self._default
+            return None
         now = self._now() if self._cleanup_size else self._clock()  # one call fewer without cleanup
         if tv[1] + self._ttl_ms <= now and is_expired(tv[1], self._ttl_ms, now):
             self._m.pop(k, None)
-            return tv[0] if self._return_expired else self._default
+            return tv[0] if self._return_expired else None
         if self._on_read:
             self._m[k] = (tv[0], now)
         return tv[0]

@@ -62,9 +62,9 @@ class Agg:
         return (a * 7 + b) % MOD
 
 
-def _descriptor(kind: str, ttl: dict | None):
+def _descriptor(kind: str, ttl: dict | None, default: int | None = None):
     d = {
-        "value": lambda: ValueStateDescriptor("s"),
+        "value": lambda: ValueStateDescriptor("s", default=default),
         "list": lambda: ListStateDescriptor("s"),
         "map": lambda: MapStateDescriptor("s"),
         "reducing": lambda: ReducingStateDescriptor("s", lambda a, b: (a * 3 + b) % MOD),
@@ -113,7 +113,7 @@ def replay(vector: dict, backend_factory) -> tuple[int, list]:
     clock = ManualClock()
     b = backend_factory(clock)
     kind = vector["state"]
-    d = _descriptor(kind, vector["ttl"])
+    d = _descriptor(kind, vector["ttl"], vector["default"])
     handles = {ns: b.get_partitioned_state(ns, d) for ns in ("n0", "n1", "n2")}
     h = None
     checked, bad = 0, []
@@ -174,6 +174,8 @@ def test_the_vectors_cover_every_state_type_ttl_setting_and_mode():
         for v in KEYED
     }
     assert len(settings) == 5 * 5  # no TTL, and 2 update types x 2 visibilities, per state type
+    defaults = {(v["ttl"] is None, v["default"]) for v in KEYED if v["state"] == "value"}
+    assert defaults == {(True, None), (True, -1), (False, None), (False, -1)}
     assert sum(len(v["ops"]) for v in KEYED) > 10_000
     assert sum(1 for v in KEYED for op in v["ops"] if op[0] == "merge") > 300
     modes = Counter(m for v in OPERATOR for sub in v["old"] for _, m, _ in sub)

@@ -91,9 +91,10 @@ public class GenerateStateVectors {
     static String keyedSequence(Random r, String kind, StateTtlConfig ttl, long ttlMs, String ttlJson, int nOps) throws Exception {
         now = r.nextInt(3) == 0 ? 0 : r.nextInt(1000);
         HeapKeyedStateBackend<Integer> b = backend();
+        boolean withDefault = kind.equals("value") && r.nextBoolean();  // TTL value state ignores it
         StateDescriptor d;
         switch (kind) {
-            case "value": d = new ValueStateDescriptor<>("s", IntSerializer.INSTANCE); break;
+            case "value": d = withDefault ? new ValueStateDescriptor<>("s", IntSerializer.INSTANCE, -1) : new ValueStateDescriptor<>("s", IntSerializer.INSTANCE); break;
             case "list": d = new ListStateDescriptor<>("s", IntSerializer.INSTANCE); break;
             case "map": d = new MapStateDescriptor<>("s", IntSerializer.INSTANCE, IntSerializer.INSTANCE); break;
             case "reducing": d = new ReducingStateDescriptor<>("s", (Long x, Long y) -> (x * 3 + y) % MOD, LongSerializer.INSTANCE); break;
@@ -194,7 +195,8 @@ public class GenerateStateVectors {
             ops.append(',').append(op);
         }
         b.dispose();
-        return "{\"kind\":\"keyed\",\"state\":\"" + kind + "\",\"ttl\":" + ttlJson + ",\"ops\":" + ops.append(']') + "}";
+        return "{\"kind\":\"keyed\",\"state\":\"" + kind + "\",\"default\":" + (withDefault ? "-1" : "null")
+                + ",\"ttl\":" + ttlJson + ",\"ops\":" + ops.append(']') + "}";
     }
 
     static final OperatorStateHandle.Mode[] MODES = {
