@@ -35,7 +35,7 @@ def keyed_count_demo() -> None:
     from reference_impl.ttl import StateTtlConfig
 
     max_p, clock = 128, ManualClock()
-    desc = ValueStateDescriptor("count", default=0).enable_time_to_live(StateTtlConfig(60_000))
+    desc = ValueStateDescriptor("count").enable_time_to_live(StateTtlConfig(60_000))  # no default with TTL
     old = [
         HeapKeyedStateBackend(max_p, compute_key_group_range_for_operator_index(max_p, 2, i), clock)
         for i in range(2)
@@ -45,7 +45,7 @@ def keyed_count_demo() -> None:
         backend = old[assign_key_to_parallel_operator(w, max_p, 2)]
         backend.set_current_key(w)
         state = backend.get_state(desc)
-        state.update(state.value() + 1)
+        state.update((state.value() or 0) + 1)
         clock.advance(10)
     snaps = [b.snapshot() for b in old]
     print("\nrunning count on 2 subtasks, snapshotted, restored on 3:")

@@ -1,8 +1,9 @@
 """Operator (non-keyed) state: split-distribute and union list state, and broadcast map state.
 
-The mode decides what a subtask gets back after a rescale (see :mod:`reference_impl.rescale`):
-SPLIT_DISTRIBUTE hands out contiguous chunks of all old elements, UNION gives everyone everything,
-BROADCAST gives every new subtask an identical copy. Restoring a name under another mode, or with
+The mode decides what a subtask gets back after a rescale (see
+:func:`reference_impl.rescale.repartition_operator_state`, which follows Flink's round-robin
+repartitioner): SPLIT_DISTRIBUTE hands out contiguous chunks of all old elements, UNION gives everyone
+everything, BROADCAST gives every new subtask the copy of one old subtask that reported the state. Restoring a name under another mode, or with
 another serializer, is a clear error.
 """
 

@@ -2,10 +2,8 @@
 
 Keyed state moves by key group: new subtask i reads, from every old state file whose range
 intersects its own, just the intersection (Flink's StateAssignmentOperation). Operator state follows
-Flink's RoundRobinOperatorStateRepartitioner: SPLIT_DISTRIBUTE concatenates the old subtasks'
-elements in old-subtask order and deals contiguous chunks whose sizes differ by at most one (the
-first ``total % new_p`` subtasks get the extra element); UNION gives everyone everything; BROADCAST
-gives new subtask i the copy of old subtask ``i % old_p``. Max parallelism never changes.
+Flink's RoundRobinOperatorStateRepartitioner (see :func:`repartition_operator_state`). Max
+parallelism never changes.
 """
 
 from __future__ import annotations
@@ -17,6 +15,7 @@ from reference_impl.keygroups import (
     KeyGroupRange,
     check_parallelism,
     compute_key_group_range_for_operator_index,
+    java_hash,
 )
 from reference_impl.snapshot import (
     KeyedStateSnapshot,
@@ -30,6 +29,7 @@ __all__ = [
     "SubtaskAssignment",
     "RestoredSubtask",
     "repartition_operator_state",
+    "java_hash_map_order",
     "assign_state",
     "restore_subtask",
 ]
@@ -56,8 +56,44 @@ class RestoredSubtask:
     bytes_read: int
 
 
+def java_hash_map_order(calls: list[str]) -> list[str]:
+    """The iteration order of a ``java.util.HashMap<String, ?>`` (default capacity 16, load factor
+    0.75) after ``computeIfAbsent`` was called with ``calls`` in this order, as Flink's repartitioner
+    fills its map of state names: by bucket ``(h ^ h >>> 16) & (capacity - 1)``, and within a bucket
+    newest first (``computeIfAbsent`` links a new entry at the head of its bucket; a resize keeps
+    the order). The table doubles at the call after the one that took the size past 0.75 of the
+    capacity. (Buckets of 8+ colliding names, which Java treeifies, are not modelled.)"""
+    cap, first_seen = 16, {}
+    for name in calls:
+        if len(first_seen) > cap * 3 // 4:
+            cap *= 2
+        first_seen.setdefault(name, len(first_seen))
+
+    def position(name: str) -> tuple[int, int]:
+        h = java_hash(name) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & (cap - 1), -first_seen[name]
+
+    return sorted(first_seen, key=position)
+
+
 def repartition_operator_state(old: list[OperatorStateSnapshot], new_p: int) -> list[OperatorStateSnapshot]:
-    """Flink's round-robin repartitioning of operator state from ``len(old)`` to ``new_p`` subtasks."""
+    """Flink's ``RoundRobinOperatorStateRepartitioner`` from ``len(old)`` to ``new_p`` subtasks.
+
+    - SPLIT_DISTRIBUTE: unchanged at the same parallelism. Otherwise each state's elements are
+      concatenated in old-subtask order and dealt as contiguous chunks of sizes differing by at most
+      one, state after state in the iteration order of Flink's ``HashMap`` of state names
+      (:func:`java_hash_map_order`; each old subtask's states are taken in the order its snapshot
+      lists them, which stands for its handle's map order). Each state starts dealing at
+      ``startParallelOp``, carried over from the previous state: the subtask after the last one that
+      got an extra element (0 for the first state; unchanged after a state with no remainder).
+    - UNION: every new subtask gets every element, in old-subtask order (also at the same
+      parallelism).
+    - BROADCAST: new subtask i gets the copy of the ``i % n``-th of the n old subtasks that reported
+      the state — the old subtask position does not count, and this applies at the same parallelism
+      too (Flink's ``collectPartlyFinishedBroadcastStates``).
+
+    Every new subtask gets an entry for every state (an empty list or map if nothing is dealt to it).
+    """
     if new_p <= 0:
         raise ValueError(f"new parallelism must be positive, got {new_p}")
     out = [OperatorStateSnapshot() for _ in range(new_p)]
@@ -66,15 +102,21 @@ def repartition_operator_state(old: list[OperatorStateSnapshot], new_p: int) -> 
         for n in snap.states:
             if n not in names:
                 names.append(n)
+    modes: dict[str, OperatorStateMode] = {}
     for name in names:
+        present_modes = {OperatorStateMode(s.states[name].mode) for s in old if name in s.states}
+        if len(present_modes) != 1:
+            raise StateRestoreError(
+                f"operator state {name!r} has conflicting modes across subtasks: {sorted(present_modes)}"
+            )
+        modes[name] = present_modes.pop()
+    split = [n for s in old for n in s.states if modes[n] is OperatorStateMode.SPLIT_DISTRIBUTE]
+    others = [n for n in names if modes[n] is not OperatorStateMode.SPLIT_DISTRIBUTE]
+    start = 0  # Flink's startParallelOp, carried from one split state to the next
+    for name in [*java_hash_map_order(split), *others]:
+        mode = modes[name]
         entries = [s.states.get(name) for s in old]
         present = [e for e in entries if e is not None]
-        modes = {OperatorStateMode(e.mode) for e in present}
-        if len(modes) != 1:
-            raise StateRestoreError(
-                f"operator state {name!r} has conflicting modes across subtasks: {sorted(modes)}"
-            )
-        mode = modes.pop()
         proto = present[0]
 
         def entry(
@@ -87,8 +129,7 @@ def repartition_operator_state(old: list[OperatorStateSnapshot], new_p: int) -> 
 
         if mode is OperatorStateMode.BROADCAST:
             for i in range(new_p):
-                src = entries[i % len(old)]
-                out[i].states[name] = entry(dict(src.value) if src is not None else {})
+                out[i].states[name] = entry(dict(present[i % len(present)].value))
         elif mode is OperatorStateMode.UNION:
             everything = [x for e in present for x in e.value]
             for i in range(new_p):
@@ -98,13 +139,22 @@ def repartition_operator_state(old: list[OperatorStateSnapshot], new_p: int) -> 
                 e = entries[i]
                 out[i].states[name] = entry(list(e.value) if e is not None else [])
         else:
-            everything = [x for e in entries if e is not None for x in e.value]
-            base, rem = divmod(len(everything), new_p)
-            start = 0
+            everything = [x for e in present for x in e.value]
+            base, remainder = divmod(len(everything), new_p)
+            new_start = start
+            pos = 0
             for i in range(new_p):
-                n = base + (1 if i < rem else 0)
-                out[i].states[name] = entry(everything[start : start + n])
-                start += n
+                op = (i + start) % new_p
+                n = base
+                if remainder > 0:
+                    n += 1
+                    remainder -= 1
+                elif remainder == 0:  # out of extra elements: the next state starts here
+                    new_start = op
+                    remainder -= 1
+                out[op].states[name] = entry(everything[pos : pos + n])
+                pos += n
+            start = new_start
     return out
 
 

@@ -37,7 +37,9 @@ class UpdateType(str, Enum):
 
 
 class StateVisibility(str, Enum):
-    """Whether an expired value that is still stored may be returned (once) by a read."""
+    """Whether an expired value that is still stored may be returned by a read (and, as in Flink's
+    ``getUnexpired``, folded into a Reducing/Aggregating write or a namespace merge). A read of an
+    expired value clears it; a list keeps its expired elements while any element is alive."""
 
     ReturnExpiredIfNotCleanedUp = "ReturnExpiredIfNotCleanedUp"
     NeverReturnExpired = "NeverReturnExpired"

@@ -32,7 +32,7 @@ def _bare_dict(keys: list[str]) -> int:
 
 def _heap(keys: list[str], ttl: bool, incremental_cleanup: bool = False) -> int:
     b = HeapKeyedStateBackend(128, KeyGroupRange(0, 127), ManualClock())
-    d = ValueStateDescriptor("count", default=0)
+    d = ValueStateDescriptor("count", default=0)  # a TTL value state ignores the default, as in Flink
     if ttl:
         cfg = StateTtlConfig.new_builder(3_600_000)
         if not incremental_cleanup:
@@ -42,7 +42,7 @@ def _heap(keys: list[str], ttl: bool, incremental_cleanup: bool = False) -> int:
     set_key, value, update = b.set_current_key, state.value, state.update
     for k in keys:
         set_key(k)
-        update(value() + 1)
+        update((value() or 0) + 1)
     return len(keys)
 
 

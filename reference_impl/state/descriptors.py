@@ -69,6 +69,9 @@ class StateDescriptor:
 
 
 class ValueStateDescriptor(StateDescriptor):
+    """A value per key; ``value()`` of an empty state is ``default``. With TTL it is None instead:
+    Flink's ``TtlStateFactory`` builds the TTL value state without the descriptor's default."""
+
     kind = StateKind.VALUE
 
     def __init__(self, name: str, default: Any = None, serializer: Serializer = MSGPACK) -> None:

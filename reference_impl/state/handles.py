@@ -137,7 +137,9 @@ class ValueState(_Handle):
 
 
 class TtlValueState(ValueState):
-    """:class:`ValueState` with TTL: stores ``(value, timestamp)`` and checks expiry on every read."""
+    """:class:`ValueState` with TTL: stores ``(value, timestamp)`` and checks expiry on every read.
+    An empty or expired value reads as None, not the descriptor's default (as in Flink, whose TTL
+    value state is built without it)."""
 
     __slots__ = ()
 
@@ -146,11 +148,11 @@ class TtlValueState(ValueState):
         tv = self._m.get(k)
         if tv is None:
             self._key()
-            return self._default
+            return None
         now = self._now() if self._cleanup_size else self._clock()  # one call fewer without cleanup
         if tv[1] + self._ttl_ms <= now and is_expired(tv[1], self._ttl_ms, now):
             self._m.pop(k, None)
-            return tv[0] if self._return_expired else self._default
+            return tv[0] if self._return_expired else None
         if self._on_read:
             self._m[k] = (tv[0], now)
         return tv[0]
@@ -169,32 +171,59 @@ class _MergingHandle(_Handle):
     __slots__ = ()
 
     def merge_namespaces(self, target: Any, sources: Iterable[Any]) -> None:
-        """Merge the current key's values in ``sources`` into ``target`` and remove the sources."""
+        """Merge the current key's values in ``sources`` into ``target``, as Flink's heap backend
+        (``AbstractHeapMergingState.mergeNamespaces``): each source is removed and folded into the
+        merge of the sources before it, in order (``target`` itself may be among them), and the
+        result is merged into what ``target`` holds then. With TTL the merge function is Flink's
+        TTL-aware one (:meth:`_merge`); lists are concatenated with their timestamps, unchecked."""
+        sources = list(sources)
+        if not sources:
+            return
         k = self._key()
         data = self._t.data
-        merged = data.get(target, {}).get(k)
         now = self._b.time_provider.now_ms() if self._ttl is not None else 0
-        if merged is not None and self._ttl is not None:
-            merged = self._alive(merged, now)
+        merged = None
         for ns in sources:
-            if ns == target:
-                continue
             m = data.get(ns)
             v = None if m is None else m.pop(k, None)
-            if v is None:
-                continue
-            if self._ttl is not None:
-                v = self._alive(v, now)
-                if v is None:
-                    continue
-            merged = v if merged is None else self._merge(merged, v, now)
-        if merged is not None:
-            data.setdefault(target, {})[k] = merged
-            if target == self._ns:
-                self._m = data[target]
+            if merged is not None and v is not None:
+                merged = self._merge(merged, v, now)
+            elif merged is None:
+                merged = v
+        if merged is None:
+            return
+        m = data.get(target)
+        if m is None:
+            m = data.setdefault(target, {})
+        cur = m.get(k)
+        result = merged if cur is None else self._merge(cur, merged, now)
+        if result is None:
+            m.pop(k, None)
+        else:
+            m[k] = result
+        if target == self._ns:
+            self._m = data[target]
 
-    def _alive(self, stored: Any, now: int) -> Any:
-        return None if self._expired(stored, now) else stored
+    def _ttl_fold(self, a: tuple[Any, int], b: tuple[Any, int], now: int, fold: Any) -> Any:
+        """Flink's ``TtlReduceFunction.reduce`` / ``TtlAggregateFunction.merge``: a side counts unless
+        it is expired and expired values are never returned; two counting sides fold with a new
+        timestamp, one is re-stamped with the current time, none gives nothing."""
+        keep_a = self._return_expired or not self._expired(a, now)
+        keep_b = self._return_expired or not self._expired(b, now)
+        if keep_a and keep_b:
+            return (fold(a[0], b[0]), now)
+        if keep_a:
+            return (a[0], now)
+        if keep_b:
+            return (b[0], now)
+        return None
+
+    def _unexpired(self, stored: tuple[Any, int] | None, now: int) -> Any:
+        """Flink's ``AbstractTtlDecorator.getUnexpired``: the stored value unless it is absent, or
+        expired while expired values are never returned (then ``_MISSING``)."""
+        if stored is None or (not self._return_expired and self._expired(stored, now)):
+            return _MISSING
+        return stored[0]
 
 
 class ListState(_MergingHandle):
@@ -203,25 +232,31 @@ class ListState(_MergingHandle):
     __slots__ = ()
 
     def get(self) -> list[Any] | None:
+        """The elements, or None when empty. With TTL as Flink's ``TtlListState.get``: expired
+        elements are skipped (or, with ReturnExpiredIfNotCleanedUp, returned) and stay stored while
+        any element is alive; the list is cleared once all are expired. OnReadAndWrite stores the
+        alive elements re-stamped."""
+        if self._ttl is None:
+            lst = self._m.get(self._key())
+            return None if lst is None else list(lst)
+        now = self._now()  # Flink runs incremental cleanup first, then reads
         k = self._key()
         lst = self._m.get(k)
         if lst is None:
             return None
-        if self._ttl is None:
-            return list(lst)
-        now = self._now()
-        alive = [tv for tv in lst if not self._expired(tv, now)]
-        result = lst if self._return_expired else alive
-        if len(alive) != len(lst):
-            if alive:
-                self._m[k] = alive
-            else:
-                self._m.pop(k, None)
-        if not result:
-            return None
-        if self._on_read and alive:
-            self._m[k] = [(tv[0], now) for tv in alive]
-        return [tv[0] for tv in result]
+        out = []
+        any_alive = False
+        for tv in lst:
+            if not self._expired(tv, now):
+                any_alive = True
+                out.append(tv[0])
+            elif self._return_expired:
+                out.append(tv[0])
+        if not any_alive:
+            self._m.pop(k, None)
+        elif self._on_read:
+            self._m[k] = [(tv[0], now) for tv in lst if not self._expired(tv, now)]
+        return out or None
 
     def _wrap(self, values: list[Any]) -> list[Any]:
         for v in values:
@@ -260,12 +295,8 @@ class ListState(_MergingHandle):
         else:
             self._m.pop(k, None)
 
-    def _alive(self, stored: Any, now: int) -> Any:
-        alive = [tv for tv in stored if not self._expired(tv, now)]
-        return alive or None
-
     def _merge(self, a: Any, b: Any, now: int) -> Any:
-        return a + b
+        return a + b  # Flink's HeapListState.mergeState: concatenation, timestamps as they are
 
 
 class ReducingState(_MergingHandle):
@@ -299,15 +330,15 @@ class ReducingState(_MergingHandle):
             self._m[k] = value if cur is None else self._fn(cur, value)
             return
         now = self._now()
-        if cur is None or self._expired(cur, now):
-            self._m[k] = (value, now)
-        else:
-            self._m[k] = (self._fn(cur[0], value), now)
+        # Flink's TtlReduceFunction.reduce(stored, new): the stored value counts unless it is
+        # expired and expired values are never returned (ReturnExpiredIfNotCleanedUp folds it in)
+        prev = self._unexpired(cur, now)
+        self._m[k] = (value, now) if prev is _MISSING else (self._fn(prev, value), now)
 
     def _merge(self, a: Any, b: Any, now: int) -> Any:
         if self._ttl is None:
             return self._fn(a, b)
-        return (self._fn(a[0], b[0]), now)
+        return self._ttl_fold(a, b, now, self._fn)
 
 
 class AggregatingState(_MergingHandle):
@@ -344,13 +375,15 @@ class AggregatingState(_MergingHandle):
             self._m[k] = self._agg.add(value, acc)
             return
         now = self._now()
-        acc = self._agg.create_accumulator() if cur is None or self._expired(cur, now) else cur[0]
+        acc = self._unexpired(cur, now)  # Flink's TtlAggregateFunction.add
+        if acc is _MISSING:
+            acc = self._agg.create_accumulator()
         self._m[k] = (self._agg.add(value, acc), now)
 
     def _merge(self, a: Any, b: Any, now: int) -> Any:
         if self._ttl is None:
             return self._agg.merge(a, b)
-        return (self._agg.merge(a[0], b[0]), now)
+        return self._ttl_fold(a, b, now, self._agg.merge)
 
 
 class MapState(_Handle):
@@ -436,7 +469,12 @@ class MapState(_Handle):
         return [v for _, v in self.items()]
 
     def is_empty(self) -> bool:
-        return not self.items()
+        """Whether nothing is stored. As Flink's ``TtlMapState.isEmpty`` (which asks the stored map),
+        expired entries not yet cleaned up count: they are not checked here."""
+        if self._ttl is not None:
+            self._now()  # the access callback (incremental cleanup) runs first
+        d = self._map()
+        return not d
 
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
         return iter(self.items())

@@ -106,9 +106,15 @@ def _codec(kind: StateKind, ttl: bool, vser: Serializer, kser: Serializer | None
     return (lambda v: packb(one(v))), (lambda raw: unone(unpackb(raw)))
 
 
-def _alive_part(kind: StateKind, v: Any, ttl_ms: int, now: int) -> Any:
-    """``v`` without expired elements/entries; None if nothing is left; ``v`` itself if unchanged."""
+def _alive_part(kind: StateKind, v: Any, ttl_ms: int, now: int, list_prefix: bool = False) -> Any:
+    """``v`` without expired elements/entries; None if nothing is left; ``v`` itself if unchanged.
+    ``list_prefix``: drop a list's elements only up to its first unexpired one, as Flink's RocksDB
+    compaction filter does (``ListElementFilter.nextUnexpiredOffset``: lists are taken to be in
+    timestamp order)."""
     if kind is StateKind.LIST:
+        if list_prefix:
+            first = next((i for i, tv in enumerate(v) if not is_expired(tv[1], ttl_ms, now)), len(v))
+            return v if first == 0 else (v[first:] or None)
         alive = [tv for tv in v if not is_expired(tv[1], ttl_ms, now)]
         return v if len(alive) == len(v) else (alive or None)
     if kind is StateKind.MAP:
@@ -462,9 +468,11 @@ class OnDiskKeyedStateBackend(KeyedStateBackendBase):
         table.cleanup_cursor = it.key() if it.valid() else None
         del it
 
-    def _sweep_one(self, info: _StateInfo, k: bytes, raw: bytes, ttl_ms: int, now: int) -> bool:
+    def _sweep_one(
+        self, info: _StateInfo, k: bytes, raw: bytes, ttl_ms: int, now: int, list_prefix: bool = False
+    ) -> bool:
         v = info.dec(raw)
-        alive = _alive_part(info.kind, v, ttl_ms, now)
+        alive = _alive_part(info.kind, v, ttl_ms, now, list_prefix)
         if alive is v:
             return False
         if alive is None:
@@ -476,10 +484,11 @@ class OnDiskKeyedStateBackend(KeyedStateBackendBase):
         return True
 
     def compact_expired(self) -> int:
-        """The compaction-filter sweep: scan the database once and drop every expired value (list
-        elements and map entries one by one) of the states with compaction-filter cleanup, re-reading
-        the clock every ``query_time_after_num_entries`` entries. Returns the entries changed or
-        removed. Runs every ``compaction_interval_records`` records, or when called."""
+        """The compaction-filter sweep: scan the database once and drop every expired value (map
+        entries one by one; list elements up to the first unexpired one, as Flink's filter) of the
+        states with compaction-filter cleanup, re-reading the clock every
+        ``query_time_after_num_entries`` entries. Returns the entries changed or removed. Runs every
+        ``compaction_interval_records`` records, or when called."""
         self._records = 0
         if self._cache:
             self._flush()
@@ -500,7 +509,7 @@ class OnDiskKeyedStateBackend(KeyedStateBackendBase):
             seen += 1
             if seen % max(1, info.ttl.compaction_filter_cleanup.query_time_after_num_entries) == 0:
                 now = self.time_provider.now_ms()
-            changed += self._sweep_one(info, k, raw, info.ttl.ttl_ms, now)
+            changed += self._sweep_one(info, k, raw, info.ttl.ttl_ms, now, list_prefix=True)
         if changed:
             self._db.compact_range(None, None)  # reclaim the space of the tombstones now
         return changed

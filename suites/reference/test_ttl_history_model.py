@@ -48,7 +48,9 @@ def make(kind):
 
 class Model:
     """Entries as (value, last-access ts): one for value/reducing/aggregating, one per element or map
-    key for list/map. Expired iff ts + ttl <= now."""
+    key for list/map. Expired iff ts + ttl <= now. As Flink: a write to Reducing/Aggregating state
+    folds in the stored value unless it is expired and never returned; a list keeps its expired
+    elements stored (and, with ReturnExpiredIfNotCleanedUp, shown) while any element is alive."""
 
     def __init__(self, kind, on_read, return_expired):
         self.kind, self.on_read, self.return_expired = kind, on_read, return_expired
@@ -64,8 +66,8 @@ class Model:
             self.entries.setdefault(slot, []).append([x, now])
         elif self.kind in ("reducing", "aggregating"):
             cur = self.entries.get(slot)
-            total = x if not cur or not self.alive(cur[0][1], now) else cur[0][0] + x
-            self.entries[slot] = [[total, now]]
+            counts = cur and (self.return_expired or self.alive(cur[0][1], now))
+            self.entries[slot] = [[cur[0][0] + x if counts else x, now]]
         else:
             self.entries[slot] = [[x, now]]
 
@@ -75,13 +77,12 @@ class Model:
             return None
         alive = [e for e in cur if self.alive(e[1], now)]
         shown = cur if self.return_expired else alive
-        if alive:
-            self.entries[slot] = alive
-        else:
+        if not alive:
             self.entries.pop(slot)
-        if self.on_read:
-            for e in alive:
-                e[1] = now
+        elif self.kind != "list":
+            self.entries[slot] = alive
+        if self.on_read and alive:
+            self.entries[slot] = [[e[0], now] for e in alive]
         if not shown:
             return None
         values = [e[0] for e in shown]
