@@ -130,16 +130,16 @@ class KeyedStateMachine(RuleBasedStateMachine):
     def merge(self, name, into, sources):
         target = into
         self.h(name).merge_namespaces(target, sources)
-        merged = self.model.get((name, target, self.key))
+        # Flink's AbstractHeapMergingState.mergeNamespaces: every source (the target too, if listed) is
+        # removed and folded in order, then the result is merged into what the target holds then
+        merged = None
         for src in sources:
-            if src == target:
-                continue
             v = self.model.pop((name, src, self.key), None)
-            if v is None:
-                continue
-            merged = v if merged is None else merged + v
+            if v is not None:
+                merged = v if merged is None else merged + v
         if merged is not None:
-            self.model[(name, target, self.key)] = merged
+            cur = self.model.get((name, target, self.key))
+            self.model[(name, target, self.key)] = merged if cur is None else cur + merged
 
     @rule()
     def snapshot_restore(self):
