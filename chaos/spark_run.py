@@ -115,6 +115,7 @@ def _run_spark(
     sc: Scenario, spec: JobSpec, run_dir: Path, stack: contextlib.ExitStack, resume: bool
 ) -> dict[str, Any]:
     from chaos.execute import checkpoint_config, rescale_requests, runtime_injector
+    from chaos.scenario_job import checks_for
     from chaos.toxiproxy.launch import toxiproxy_client, toxiproxy_server
     from harness.spark.cluster import SparkCluster, SparkEnvironmentError
     from harness.spark.executor import SparkExecutor
@@ -180,7 +181,7 @@ def _run_spark(
         rescales=rescales,
         max_restarts=sc.max_restarts,
         time_limit_s=sc.timeout_s,
-        run_info={"scenario": sc.name, "records": sc.records, "keys": sc.keys, "checks": sc.checks},
+        run_info={"scenario": sc.name, "records": sc.records, "keys": sc.keys, "checks": checks_for(sc, graph)},
         failpoints_on=any(f.kind == "failpoint" for f in sc.faults),
         network=network,
         resume=resume,
