@@ -27,7 +27,7 @@ def load_job(
 ) -> JobSpec:
     """The job ``ref`` names, built with ``options``, at ``parallelism`` (an int sets every task;
     a mapping names operators) and ``max_parallelism`` when given."""
-    factory, _ = resolve_factory(ref, base_dir)
+    factory, module = resolve_factory(ref, base_dir)
     scenario_args = {k: v for k, v in (("records", records), ("keys", keys), ("seed", seed)) if v is not None}
     graph = build_graph(factory, ref, dict(options or {}), scenario_args)
     try:
@@ -37,7 +37,7 @@ def load_job(
             graph = graph.with_parallelism(parallelism)
     except JobDefinitionError as e:
         raise UnknownJobError(str(e)) from None
-    return JobSpec(graph, dict(options or {}))
+    return JobSpec(graph, dict(options or {}), module)
 
 
 def build_job(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,7 @@ class JobSpec:
 
     graph: JobGraph
     options: dict[str, Any] = field(default_factory=dict)
+    module: ModuleType | None = None  # the user module a ``module:factory`` job came from
 
     @property
     def contract(self) -> OutputContract:
