@@ -115,7 +115,8 @@ def run_scenario(
     return outcome
 
 
-JOB_DIR = "job"  # a copy of the user's job module, which replay imports
+JOB_DIR = "job"  # a copy of the user's job module, which replay imports if the original changed
+JOB_FILE = "job.json"  # where the module came from, and its digest
 
 
 def _keep_job_module(sc: Scenario, run_dir: Path) -> None:
@@ -134,14 +135,56 @@ def _keep_job_module(sc: Scenario, run_dir: Path) -> None:
     if module is None or not getattr(module, "__file__", None):
         return
     top = sys.modules.get(module.__name__.split(".")[0], module)
-    src = Path(str(top.__file__))
+    src = Path(str(top.__file__)).resolve()
     dest = run_dir / JOB_DIR
     dest.mkdir(exist_ok=True)
     if src.name == "__init__.py":
-        shutil.copytree(src.parent, dest / src.parent.name, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            src.parent,
+            dest / src.parent.name,
+            dirs_exist_ok=True,
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
+        root = src.parent.parent
     else:
         shutil.copy2(src, dest / src.name)
+        root = src.parent
+    (run_dir / JOB_FILE).write_text(json.dumps({"base_dir": str(root), "digest": _digest(dest)}, indent=2))
+
+
+def _digest(folder: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in sorted(folder.rglob("*.py")):
+        h.update(f.relative_to(folder).as_posix().encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
+def _job_base_dir(run_dir: Path, console: Console) -> Path | None:
+    """Where a replay imports the job module from: its original folder while the module there is
+    the one the run ran (so paths relative to it still work), else the run's own copy."""
+    meta, copy = run_dir / JOB_FILE, run_dir / JOB_DIR
+    if not meta.is_file() or not copy.is_dir():
+        return None
+    info = json.loads(meta.read_text())
+    original = Path(info["base_dir"])
+    if original.is_dir():
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as t:
+            import shutil
+
+            for f in copy.iterdir():
+                src = original / f.name
+                if src.is_dir():
+                    shutil.copytree(src, Path(t) / f.name, ignore=shutil.ignore_patterns("__pycache__"))
+                elif src.is_file():
+                    shutil.copy2(src, Path(t) / f.name)
+            if _digest(Path(t)) == info["digest"]:
+                return original
+    console.print(f"the job module changed or moved since the run: replaying the run's copy in {copy}")
+    return copy
 
 
 def _summary(outcomes: list[ScenarioOutcome], console: Console) -> None:
@@ -239,8 +282,7 @@ def replay(run_dir: Path, runs_dir: Path, console: Console, json_path: Path | No
     src = run_dir / SCENARIO_FILE
     if not src.is_file():
         raise UsageError(f"{run_dir}: not a run directory (no {SCENARIO_FILE})")
-    job_dir = run_dir / JOB_DIR
-    sc = load_scenario(src, base_dir=job_dir if job_dir.is_dir() else None)
+    sc = load_scenario(src, base_dir=_job_base_dir(run_dir, console))
     _check_input(run_dir, sc)
     console.print(f"replaying {sc.name} (seed {sc.seed}) from {run_dir}")
     return run_scenarios([(src, sc)], None, None, runs_dir, json_path, None, console)
@@ -273,8 +315,7 @@ def resume(run_dir: Path, console: Console, json_path: Path | None = None) -> in
     src = run_dir / SCENARIO_FILE
     if not src.is_file():
         raise UsageError(f"{run_dir}: not a run directory (no {SCENARIO_FILE})")
-    job_dir = run_dir / JOB_DIR
-    sc = load_scenario(src, base_dir=job_dir if job_dir.is_dir() else None)
+    sc = load_scenario(src, base_dir=_job_base_dir(run_dir, console))
     if sc.cluster_kind == "sim":
         raise UsageError(f"{run_dir}: a sim run has no driver to replace; use statechaos replay")
     console.print(f"resuming {sc.name} (seed {sc.seed}) in {run_dir} with a new driver")
