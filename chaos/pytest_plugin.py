@@ -311,6 +311,7 @@ def _prepare(
     if "job" in fields:
         fields = {**fields, "job": job_reference(fields["job"])}
     if fields:
+        from chaos.scenario import _field_name
         from chaos.scenario_job import job_problems
 
         base_dir = sc.base_dir
@@ -318,7 +319,7 @@ def _prepare(
         sc = sc.located(base_dir)
         problems = job_problems(sc, base_dir)
         if problems:
-            raise ScenarioError(source, [(None, ".".join(map(str, loc)), m) for loc, m in problems])
+            raise ScenarioError(source, [(None, _field_name(loc), m) for loc, m in problems])
     return sc, source
 
 

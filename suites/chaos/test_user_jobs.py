@@ -1,0 +1,194 @@
+"""Acceptance for users' own jobs (issue #17): a job written only with the public API, in a module
+outside the repository next to its scenario file (``job: mymodule:build``, no PYTHONPATH), passes
+every check under ``statechaos run`` on sim with task crashes and a rescale of every operator (and
+on local-cluster with an executor SIGKILL, marker ``spark``); its broken twin exits 1 naming records
+by the job's own identity; ``validate`` rejects names the job does not have, with exit 2."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+MODULE = '''
+"""Orders: a running total per customer (ValueState), then per product a MapState of quantities
+by customer. Only the public API."""
+from harness import (ExactlyOnceFileSinkSpec, GeneratorSource, JobBuilder, KeyedProcessFunction,
+                     MapStateDescriptor, ValueStateDescriptor)
+
+
+def order(split, offset):
+    return {"order_id": f"o{split}-{offset}", "customer": f"c{split}-{offset % 5}",
+            "product": f"p{(offset * 3 + split) % 7}", "qty": 1 + offset % 4}
+
+
+class Totals(KeyedProcessFunction):
+    def open(self, ctx):
+        self.total = ctx.get_state(ValueStateDescriptor("total", default=0))
+
+    def process_element(self, value, ctx):
+        t = self.total.value() + value["qty"]
+        self.total.update(t)
+        ctx.collect({**value, "customer_total": t})
+
+
+class BrokenTotals(KeyedProcessFunction):
+    def open(self, ctx):
+        self.totals = {}  # BUG: not managed state
+
+    def process_element(self, value, ctx):
+        t = self.totals[value["customer"]] = self.totals.get(value["customer"], 0) + value["qty"]
+        ctx.collect({**value, "customer_total": t})
+
+
+class ByProduct(KeyedProcessFunction):
+    def open(self, ctx):
+        self.qty = ctx.get_state(MapStateDescriptor("qty_by_customer"))
+
+    def process_element(self, value, ctx):
+        self.qty.put(value["customer"], (self.qty.get(value["customer"]) or 0) + value["qty"])
+        ctx.collect([value["order_id"], value["customer_total"]])
+
+
+def _graph(totals, splits, per_split):
+    return (
+        JobBuilder("orders", max_parallelism=32)
+        .source("orders", GeneratorSource(order, splits, per_split), 2)
+        .key_by(lambda r: r["customer"])
+        .process("totals", totals, 2)
+        .filter(lambda r: r["qty"] > 1, name="big")
+        .key_by(lambda r: r["product"])
+        .process("products", ByProduct(), 2)
+        .sink(ExactlyOnceFileSinkSpec())
+        .output(identity=lambda r: tuple(r), identity_name="(order_id, total)")
+        .build()
+    )
+
+
+def build(splits=12, per_split=300):
+    return _graph(Totals(), splits, per_split)
+
+
+def build_broken(splits=12, per_split=300):
+    return _graph(BrokenTotals(), splits, per_split)
+'''
+
+SIM = """\
+name: orders-sim
+cluster: sim
+job: mymodule:build
+parallelism: {orders: 2, totals: 2, products: 2}
+checkpoint: {interval_ms: 20ms, retained: 2}
+faults:
+  - {at: "checkpoint:2", kind: crash_task, target: "totals[1]"}
+  - {at: "checkpoint:3", kind: crash_task, target: "products[0]"}
+rescale:
+  - {at: "checkpoint:5", parallelism: {orders: 3, totals: 1, products: 3}}
+seed: 4
+"""
+
+
+def _statechaos(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run(
+        [sys.executable, "-m", "chaos.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A user's folder outside the repository: the job module next to its scenario."""
+    d = tmp_path / "user-project"
+    d.mkdir()
+    (d / "mymodule.py").write_text(MODULE)
+    (d / "orders-sim.yaml").write_text(SIM)
+    return d
+
+
+def test_user_job_passes_every_check_on_sim_and_its_broken_twin_is_caught(project, tmp_path):
+    assert not str(project).startswith(str(ROOT))
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    ok = _statechaos(elsewhere, "run", str(project / "orders-sim.yaml"), "--runs-dir", str(tmp_path / "runs"))
+    assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-3000:]
+    assert "passed" in ok.stdout
+
+    (project / "broken.yaml").write_text(
+        SIM.replace("mymodule:build", "mymodule:build_broken").replace("orders-sim", "orders-broken")
+    )
+    bad = _statechaos(elsewhere, "run", str(project / "broken.yaml"), "--runs-dir", str(tmp_path / "runs"))
+    assert bad.returncode == 1, bad.stdout[-3000:] + bad.stderr[-3000:]
+    out = " ".join(bad.stdout.split())
+    assert "exactly_once" in out
+    assert "(order_id, total) ['o" in out  # records named by the job's own identity
+    assert "duplicated:" in out or "lost:" in out
+
+
+@pytest.mark.parametrize(
+    "edit, line, field, words",
+    [
+        ("parallelism: {orders: 2, totals: 2, products: 2}", 4, "parallelism.count",
+         "job 'orders' has no operator 'count'"),
+        ('{at: "checkpoint:5", parallelism: {orders: 3, totals: 1, products: 3}}', 10,
+         "rescale[0].parallelism.count", "has no operator 'count'"),
+        ('target: "totals[1]"', 7, "faults[0].target", "has no operator 'count'"),
+        ('target: "products[0]"', 8, "faults[1].target", "at most 3 subtasks"),
+        ("job: mymodule:build", 3, "job", "no module 'nomodule'"),
+    ],
+)
+def test_validate_rejects_names_the_job_does_not_have(project, edit, line, field, words):
+    bad = {
+        "parallelism: {orders: 2, totals: 2, products: 2}": "parallelism: {orders: 2, totals: 2, count: 2}",
+        '{at: "checkpoint:5", parallelism: {orders: 3, totals: 1, products: 3}}':
+            '{at: "checkpoint:5", parallelism: {orders: 3, count: 1}}',
+        'target: "totals[1]"': 'target: "count[1]"',
+        'target: "products[0]"': 'target: "products[3]"',
+        "job: mymodule:build": "job: nomodule:build",
+    }[edit]
+    (project / "orders-sim.yaml").write_text(SIM.replace(edit, bad))
+    r = _statechaos(project, "validate", "orders-sim.yaml")
+    err = " ".join(r.stderr.split())
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"orders-sim.yaml:{line}: {field}: " in err and words in err, err
+    assert "Traceback" not in r.stderr
+
+
+def test_validate_accepts_the_user_job(project):
+    r = _statechaos(project, "validate", "orders-sim.yaml")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_user_job_survives_an_executor_kill_on_local_cluster(project, tmp_path, java):
+    """The module is shipped to the executors with the job; nothing on PYTHONPATH."""
+    (project / "orders-local.yaml").write_text(
+        textwrap.dedent(
+            """\
+            name: orders-local
+            cluster: local
+            job: mymodule:build
+            job_options: {splits: 12, per_split: 3000}
+            parallelism: {orders: 1, totals: 2, products: 1}
+            checkpoint: {interval_ms: 100ms, retained: 2}
+            faults:
+              - {at: "checkpoint:1", kind: kill_executor, target: "executor:0"}
+            checks: [exactly_once, restored_state, checkpoint_integrity]
+            seed: 1
+            timeout_s: 300
+            """
+        )
+    )
+    r = _statechaos(project, "run", "orders-local.yaml", "--runs-dir", str(tmp_path / "runs"))
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
