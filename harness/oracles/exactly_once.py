@@ -47,12 +47,20 @@ def check_exactly_once(art: RunArtifacts, spec: JobSpec) -> Verdict:
 
 
 def _verdict(
-    problems: list[str], committed: int, expected: int, lost: int, dup: int, unexpected: int, order: int
+    problems: list[str],
+    committed: int,
+    expected: int,
+    lost: int,
+    dup: int,
+    unexpected: int,
+    order: int,
+    keyed: bool = True,
 ) -> Verdict:
     return Verdict.of(
         "exactly_once",
         problems,
-        f"{committed} committed records equal the fault-free output exactly once, in per-key order",
+        f"{committed} committed records equal the fault-free output exactly once"
+        + (", in per-key order" if keyed else " (the job declares no record key: order not checked)"),
         f"{lost} lost, {dup} duplicated, {unexpected} unexpected, "
         f"{order} out-of-order records ({{n}} problems)",
         committed=committed,
@@ -287,6 +295,7 @@ def _check_per_record(art: RunArtifacts, spec: JobSpec) -> Verdict:
         n_dup,
         n_unexpected,
         len(order_problems),
+        keyed=c.key is not None,
     )
 
 
