@@ -192,3 +192,65 @@ def test_user_job_survives_an_executor_kill_on_local_cluster(project, tmp_path, 
     )
     r = _statechaos(project, "run", "orders-local.yaml", "--runs-dir", str(tmp_path / "runs"))
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+
+
+UNLOADABLE = '''
+import importlib
+
+from mymodule import _graph, Totals
+
+
+class NeedsAPackage:
+    """Loads on the driver; on an executor, unpickling imports a package that is not there."""
+
+    def __reduce__(self):
+        return (importlib.import_module, ("statechaos_package_missing_on_executors",))
+
+
+class Heavy(Totals):
+    def __init__(self):
+        self.model = NeedsAPackage()
+
+
+def build(splits=12, per_split=300):
+    return _graph(Heavy(), splits, per_split)
+'''
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_job_code_that_cannot_load_on_executors_fails_fast_with_its_traceback(project, tmp_path, java):
+    (project / "unloadable.py").write_text(UNLOADABLE)
+    (project / "unloadable.yaml").write_text(
+        "name: unloadable\ncluster: local\njob: unloadable:build\nmax_restarts: 12\n"
+        "parallelism: {orders: 1, totals: 1, products: 1}\nchecks: [exactly_once]\nseed: 1\ntimeout_s: 300\n"
+    )
+    r = _statechaos(project, "run", "unloadable.yaml", "--runs-dir", str(tmp_path / "runs"), "--json", "out.json")
+    assert r.returncode == 2, r.stdout[-3000:] + r.stderr[-3000:]
+    import json
+
+    outcome = json.loads((project / "out.json").read_text())["scenarios"][0]
+    assert "cannot be loaded on the executor" in outcome["error"]
+    assert "No module named 'statechaos_package_missing_on_executors'" in outcome["error"]
+    assert outcome["stats"] == {}  # no verdicts: an error, not 12 restarts and an oracle failure
+
+
+def test_the_example_jobs_and_their_broken_twins(tmp_path):
+    """``examples/jobs`` copied out of the repository runs as a user's own test folder: each example
+    passes every check and each broken twin is caught."""
+    import shutil
+
+    folder = tmp_path / "jobs"
+    shutil.copytree(ROOT / "examples" / "jobs", folder, ignore=shutil.ignore_patterns("__pycache__"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k != "PYTHONPATH"}
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "test_jobs.py", "-p", "no:cacheprovider", "-q"]
+        + [f"--basetemp={tmp_path / 'basetemp'}"],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert "7 passed" in r.stdout, r.stdout[-2000:]
