@@ -138,10 +138,18 @@ def test_user_job_passes_every_check_on_sim_and_its_broken_twin_is_caught(projec
 @pytest.mark.parametrize(
     "edit, line, field, words",
     [
-        ("parallelism: {orders: 2, totals: 2, products: 2}", 4, "parallelism.count",
-         "job 'orders' has no operator 'count'"),
-        ('{at: "checkpoint:5", parallelism: {orders: 3, totals: 1, products: 3}}', 10,
-         "rescale[0].parallelism.count", "has no operator 'count'"),
+        (
+            "parallelism: {orders: 2, totals: 2, products: 2}",
+            4,
+            "parallelism.count",
+            "job 'orders' has no operator 'count'",
+        ),
+        (
+            '{at: "checkpoint:5", parallelism: {orders: 3, totals: 1, products: 3}}',
+            10,
+            "rescale[0].parallelism.count",
+            "has no operator 'count'",
+        ),
         ('target: "totals[1]"', 7, "faults[0].target", "has no operator 'count'"),
         ('target: "products[0]"', 8, "faults[1].target", "at most 3 subtasks"),
         ("job: mymodule:build", 3, "job", "no module 'nomodule'"),
@@ -150,8 +158,7 @@ def test_user_job_passes_every_check_on_sim_and_its_broken_twin_is_caught(projec
 def test_validate_rejects_names_the_job_does_not_have(project, edit, line, field, words):
     bad = {
         "parallelism: {orders: 2, totals: 2, products: 2}": "parallelism: {orders: 2, totals: 2, count: 2}",
-        '{at: "checkpoint:5", parallelism: {orders: 3, totals: 1, products: 3}}':
-            '{at: "checkpoint:5", parallelism: {orders: 3, count: 1}}',
+        '{at: "checkpoint:5", parallelism: {orders: 3, totals: 1, products: 3}}': '{at: "checkpoint:5", parallelism: {orders: 3, count: 1}}',
         'target: "totals[1]"': 'target: "count[1]"',
         'target: "products[0]"': 'target: "products[3]"',
         "job: mymodule:build": "job: nomodule:build",
@@ -225,7 +232,9 @@ def test_job_code_that_cannot_load_on_executors_fails_fast_with_its_traceback(pr
         "name: unloadable\ncluster: local\njob: unloadable:build\nmax_restarts: 12\n"
         "parallelism: {orders: 1, totals: 1, products: 1}\nchecks: [exactly_once]\nseed: 1\ntimeout_s: 300\n"
     )
-    r = _statechaos(project, "run", "unloadable.yaml", "--runs-dir", str(tmp_path / "runs"), "--json", "out.json")
+    r = _statechaos(
+        project, "run", "unloadable.yaml", "--runs-dir", str(tmp_path / "runs"), "--json", "out.json"
+    )
     assert r.returncode == 2, r.stdout[-3000:] + r.stderr[-3000:]
     import json
 
