@@ -21,7 +21,7 @@ _API = {
     "KeyedProcessFunction": "harness.job",
     "RuntimeContext": "harness.job",
     "SourceFunction": "harness.job",
-    "OutputContract": "harness.job",
+    "OutputContract": "harness.output_contract",
     # sinks and sources
     "ExactlyOnceFileSinkSpec": "harness.sinks",
     "SequenceSource": "harness.sources",
