@@ -58,6 +58,22 @@ def _search_path(dirs: list[Path]) -> Iterator[None]:
                 sys.path.remove(d)
 
 
+def _forget_if_shadowed(mod_name: str, dirs: list[Path]) -> None:
+    """A module of this name imported earlier from another folder (another scenario's job of the
+    same name) must not stand in for the one these folders hold: forget it and its submodules."""
+    top = mod_name.split(".")[0]
+    loaded = sys.modules.get(top)
+    if loaded is None or not getattr(loaded, "__file__", None):
+        return
+    for d in dirs:
+        here = d / f"{top}.py" if (d / f"{top}.py").is_file() else d / top / "__init__.py"
+        if here.is_file():
+            if Path(str(loaded.__file__)).resolve() != here.resolve():
+                for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
+                    del sys.modules[name]
+            return
+
+
 def resolve_factory(ref: str, base_dir: Path | None = None) -> tuple[JobFactory, ModuleType | None]:
     """The factory ``ref`` names, and the user module it came from (None for registered jobs)."""
     if ":" not in ref:
@@ -71,6 +87,7 @@ def resolve_factory(ref: str, base_dir: Path | None = None) -> tuple[JobFactory,
     if not mod_name or not attr:
         raise UnknownJobError(f"job {ref!r}: expected 'module:factory'")
     dirs = [d for d in (base_dir, Path.cwd()) if d is not None]
+    _forget_if_shadowed(mod_name, [d.resolve() for d in dirs])
     with _search_path([d.resolve() for d in dirs]):
         try:
             module = importlib.import_module(mod_name)

@@ -185,3 +185,15 @@ def test_a_job_whose_state_depends_on_interleaving_is_skipped_not_passed(tmp_pat
         del JOBS["test-interleaving"]
     assert "model comparison skipped: the sums arrive in any order" in v["summary"]
     assert v["data"]["model_compared"] == 0 and v["data"]["model_skipped"]
+
+
+def test_same_module_name_in_two_folders_resolves_to_each_folders_own(tmp_path):
+    from harness.jobs.registry import resolve_factory
+
+    for name, n in (("a", 1), ("b", 2)):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "samename_job.py").write_text(f"def build():\n    return {n}\n")
+    fa, _ = resolve_factory("samename_job:build", tmp_path / "a")
+    fb, _ = resolve_factory("samename_job:build", tmp_path / "b")
+    assert (fa(), fb()) == (1, 2)
