@@ -184,7 +184,25 @@ def _job_base_dir(run_dir: Path, console: Console) -> Path | None:
             if _digest(Path(t)) == info["digest"]:
                 return original
     console.print(f"the job module changed or moved since the run: replaying the run's copy in {copy}")
+    single = [f for f in copy.glob("*.py")]
+    if original.is_dir() and len(single) == 1 and not any(p.is_dir() for p in copy.iterdir()):
+        _preload(single[0], original / single[0].name)
+        return original
     return copy
+
+
+def _preload(code: Path, as_file: Path) -> None:
+    """Import the run's copy of a one-file job module under its original path, so paths the job
+    computes from ``__file__`` (its data files) still point where they did during the run."""
+    import importlib.util
+
+    name = code.stem
+    spec = importlib.util.spec_from_file_location(name, code)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    module.__file__ = str(as_file)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
 
 
 def _summary(outcomes: list[ScenarioOutcome], console: Console) -> None:

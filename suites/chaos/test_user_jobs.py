@@ -97,7 +97,7 @@ seed: 4
 def _statechaos(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.run(
-        [sys.executable, "-m", "chaos.cli", *args],
+        [str(Path(sys.executable).parent / "statechaos"), *args],  # as a user runs it
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -263,3 +263,62 @@ def test_the_example_jobs_and_their_broken_twins(tmp_path):
     )
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert "7 passed" in r.stdout, r.stdout[-2000:]
+
+
+CSV_JOB = '''
+from pathlib import Path
+from harness import CsvSource, ExactlyOnceFileSinkSpec, JobBuilder, KeyedProcessFunction, ValueStateDescriptor
+
+
+class Sum(KeyedProcessFunction):
+    def open(self, ctx):
+        self.total = ctx.get_state(ValueStateDescriptor("total", default=0))
+
+    def process_element(self, value, ctx):
+        self.total.update(self.total.value() + value["n"])
+        ctx.collect([value["id"], self.total.value()])
+
+
+def build():
+    files = sorted((Path(__file__).parent / "data").glob("*.csv"))
+    return (
+        JobBuilder("sums", max_parallelism=16)
+        .source("rows", CsvSource(files, types={"id": int, "n": int}), 2)
+        .key_by(lambda r: r["id"] // 100)  # a key lives in one file: its sums are deterministic
+        .process("sums", Sum(), 2)
+        .sink(ExactlyOnceFileSinkSpec())
+        .build()
+    )
+'''
+
+
+def test_replay_runs_the_same_job_on_the_same_input_or_refuses(project, tmp_path):
+    (project / "data").mkdir()
+    for f in range(2):
+        rows = "\n".join(f"{i},{(i * 7 + f) % 10}" for i in range(f * 400, f * 400 + 400))
+        (project / "data" / f"part-{f}.csv").write_text("id,n\n" + rows + "\n")
+    (project / "sums.py").write_text(CSV_JOB)
+    (project / "sums.yaml").write_text(
+        "name: sums\ncluster: sim\njob: sums:build\ncheckpoint: {interval_ms: 10ms}\n"
+        'faults:\n  - {at: "checkpoint:2", kind: crash_task, target: "sums[0]"}\nseed: 9\n'
+    )
+    runs, elsewhere = tmp_path / "runs", tmp_path / "cwd"
+    elsewhere.mkdir()
+    r = _statechaos(elsewhere, "run", str(project / "sums.yaml"), "--runs-dir", str(runs))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    (run,) = runs.iterdir()
+    assert (run / "job" / "sums.py").is_file() and (run / "input.json").is_file()
+
+    # the module is edited: replay runs the run's own copy, with the same history
+    (project / "sums.py").write_text(CSV_JOB.replace("self.total.value() + value", "value"))
+    again = _statechaos(elsewhere, "replay", str(run), "--runs-dir", str(tmp_path / "replays"))
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "replaying the run's copy" in " ".join(again.stdout.split())
+    (replayed,) = (tmp_path / "replays").iterdir()
+    assert (replayed / "history.jsonl").read_bytes() == (run / "history.jsonl").read_bytes()
+
+    # the input changed: a replay would not read the same records, so it refuses
+    (project / "data" / "part-1.csv").write_text("id,n\n1,1\n")
+    refused = _statechaos(elsewhere, "replay", str(run), "--runs-dir", str(tmp_path / "replays"))
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "input changed since the run" in " ".join(refused.stderr.split())
