@@ -51,10 +51,8 @@ def _known(graph: JobGraph) -> str:
 
 def job_problems(sc: Any, base_dir: Path | None = None) -> list[tuple[tuple[Any, ...], str]]:
     """Every name the scenario uses that its job does not have, with the field path it is at."""
-    from harness.jobs import load_job as _load
-
     try:
-        base = _load(
+        base = load_job(
             sc.job,
             sc.job_options,
             records=sc.records,
@@ -121,6 +119,8 @@ def job_problems(sc: Any, base_dir: Path | None = None) -> list[tuple[tuple[Any,
         if f.kind in _CHANNEL_KINDS and f.channel and "->" in f.channel:
             for end in f.channel.split("->"):
                 task(end.strip(), ("faults", i, "channel"))
+        elif f.kind == "network" and f.channel and f.channel.startswith("coordinator:"):
+            task(f.channel.removeprefix("coordinator:"), ("faults", i, "channel"))
     checks = checks_for(sc, base)
     for i, name in enumerate(checks):
         if name == "sequence" and (base.contract.key is None or base.contract.seq is None):
