@@ -53,8 +53,11 @@ def _cmd_list(args: argparse.Namespace) -> int:
     table = Table(title="scenarios")
     for col in ("file", "cluster", "faults", "rescale", "checks"):
         table.add_column(col, overflow="fold")
+    from chaos.scenario_job import checks_for, scenario_job
+
     for path, sc in scenarios:
-        table.add_row(path.name, sc.cluster, _describe_faults(sc), str(len(sc.rescale)), str(len(sc.checks)))
+        checks = checks_for(sc, scenario_job(sc, sc.base_dir).graph)  # validated: the job builds
+        table.add_row(path.name, sc.cluster, _describe_faults(sc), str(len(sc.rescale)), str(len(checks)))
     console.print(table)
     return EXIT_OK
 

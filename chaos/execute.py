@@ -1,6 +1,7 @@
 """Executes a validated scenario on its cluster and returns the oracle verdicts.
 
-The scenario becomes a built-in job (``harness.jobs``) at its size and parallelism; the
+The scenario's job (registered or ``module:factory``, ``chaos.scenario_job``) is built at its
+parallelism; the
 :class:`~chaos.schedule.Nemesis` fires its faults through injectors built here for the executor in
 use (sim: ``harness.sim``; Spark: ``harness.spark``), rescale steps become restart requests, and
 ``harness.oracles`` checks what the run left behind.
@@ -20,7 +21,7 @@ from chaos.scenario import Scenario
 from chaos.schedule import Nemesis, PlannedFault, plan
 from chaos.scope import RunScope
 from harness.coordinator import CheckpointConfig
-from harness.jobs import JobSpec, build_job
+from harness.jobs import JobSpec
 
 __all__ = [
     "execute_scenario",
@@ -98,18 +99,29 @@ def runtime_injector(executor: Any, scope: RunScope, p: PlannedFault, rng: rando
     raise InjectorError(f"fault kind {f.kind!r} is not supported by this executor")
 
 
-def _job(sc: Scenario) -> JobSpec:
+def scenario_spec(sc: Scenario) -> JobSpec:
+    """The scenario's job, built; a job that cannot be built is bad input (exit 2)."""
+    from chaos.scenario_job import scenario_job
     from harness.jobs import UnknownJobError
 
     try:
-        return build_job(
-            sc.job, sc.records, sc.keys, sc.seed, sc.max_parallelism, sc.parallelism, sc.job_options
-        )
+        return scenario_job(sc, sc.base_dir)
     except (UnknownJobError, ValueError) as e:
         raise EnvironmentProblem(f"scenario {sc.name!r}: {e}") from None
 
 
+def record_input(spec: JobSpec, run_dir: Path) -> None:
+    """Write what the job reads (``input.json``: files with their SHA-256, generator settings), so a
+    replay can tell whether it reads the very same input."""
+    import json
+
+    describe = getattr(spec.source, "describe_input", None)
+    if describe is not None:
+        (run_dir / "input.json").write_text(json.dumps(describe(), indent=2, sort_keys=True, default=str))
+
+
 def _run_sim(sc: Scenario, spec: JobSpec, run_dir: Path) -> dict[str, Any]:
+    from chaos.scenario_job import checks_for
     from harness.sim import SimConfig, SimExecutor
 
     scope = RunScope(run_id=run_dir.name, paths=[run_dir / "checkpoints"])
@@ -120,7 +132,7 @@ def _run_sim(sc: Scenario, spec: JobSpec, run_dir: Path) -> dict[str, Any]:
         seed=sc.seed,
         rescales=rescale_requests(sc),
         config=SimConfig(max_restarts=sc.max_restarts, time_limit_ms=int(sc.timeout_s * 1000)),
-        run_info={"scenario": sc.name, "records": sc.records, "keys": sc.keys, "checks": sc.checks},
+        run_info={"scenario": sc.name, "records": sc.records, "keys": sc.keys, "checks": checks_for(sc, spec.graph)},
     )
     nemesis = Nemesis(plan(sc), lambda p, rng: runtime_injector(ex, scope, p, rng), ex.history.emit)
     ex.hooks = nemesis
@@ -133,18 +145,22 @@ def execute_scenario(
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Run ``sc`` in ``run_dir`` (``resume``: take over a dead driver's run); return (verdicts as plain
     dicts, run statistics)."""
-    from harness.oracles import check_all
+    from chaos.scenario_job import checks_for
+    from harness.oracles import IntegrityConfig, LivenessConfig, check_all
 
-    spec = _job(sc)
+    spec = scenario_spec(sc)
+    record_input(spec, run_dir)
     if sc.cluster_kind == "sim":
         stats = _run_sim(sc, spec, run_dir)
     else:
         from chaos.spark_run import run_spark
 
         stats = run_spark(sc, spec, run_dir, resume=resume)
-    verdicts = check_all(
-        run_dir, spec, sc.checks, retained=sc.checkpoint.retained, liveness_bound_ms=liveness_bound_ms(sc)
-    )
+    config = {
+        "checkpoint_integrity": IntegrityConfig(retained=sc.checkpoint.retained),
+        "liveness": LivenessConfig(bound_ms=liveness_bound_ms(sc)),
+    }
+    verdicts = check_all(run_dir, spec, checks_for(sc, spec.graph), config)
     return [v.to_dict() for v in verdicts] + [_schedule_verdict(sc, run_dir)], stats
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from chaos.scenario import Scenario, load_scenario, load_scenarios, parse_scenario
+from chaos.scenario import Scenario, ScenarioError, load_scenario, load_scenarios, parse_scenario
 
 __all__ = [
     "ScenarioInfrastructureError",
@@ -265,6 +265,38 @@ def attach_outcome(outcome: Any, node: pytest.Item | None = None) -> None:
     allure.attach(_replay_text(outcome, node), name="replay command", attachment_type=text)
 
 
+def job_reference(job: Any) -> str:
+    """A scenario ``job:`` for a job given in Python: a name or ``module:factory`` string as is; a
+    module-level factory as its import path (so the printed replay command works); any other factory
+    or a built :class:`~harness.job.JobGraph` registered under a name of its own."""
+    import importlib
+
+    from harness.job import JobGraph
+    from harness.jobs import JOBS, register_job
+
+    if isinstance(job, str):
+        return job
+    if isinstance(job, JobGraph):
+        graph = job
+        name = f"{graph.name}@{id(graph):x}"
+        if name not in JOBS:
+            register_job(name, lambda **_: graph)
+        return name
+    if callable(job):
+        mod, qual = getattr(job, "__module__", None), getattr(job, "__qualname__", "")
+        if mod and "<" not in qual and "." not in qual:
+            try:
+                if getattr(importlib.import_module(mod), qual, None) is job:
+                    return f"{mod}:{qual}"
+            except ImportError:
+                pass
+        name = f"{qual or 'job'}@{id(job):x}"
+        if name not in JOBS:
+            register_job(name, job)
+        return name
+    raise TypeError(f"job: expected a name, 'module:factory', a factory or a JobGraph, got {job!r}")
+
+
 def _prepare(
     scenario: str | Path | Scenario | dict[str, Any], fields: dict[str, Any]
 ) -> tuple[Scenario, str]:
@@ -276,8 +308,18 @@ def _prepare(
         sc, source = load_scenario(scenario), str(scenario)
     else:
         sc, source = parse_scenario(scenario), "<yaml>"
+    if "job" in fields:
+        fields = {**fields, "job": job_reference(fields["job"])}
     if fields:
-        sc = Scenario.model_validate({**sc.model_dump(mode="json"), **fields})
+        from chaos.scenario import _field_name
+        from chaos.scenario_job import job_problems
+
+        base_dir = sc.base_dir
+        sc = Scenario.model_validate({**sc.model_dump(mode="json", exclude_unset=True), **fields})
+        sc = sc.located(base_dir)
+        problems = job_problems(sc, base_dir)
+        if problems:
+            raise ScenarioError(source, [(None, _field_name(loc), m) for loc, m in problems])
     return sc, source
 
 
@@ -288,7 +330,8 @@ def run_scenario(
     """Run a scenario (path, :class:`Scenario`, dict or YAML text) and return its outcome.
 
     ``run_scenario(sc, cluster=None, seed=None, allow_error=False, **fields)``: ``fields`` replace the
-    scenario's own (``records=50_000``, ``faults=[...]``); the cluster is ``cluster=``, else
+    scenario's own (``records=50_000``, ``faults=[...]``, ``job=`` a job name, ``"module:factory"``, a
+    factory or a built JobGraph, ``job_options={...}``); the cluster is ``cluster=``, else
     ``--cluster``, else the test's ``cluster`` marker, else the scenario's own (skipped when its Java or
     Docker is missing); the seed is ``seed=``, else ``--seed``, else the scenario's. The outcome is
     attached to Allure. A run that ends in an error instead of verdicts raises

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shlex
+import sys
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -84,7 +85,10 @@ def run_scenario(
 
     run_dir.mkdir(parents=True, exist_ok=True)
     if not resume:
-        (run_dir / SCENARIO_FILE).write_text(yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False))
+        (run_dir / SCENARIO_FILE).write_text(
+            yaml.safe_dump(sc.model_dump(mode="json", exclude_unset=True), sort_keys=False)
+        )
+        _keep_job_module(sc, run_dir)
     outcome = ScenarioOutcome(sc.name, source, str(run_dir), sc.cluster, sc.seed)
     t0 = time.perf_counter()
     try:
@@ -109,6 +113,96 @@ def run_scenario(
     except Exception as e:  # a plot must never hide a verdict
         (run_dir / "timeline-error.txt").write_text(f"{type(e).__name__}: {e}\n")
     return outcome
+
+
+JOB_DIR = "job"  # a copy of the user's job module, which replay imports if the original changed
+JOB_FILE = "job.json"  # where the module came from, and its digest
+
+
+def _keep_job_module(sc: Scenario, run_dir: Path) -> None:
+    """Copy the user's job module (a file or its top-level package) into the run directory, so
+    ``replay`` runs the very code this run ran, even after the file changes or moves."""
+    import shutil
+
+    if ":" not in sc.job:
+        return
+    from harness.jobs.registry import UnknownJobError, resolve_factory
+
+    try:
+        _, module = resolve_factory(sc.job, sc.base_dir)
+    except UnknownJobError:
+        return  # the run itself reports it
+    if module is None or not getattr(module, "__file__", None):
+        return
+    top = sys.modules.get(module.__name__.split(".")[0], module)
+    src = Path(str(top.__file__)).resolve()
+    dest = run_dir / JOB_DIR
+    dest.mkdir(exist_ok=True)
+    if src.name == "__init__.py":
+        shutil.copytree(
+            src.parent,
+            dest / src.parent.name,
+            dirs_exist_ok=True,
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
+        root = src.parent.parent
+    else:
+        shutil.copy2(src, dest / src.name)
+        root = src.parent
+    (run_dir / JOB_FILE).write_text(json.dumps({"base_dir": str(root), "digest": _digest(dest)}, indent=2))
+
+
+def _digest(folder: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in sorted(folder.rglob("*.py")):
+        h.update(f.relative_to(folder).as_posix().encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
+def _job_base_dir(run_dir: Path, console: Console) -> Path | None:
+    """Where a replay imports the job module from: its original folder while the module there is
+    the one the run ran (so paths relative to it still work), else the run's own copy."""
+    meta, copy = run_dir / JOB_FILE, run_dir / JOB_DIR
+    if not meta.is_file() or not copy.is_dir():
+        return None
+    info = json.loads(meta.read_text())
+    original = Path(info["base_dir"])
+    if original.is_dir():
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as t:
+            import shutil
+
+            for f in copy.iterdir():
+                src = original / f.name
+                if src.is_dir():
+                    shutil.copytree(src, Path(t) / f.name, ignore=shutil.ignore_patterns("__pycache__"))
+                elif src.is_file():
+                    shutil.copy2(src, Path(t) / f.name)
+            if _digest(Path(t)) == info["digest"]:
+                return original
+    console.print(f"the job module changed or moved since the run: replaying the run's copy in {copy}")
+    single = [f for f in copy.glob("*.py")]
+    if original.is_dir() and len(single) == 1 and not any(p.is_dir() for p in copy.iterdir()):
+        _preload(single[0], original / single[0].name)
+        return original
+    return copy
+
+
+def _preload(code: Path, as_file: Path) -> None:
+    """Import the run's copy of a one-file job module under its original path, so paths the job
+    computes from ``__file__`` (its data files) still point where they did during the run."""
+    import importlib.util
+
+    name = code.stem
+    spec = importlib.util.spec_from_file_location(name, code)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    module.__file__ = str(as_file)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
 
 
 def _summary(outcomes: list[ScenarioOutcome], console: Console) -> None:
@@ -206,9 +300,29 @@ def replay(run_dir: Path, runs_dir: Path, console: Console, json_path: Path | No
     src = run_dir / SCENARIO_FILE
     if not src.is_file():
         raise UsageError(f"{run_dir}: not a run directory (no {SCENARIO_FILE})")
-    sc = load_scenario(src)
+    sc = load_scenario(src, base_dir=_job_base_dir(run_dir, console))
+    _check_input(run_dir, sc)
     console.print(f"replaying {sc.name} (seed {sc.seed}) from {run_dir}")
     return run_scenarios([(src, sc)], None, None, runs_dir, json_path, None, console)
+
+
+def _check_input(run_dir: Path, sc: Scenario) -> None:
+    """A replay must read the input the run read: the files ``input.json`` names, unchanged."""
+    from chaos.cli import UsageError
+
+    recorded = run_dir / "input.json"
+    if not recorded.is_file():
+        return
+    from chaos.execute import scenario_spec
+
+    describe = getattr(scenario_spec(sc).source, "describe_input", None)
+    now = describe() if describe is not None else None
+    then = json.loads(recorded.read_text())
+    if now is not None and json.loads(json.dumps(now, sort_keys=True, default=str)) != then:
+        raise UsageError(
+            f"{run_dir}: the job's input changed since the run (recorded in {recorded}): "
+            "a replay would not read the same records"
+        )
 
 
 def resume(run_dir: Path, console: Console, json_path: Path | None = None) -> int:
@@ -219,7 +333,7 @@ def resume(run_dir: Path, console: Console, json_path: Path | None = None) -> in
     src = run_dir / SCENARIO_FILE
     if not src.is_file():
         raise UsageError(f"{run_dir}: not a run directory (no {SCENARIO_FILE})")
-    sc = load_scenario(src)
+    sc = load_scenario(src, base_dir=_job_base_dir(run_dir, console))
     if sc.cluster_kind == "sim":
         raise UsageError(f"{run_dir}: a sim run has no driver to replace; use statechaos replay")
     console.print(f"resuming {sc.name} (seed {sc.seed}) in {run_dir} with a new driver")

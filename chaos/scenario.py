@@ -12,9 +12,18 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from harness.failpoints import FAILPOINTS  # the runtime owns its failpoint names
+from harness.oracles import ORACLES  # the oracle registry owns the check names
 
 __all__ = [
     "FAULT_KINDS",
@@ -31,15 +40,7 @@ __all__ = [
     "parse_scenario",
 ]
 
-ORACLE_NAMES = (
-    "exactly_once",
-    "sequence",
-    "restored_state",
-    "rescale",
-    "ttl",
-    "checkpoint_integrity",
-    "liveness",
-)
+ORACLE_NAMES = tuple(ORACLES)
 
 # fault kind -> cluster kinds it works on ("*" = every cluster)
 FAULT_KINDS: dict[str, tuple[str, ...]] = {
@@ -324,6 +325,8 @@ class Scenario(_Strict):
     name: Annotated[str, Field(min_length=1)]
     description: str = ""
     cluster: str = "local"
+    # a registered job or "module:factory" (found next to the scenario file, in the working directory
+    # or on PYTHONPATH); job_options are the factory's keyword arguments
     job: str = "keyed_count"
     job_options: dict[str, Any] = Field(default_factory=dict)
     parallelism: dict[str, Annotated[int, Field(ge=1)]] | Annotated[int, Field(ge=1)] = 2
@@ -348,6 +351,17 @@ class Scenario(_Strict):
     # liveness: progress must resume within this long after the last fault heals (default: see
     # chaos.execute.liveness_bound_ms)
     recovery_bound_ms: Duration | None = None
+    # where a "module:factory" job is looked up first: the scenario file's folder
+    _base_dir: Path | None = PrivateAttr(default=None)
+
+    @property
+    def base_dir(self) -> Path | None:
+        return self._base_dir
+
+    def located(self, base_dir: Path | None) -> Scenario:
+        """This scenario, looking up its job module in ``base_dir`` first."""
+        self._base_dir = base_dir
+        return self
 
     _check_p = field_validator("parallelism", mode="before")(
         classmethod(lambda cls, v: _check_parallelism(v))
@@ -396,8 +410,9 @@ class Scenario(_Strict):
             data["cluster"] = cluster
         if seed is not None:
             data["seed"] = seed
+        data = {k: v for k, v in data.items() if k in self.model_fields_set or k in ("cluster", "seed")}
         try:
-            return Scenario.model_validate(data)
+            return Scenario.model_validate(data).located(self._base_dir)
         except ValidationError as e:  # e.g. docker-only faults with --cluster local: exit 2, no traceback
             problems: list[tuple[int | None, str, str]] = []
             for err in e.errors():
@@ -487,8 +502,9 @@ def _field_name(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def parse_scenario(text: str, path: str = "<string>") -> Scenario:
-    """Parse and validate scenario YAML; raise :class:`ScenarioError` naming file, line and field."""
+def parse_scenario(text: str, path: str = "<string>", base_dir: Path | None = None) -> Scenario:
+    """Parse and validate scenario YAML, and the names it uses against its job (looked up in
+    ``base_dir`` first); raise :class:`ScenarioError` naming file, line and field."""
     try:
         node = yaml.compose(text, Loader=_LineLoader)
         data = yaml.load(text, Loader=_LineLoader)
@@ -506,7 +522,7 @@ def parse_scenario(text: str, path: str = "<string>") -> Scenario:
     lines: dict[tuple[Any, ...], int] = {}
     _walk(node, (), lines)
     try:
-        return Scenario.model_validate(data)
+        sc = Scenario.model_validate(data).located(base_dir)
     except ValidationError as e:
         problems = []
         seen = set()
@@ -528,10 +544,17 @@ def parse_scenario(text: str, path: str = "<string>") -> Scenario:
             seen.add(key)
             problems.append((_line_for(loc, lines), _field_name(loc), msg))
         raise ScenarioError(path, problems) from None
+    from chaos.scenario_job import job_problems
+
+    job = job_problems(sc, base_dir)
+    if job:
+        raise ScenarioError(path, [(_line_for(loc, lines), _field_name(loc), m) for loc, m in job])
+    return sc
 
 
-def load_scenario(path: str | Path) -> Scenario:
-    """Read and validate one scenario file."""
+def load_scenario(path: str | Path, base_dir: Path | None = None) -> Scenario:
+    """Read and validate one scenario file; its job module is looked up next to it (or in
+    ``base_dir``)."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -539,7 +562,7 @@ def load_scenario(path: str | Path) -> Scenario:
         raise ScenarioError(str(p), [(None, "", "no such file")]) from None
     except (OSError, UnicodeDecodeError) as e:
         raise ScenarioError(str(p), [(None, "", f"cannot read: {e}")]) from None
-    return parse_scenario(text, str(p))
+    return parse_scenario(text, str(p), base_dir if base_dir is not None else p.resolve().parent)
 
 
 def load_scenarios(paths: list[str | Path]) -> list[tuple[Path, Scenario]]:

@@ -105,6 +105,36 @@ def _network_injector(router: ProxyRouter, f: Fault, run_id: str, rng: random.Ra
     return ToxicFault(proxies, str(f.toxic), dict(f.attributes), stream, f.toxicity, run_id)
 
 
+_PROJECT_PACKAGES = ("harness", "reference_impl", "chaos")
+
+
+def ship_user_modules(spec: JobSpec) -> list[str]:
+    """Make the user's job code travel with the job graph to every executor (any cluster, no
+    PYTHONPATH): the job's module and every module loaded from its folder are pickled by value
+    (cloudpickle), not imported by name on the executor. Returns their names."""
+    import sys
+    import sysconfig
+
+    from pyspark import cloudpickle
+
+    if spec.module is None or not getattr(spec.module, "__file__", None):
+        return []
+    top = sys.modules.get(spec.module.__name__.split(".")[0], spec.module)
+    top_file = Path(str(top.__file__)).resolve()
+    root = top_file.parent.parent if top_file.name == "__init__.py" else top_file.parent
+    installed = [Path(p).resolve() for p in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["stdlib"]}]
+    shipped = []
+    for name, mod in list(sys.modules.items()):
+        f = getattr(mod, "__file__", None)
+        if not f or name.split(".")[0] in _PROJECT_PACKAGES:
+            continue
+        path = Path(f).resolve()
+        if path.is_relative_to(root) and not any(path.is_relative_to(p) for p in installed):
+            cloudpickle.register_pickle_by_value(mod)
+            shipped.append(name)
+    return sorted(shipped)
+
+
 def run_spark(sc: Scenario, spec: JobSpec, run_dir: Path, resume: bool = False) -> dict[str, Any]:
     """``resume``: a new driver takes over ``run_dir`` from one that died (chaos.resume)."""
     with contextlib.ExitStack() as stack:
@@ -115,6 +145,7 @@ def _run_spark(
     sc: Scenario, spec: JobSpec, run_dir: Path, stack: contextlib.ExitStack, resume: bool
 ) -> dict[str, Any]:
     from chaos.execute import checkpoint_config, rescale_requests, runtime_injector
+    from chaos.scenario_job import checks_for
     from chaos.toxiproxy.launch import toxiproxy_client, toxiproxy_server
     from harness.spark.cluster import SparkCluster, SparkEnvironmentError
     from harness.spark.executor import SparkExecutor
@@ -180,7 +211,7 @@ def _run_spark(
         rescales=rescales,
         max_restarts=sc.max_restarts,
         time_limit_s=sc.timeout_s,
-        run_info={"scenario": sc.name, "records": sc.records, "keys": sc.keys, "checks": sc.checks},
+        run_info={"scenario": sc.name, "records": sc.records, "keys": sc.keys, "checks": checks_for(sc, graph)},
         failpoints_on=any(f.kind == "failpoint" for f in sc.faults),
         network=network,
         resume=resume,
@@ -214,7 +245,13 @@ def _run_spark(
 
     nemesis = Nemesis(planned, factory, ex.history.emit)
     ex.hooks = nemesis
-    stats = ex.run().to_stats()
+    ship_user_modules(spec)
+    summary = ex.run()
+    from harness.spark.executor import JOB_CODE_FAILED
+
+    if summary.status == "failed" and JOB_CODE_FAILED in str(summary.reason):
+        raise EnvironmentProblem(f"scenario {sc.name!r}: {summary.reason}")
+    stats = summary.to_stats()
     out = {**stats, "master": master, "spark_startup_s": round(getattr(cluster, "startup_s", 0.0), 1)}
     if docker is not None:
         out["docker_startup_s"] = round(docker.startup_s, 1)

@@ -1,5 +1,12 @@
-"""The job API: a source, then keyed process stages (each ``key_by`` a selector), stateless maps
-chained onto them, and an exactly-once sink on the last stage. Functions are plain Python.
+"""The job API: a source, then any number of keyed process stages (each ``key_by`` a selector),
+stateless ``map``/``filter``/``flat_map`` chained onto the source or a stage, and an exactly-once
+sink on the last stage. Functions are plain Python. Every operator has a name; the source and each
+keyed stage are tasks with their own parallelism (chained operators run inside the task before them,
+as Flink chains them); the job has a max parallelism (its number of key groups).
+
+The job also states what its output means (:class:`OutputContract`): which field identifies a
+record, which is its key, whether it carries a per-key sequence number, and whether its state at a
+checkpoint depends on how inputs interleave. The oracles read only that and the graph.
 
 A job graph is a description, not running code: every executor deep-copies the function templates
 for each subtask and attempt, so the sim executor and the Spark executor run the very same task code
@@ -13,6 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.output_contract import OutputContract
 from reference_impl.keygroups import check_parallelism
 from reference_impl.operator_state import OperatorStateBackend
 from reference_impl.state import StateDescriptor
@@ -25,6 +33,8 @@ __all__ = [
     "SourceFunction",
     "SourceSpec",
     "StageSpec",
+    "Chained",
+    "OutputContract",
     "JobGraph",
     "JobBuilder",
     "JobDefinitionError",
@@ -140,23 +150,47 @@ class SourceFunction:
         return self.between({}, offsets)
 
 
+@dataclass(frozen=True)
+class Chained:
+    """A stateless operator chained onto the task before it: ``map`` (one out per record), ``filter``
+    (keep when true) or ``flat_map`` (an iterable out per record)."""
+
+    kind: str
+    fn: Callable[[Any], Any]
+    name: str
+
+    def apply(self, records: list[Any]) -> list[Any]:
+        if self.kind == "map":
+            return [self.fn(r) for r in records]
+        if self.kind == "filter":
+            return [r for r in records if self.fn(r)]
+        return [x for r in records for x in self.fn(r)]
+
+
+def apply_chain(chain: list[Chained], records: list[Any]) -> list[Any]:
+    for c in chain:
+        records = c.apply(records)
+    return records
+
+
 @dataclass
 class SourceSpec:
     name: str
     function: SourceFunction
     parallelism: int
+    chain: list[Chained] = field(default_factory=list)
 
 
 @dataclass
 class StageSpec:
     """A keyed stage: ``key_selector`` routes its input by key group; ``function`` runs per record;
-    ``maps`` are chained onto its output; ``sink`` (last stage only) receives the final output."""
+    ``chain`` is applied to its output; ``sink`` (last stage only) receives the final output."""
 
     name: str
     key_selector: Callable[[Any], Any]
     function: KeyedProcessFunction
     parallelism: int
-    maps: list[Callable[[Any], Any]] = field(default_factory=list)
+    chain: list[Chained] = field(default_factory=list)
     sink: Any = None  # a sink template (harness.sinks.ExactlyOnceFileSinkSpec)
 
 
@@ -166,9 +200,20 @@ class JobGraph:
     max_parallelism: int
     source: SourceSpec
     stages: list[StageSpec]
+    contract: OutputContract = field(default_factory=OutputContract)
 
     def operators(self) -> list[str]:
+        """The tasks' names: what parallelism, rescales and fault targets name."""
         return [self.source.name, *(s.name for s in self.stages)]
+
+    def chained_operators(self) -> list[str]:
+        return [c.name for c in self.source.chain] + [c.name for s in self.stages for c in s.chain]
+
+    def with_max_parallelism(self, max_parallelism: int) -> JobGraph:
+        g = copy.copy(self)
+        g.max_parallelism = max_parallelism
+        g.validate()
+        return g
 
     def parallelism(self) -> dict[str, int]:
         return {self.source.name: self.source.parallelism, **{s.name: s.parallelism for s in self.stages}}
@@ -214,7 +259,7 @@ class JobGraph:
         return g
 
     def validate(self) -> None:
-        names = self.operators()
+        names = self.operators() + self.chained_operators()
         if len(set(names)) != len(names):
             raise JobDefinitionError(f"job {self.name!r}: operator names must be unique, got {names}")
         if not self.stages:
@@ -229,8 +274,11 @@ class JobGraph:
 
 
 class JobBuilder:
-    """``JobBuilder("count", 128).source("source", src, 2).key_by(sel).process("count", fn, 2)
-    .map(f).sink(ExactlyOnceFileSinkSpec()).build()``."""
+    """``JobBuilder("count", max_parallelism=128).source("source", src, 2).key_by(sel)
+    .process("count", fn, 2).map(f, "fmt").sink(ExactlyOnceFileSinkSpec()).build()``.
+
+    ``map``/``filter``/``flat_map`` chain onto the source or the stage before them; ``output`` and
+    ``state_depends_on_interleaving`` state the :class:`OutputContract`."""
 
     def __init__(self, name: str, max_parallelism: int = 128) -> None:
         self.name = name
@@ -238,8 +286,9 @@ class JobBuilder:
         self._source: SourceSpec | None = None
         self._stages: list[StageSpec] = []
         self._key: Callable[[Any], Any] | None = None
+        self._contract = OutputContract()
 
-    def source(self, name: str, function: SourceFunction, parallelism: int) -> JobBuilder:
+    def source(self, name: str, function: SourceFunction, parallelism: int = 1) -> JobBuilder:
         self._source = SourceSpec(name, function, parallelism)
         return self
 
@@ -247,18 +296,39 @@ class JobBuilder:
         self._key = selector
         return self
 
-    def process(self, name: str, function: KeyedProcessFunction, parallelism: int) -> JobBuilder:
+    def process(self, name: str, function: KeyedProcessFunction, parallelism: int = 1) -> JobBuilder:
         if self._key is None:
             raise JobDefinitionError(f"stage {name!r}: call key_by(...) before process(...)")
+        if not isinstance(function, KeyedProcessFunction):
+            raise JobDefinitionError(f"stage {name!r}: expected a KeyedProcessFunction, got {function!r}")
         self._stages.append(StageSpec(name, self._key, function, parallelism))
         self._key = None
         return self
 
-    def map(self, fn: Callable[[Any], Any]) -> JobBuilder:
-        if not self._stages:
-            raise JobDefinitionError("map(...) is chained onto a keyed stage: call process(...) first")
-        self._stages[-1].maps.append(fn)
+    def _chain(self, kind: str, fn: Callable[[Any], Any], name: str | None) -> JobBuilder:
+        if self._key is not None:
+            raise JobDefinitionError(f"{kind}(...) after key_by(...): call process(...) first")
+        if self._stages:
+            chain = self._stages[-1].chain
+        elif self._source is not None:
+            chain = self._source.chain
+        else:
+            raise JobDefinitionError(f"{kind}(...) needs a source or keyed stage before it")
+        chain.append(Chained(kind, fn, name or f"{kind}-{len(self.graph_names())}"))
         return self
+
+    def graph_names(self) -> list[str]:
+        src = [] if self._source is None else [self._source.name, *(c.name for c in self._source.chain)]
+        return src + [n for s in self._stages for n in (s.name, *(c.name for c in s.chain))]
+
+    def map(self, fn: Callable[[Any], Any], name: str | None = None) -> JobBuilder:
+        return self._chain("map", fn, name)
+
+    def filter(self, fn: Callable[[Any], bool], name: str | None = None) -> JobBuilder:
+        return self._chain("filter", fn, name)
+
+    def flat_map(self, fn: Callable[[Any], Iterable[Any]], name: str | None = None) -> JobBuilder:
+        return self._chain("flat_map", fn, name)
 
     def sink(self, sink: Any) -> JobBuilder:
         if not self._stages:
@@ -266,9 +336,43 @@ class JobBuilder:
         self._stages[-1].sink = sink
         return self
 
+    def output(
+        self,
+        *,
+        identity: Callable[[Any], Any] | None = None,
+        identity_name: str | None = None,
+        key: Callable[[Any], Any] | None = None,
+        seq: Callable[[Any], int] | None = None,
+        expected: Callable[[list[Any]], list[Any]] | None = None,
+    ) -> JobBuilder:
+        """Declare what the output means (see :class:`OutputContract`)."""
+        c = self._contract
+        c.identity, c.key, c.seq, c.expected = identity, key, seq, expected
+        c.identity_name = identity_name or ("record" if identity is None else "id")
+        return self
+
+    def state_depends_on_interleaving(self, why: str) -> JobBuilder:
+        """The job's state at a checkpoint legitimately depends on input interleaving or processing
+        time: the restored-state oracle then skips the model comparison and says so."""
+        self._contract.interleaving = why
+        return self
+
+    def expected_columns(self, fn: Callable[[], Any]) -> JobBuilder:
+        """The expected output in columns (``harness.jobs.KeySeqOutput``), for jobs whose output is
+        ``[key, seq, ...]``: lets the exactly-once oracle check millions of records per second."""
+        self._contract.expected_columns = fn
+        return self
+
+    def oracle_config(self, oracle: str, config: Any) -> JobBuilder:
+        """Typed settings for one oracle (e.g. ``"ttl"``: ``harness.jobs.ttl_verify.TtlReads``)."""
+        self._contract.oracle_config[oracle] = config
+        return self
+
     def build(self) -> JobGraph:
         if self._source is None:
             raise JobDefinitionError(f"job {self.name!r} has no source")
-        g = JobGraph(self.name, self.max_parallelism, self._source, list(self._stages))
+        if self._key is not None:
+            raise JobDefinitionError(f"job {self.name!r}: key_by(...) without a process(...) after it")
+        g = JobGraph(self.name, self.max_parallelism, self._source, list(self._stages), self._contract)
         g.validate()
         return g

@@ -5,13 +5,19 @@ resumes exactly where the checkpoint's barrier was, and a rescale moves splits b
 every key is a split; it emits ``[key, seq, payload, ts]`` with per-key sequence numbers from 1
 rising by 1, a payload derived from (seed, key, seq) alone, and ``ts`` the subtask's processing time.
 How many records each key gets is fixed by the seed, so a replay emits the very same records.
-:class:`FileSource` replays JSON-lines files: every file is a split, its offset the lines read.
+:class:`JsonLinesSource` and :class:`CsvSource` replay files: every file is a split, its offset the
+records read. :class:`GeneratorSource` calls a user function ``(split, offset) -> record``.
+``describe_input`` says what a run read (files with their SHA-256), so a replay can check it
+reads the same records.
 """
 
 from __future__ import annotations
 
+import csv
+import hashlib
+import io
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +25,7 @@ import mmh3
 
 from harness.job import RuntimeContext, SourceFunction
 
-__all__ = ["SequenceSource", "FileSource", "key_name"]
+__all__ = ["SequenceSource", "JsonLinesSource", "FileSource", "CsvSource", "GeneratorSource", "key_name"]
 
 
 def key_name(i: int) -> str:
@@ -108,44 +114,51 @@ class SequenceSource(SourceFunction):
         """The whole bounded input, key by key."""
         return self.prefix({key_name(i): self.total_for(i) for i in range(self.keys)})
 
+    def describe_input(self) -> dict[str, Any]:
+        return {"source": "sequence", "records": self.records, "keys": self.keys, "seed": self.seed}
 
-class FileSource(SourceFunction):
-    """JSON-lines files as a bounded, replayable source: one split per file, offset = lines read."""
+
+class _FilesSource(SourceFunction):
+    """Bounded, replayable files: one split per file, offset = records read. Subclasses split a file
+    into records (:meth:`_records`)."""
+
+    kind = "files"
 
     def __init__(self, paths: Iterable[str | Path]) -> None:
-        self.paths = [str(p) for p in paths]
+        self.paths = [str(Path(p).resolve()) for p in paths]
         if not self.paths:
-            raise ValueError("FileSource needs at least one file")
+            raise ValueError(f"{type(self).__name__} needs at least one file")
         self._splits: list[list[Any]] = []
-        self._lines: dict[str, list[str]] = {}
+        self._cache: dict[str, list[Any]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:  # ship paths, not the parsed files
+        return {**self.__dict__, "_cache": {}}
+
+    def _records(self, path: str, text: str) -> list[Any]:
+        raise NotImplementedError
+
+    def _read(self, path: str) -> list[Any]:
+        if path not in self._cache:
+            try:
+                text = Path(path).read_text(encoding="utf-8")
+            except OSError as e:
+                raise FileNotFoundError(f"{type(self).__name__}: cannot read {path}: {e}") from None
+            self._cache[path] = self._records(path, text)
+        return self._cache[path]
 
     def initial_splits(self) -> list[Any]:
         return [[p, 0] for p in self.paths]
 
-    def _read(self, path: str) -> list[str]:
-        if path not in self._lines:
-            try:
-                self._lines[path] = Path(path).read_text(encoding="utf-8").splitlines()
-            except OSError as e:
-                raise FileNotFoundError(f"FileSource: cannot read {path}: {e}") from None
-        return self._lines[path]
-
     def open(self, splits: list[Any], ctx: RuntimeContext) -> None:
         self._splits = [[str(p), int(n)] for p, n in splits]
-
-    def _decode(self, path: str, n: int, line: str) -> Any:
-        try:
-            return json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{n + 1}: not a JSON record: {e}") from None
 
     def poll(self, max_records: int) -> list[Any]:
         out: list[Any] = []
         for s in self._splits:
-            lines = self._read(s[0])
-            while s[1] < len(lines) and len(out) < max_records:
-                out.append(self._decode(s[0], s[1], lines[s[1]]))
-                s[1] += 1
+            recs = self._read(s[0])
+            take = recs[s[1] : s[1] + max_records - len(out)]
+            out.extend(take)
+            s[1] += len(take)
             if len(out) >= max_records:
                 break
         return out
@@ -161,6 +174,109 @@ class FileSource(SourceFunction):
 
     def between(self, lo: dict[str, int], hi: dict[str, int]) -> Iterator[Any]:
         for p in self.paths:
-            lines = self._read(p)
-            for n in range(int(lo.get(p, 0)), int(hi.get(p, 0))):
-                yield self._decode(p, n, lines[n])
+            yield from self._read(p)[int(lo.get(p, 0)) : int(hi.get(p, 0))]
+
+    def describe_input(self) -> dict[str, Any]:
+        files = {}
+        for p in self.paths:
+            try:
+                files[p] = hashlib.sha256(Path(p).read_bytes()).hexdigest()
+            except OSError:
+                files[p] = None
+        return {"source": self.kind, "files": files}
+
+
+class JsonLinesSource(_FilesSource):
+    """JSON-lines files: one JSON value per line; blank lines are skipped."""
+
+    kind = "jsonl"
+
+    def _records(self, path: str, text: str) -> list[Any]:
+        out = []
+        for n, line in enumerate(text.splitlines()):
+            if not line.strip():
+                continue
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n + 1}: not a JSON record: {e}") from None
+        return out
+
+
+FileSource = JsonLinesSource  # the name earlier releases used
+
+
+class CsvSource(_FilesSource):
+    """CSV files with a header row: each row becomes a dict of column -> value; ``types`` converts
+    columns (e.g. ``{"amount": float}``)."""
+
+    kind = "csv"
+
+    def __init__(
+        self, paths: Iterable[str | Path], types: dict[str, Callable[[str], Any]] | None = None
+    ) -> None:
+        super().__init__(paths)
+        self.types = dict(types or {})
+
+    def _records(self, path: str, text: str) -> list[Any]:
+        reader = csv.DictReader(io.StringIO(text))
+        out = []
+        for row in reader:
+            try:
+                out.append({k: self.types[k](v) if k in self.types else v for k, v in row.items()})
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"{path}:{reader.line_num}: bad value: {e}") from None
+        return out
+
+
+class GeneratorSource(SourceFunction):
+    """``splits`` splits of ``records_per_split`` records each; record ``n`` of split ``i`` is
+    ``fn(i, n)``, so the input is a pure function of (split, offset) and replays exactly. ``fn`` must
+    be deterministic and picklable (a module-level function)."""
+
+    def __init__(self, fn: Callable[[int, int], Any], splits: int, records_per_split: int) -> None:
+        if splits < 1 or records_per_split < 0:
+            raise ValueError(
+                f"GeneratorSource needs splits >= 1 and records_per_split >= 0, got {splits}, {records_per_split}"
+            )
+        self.fn, self.splits, self.per_split = fn, splits, records_per_split
+        self._splits: list[list[int]] = []
+
+    @staticmethod
+    def _name(i: int) -> str:
+        return f"split-{i}"
+
+    def initial_splits(self) -> list[Any]:
+        return [[i, 0] for i in range(self.splits)]
+
+    def open(self, splits: list[Any], ctx: RuntimeContext) -> None:
+        self._splits = [[int(i), int(n)] for i, n in splits]
+
+    def poll(self, max_records: int) -> list[Any]:
+        out: list[Any] = []
+        for s in self._splits:
+            while s[1] < self.per_split and len(out) < max_records:
+                out.append(self.fn(s[0], s[1]))
+                s[1] += 1
+            if len(out) >= max_records:
+                break
+        return out
+
+    def exhausted(self) -> bool:
+        return all(n >= self.per_split for _, n in self._splits)
+
+    def snapshot_splits(self) -> list[Any]:
+        return [list(s) for s in self._splits]
+
+    def offsets(self) -> dict[str, int]:
+        return {self._name(i): n for i, n in self._splits}
+
+    def between(self, lo: dict[str, int], hi: dict[str, int]) -> Iterator[Any]:
+        for i in range(self.splits):
+            k = self._name(i)
+            for n in range(int(lo.get(k, 0)), int(hi.get(k, 0))):
+                yield self.fn(i, n)
+
+    def describe_input(self) -> dict[str, Any]:
+        fn = f"{getattr(self.fn, '__module__', '?')}.{getattr(self.fn, '__qualname__', repr(self.fn))}"
+        return {"source": "generator", "fn": fn, "splits": self.splits, "records_per_split": self.per_split}

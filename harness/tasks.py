@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from harness.barriers import Alignment, BarrierAligner
 from harness.failpoints import Failpoints
 from harness.items import CancelCheckpointMarker, CheckpointBarrier, EndOfInput
-from harness.job import JobGraph, RuntimeContext, StageSpec, task_name  # task_name re-exported
+from harness.job import JobGraph, RuntimeContext, StageSpec, apply_chain, task_name  # task_name re-exported
 from harness.sinks import SINK_STATE, TwoPhaseCommitFileSink
 from reference_impl.checkpoint import StateFileHandle
 from reference_impl.checkpoint.format import encode_subtask_state
@@ -197,6 +197,7 @@ class SourceTask(_TaskBase):
         spec = env.graph.source
         super().__init__(env, spec.name, subtask, spec.parallelism)
         self.function = copy.deepcopy(spec.function)
+        self.chain = list(spec.chain)
         first = env.graph.stages[0]
         self.partition = Partitioner(first.key_selector, self.max_p, first.parallelism)
         self.ctx = RuntimeContext(
@@ -220,13 +221,16 @@ class SourceTask(_TaskBase):
     def poll(self, max_records: int) -> int:
         """Emit up to ``max_records`` records downstream; returns how many."""
         records = self.function.poll(max_records)
+        polled = len(records)
+        if self.chain:
+            records = apply_chain(self.chain, records)
         out = self.env.output
         assert out is not None
         part = self.partition
         for r in records:
             out.send(part(r), r)
         self.records_out += len(records)
-        return len(records)
+        return polled
 
     def exhausted(self) -> bool:
         return self.function.exhausted()
@@ -252,7 +256,7 @@ class SourceTask(_TaskBase):
 
 class StreamTask(_TaskBase):
     """One subtask of a keyed stage: aligns barriers across its input channels, runs the keyed
-    function under each record's key, applies chained maps, and writes to the next stage or the
+    function under each record's key, applies its chained operators, and writes to the next stage or the
     exactly-once sink."""
 
     is_source = False
@@ -272,7 +276,7 @@ class StreamTask(_TaskBase):
         )
         self.keyed = factory(self.max_p, self.key_group_range, env.clock)
         self.function = copy.deepcopy(self.stage.function)
-        self.maps = list(self.stage.maps)
+        self.chain = list(self.stage.chain)
         self.ctx = RuntimeContext(
             self.keyed, self.op_state, env.clock, self.stage.name, subtask, self.stage.parallelism, self.max_p
         )
@@ -334,8 +338,8 @@ class StreamTask(_TaskBase):
             self._emit(ctx._drain())
 
     def _emit(self, out: list[Any]) -> None:
-        for m in self.maps:
-            out = [m(x) for x in out]
+        if self.chain:
+            out = apply_chain(self.chain, out)
         self.records_out += len(out)
         if self.sink is not None:
             self.sink.write(out)

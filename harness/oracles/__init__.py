@@ -4,17 +4,17 @@ output, restored-state files, checkpoint copies), so they work the same for ever
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from harness.jobs import JobSpec
 from harness.oracles.artifacts import RunArtifacts
 from harness.oracles.exactly_once import check_exactly_once
-from harness.oracles.integrity import check_checkpoint_integrity
-from harness.oracles.liveness import check_liveness
+from harness.oracles.integrity import IntegrityConfig, check_checkpoint_integrity
+from harness.oracles.liveness import LivenessConfig, check_liveness
+from harness.oracles.registry import ORACLES, Oracle, register_oracle
 from harness.oracles.rescale import check_rescale
-from harness.oracles.restored_state import SequentialModel, check_restored_state
+from harness.oracles.restored_state import check_restored_state
 from harness.oracles.sequence import check_sequence
 from harness.oracles.ttl import check_ttl
 from harness.oracles.verdict import Verdict
@@ -22,8 +22,11 @@ from harness.oracles.verdict import Verdict
 __all__ = [
     "Verdict",
     "RunArtifacts",
-    "SequentialModel",
+    "Oracle",
     "ORACLES",
+    "register_oracle",
+    "IntegrityConfig",
+    "LivenessConfig",
     "check_all",
     "check_exactly_once",
     "check_sequence",
@@ -34,34 +37,21 @@ __all__ = [
     "check_liveness",
 ]
 
-ORACLES: dict[str, Callable[..., Verdict]] = {
-    "exactly_once": check_exactly_once,
-    "sequence": check_sequence,
-    "restored_state": check_restored_state,
-    "rescale": check_rescale,
-    "ttl": check_ttl,
-    "checkpoint_integrity": check_checkpoint_integrity,
-    "liveness": check_liveness,
-}
-
 
 def check_all(
-    run_dir: Path, spec: JobSpec, checks: list[str], retained: int = 1, liveness_bound_ms: int = 10_000
+    run_dir: Path, spec: JobSpec, checks: list[str], config: dict[str, Any] | None = None
 ) -> list[Verdict]:
-    """Run the named oracles over a finished run; an oracle that crashes is a failed verdict
-    naming the exception, never a silent pass."""
+    """Run the named oracles over a finished run, each with its typed config from ``config`` (by
+    oracle name; default settings otherwise); an oracle that crashes is a failed verdict naming the
+    exception, never a silent pass."""
     art = RunArtifacts.load(run_dir)
+    config = config or {}
     out = []
     for name in checks:
         if name not in ORACLES:
             raise ValueError(f"unknown oracle {name!r}; expected one of {', '.join(ORACLES)}")
-        kwargs: dict[str, Any] = {}
-        if name == "checkpoint_integrity":
-            kwargs["retained"] = retained
-        if name == "liveness":
-            kwargs["bound_ms"] = liveness_bound_ms
         try:
-            out.append(ORACLES[name](art, spec, **kwargs))
+            out.append(ORACLES[name].run(art, spec, config.get(name)))
         except Exception as e:  # an oracle that cannot decide has not passed
             out.append(Verdict(name, False, f"oracle error: {type(e).__name__}: {e}"))
     return out

@@ -1,6 +1,7 @@
-"""Exactly-once: committed output equals the fault-free reference output as a multiset, and per-key
-order holds. Failures name lost, duplicated and unexpected records by key, with the transactions
-(and so the checkpoints) that committed them.
+"""Exactly-once: committed output equals the fault-free reference output as a multiset (compared by
+the job's record identity), and per-key order holds where the job declares a record key. Failures
+name lost, duplicated and unexpected records by the job's identity (or key and seq), with the
+transactions (and so the checkpoints) that committed them.
 
 Two implementations with the same verdicts and messages: a columnar one (numpy over the committed
 output parsed by Arrow, against the job's :class:`~harness.jobs.KeySeqOutput`) that checks millions
@@ -15,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from harness.jobs import JobSpec, KeySeqOutput, identity_of
+from harness.jobs import JobSpec, KeySeqOutput
 from harness.oracles.artifacts import CommittedColumns, RunArtifacts
+from harness.oracles.registry import register_oracle
 from harness.oracles.verdict import Verdict
 
 __all__ = ["check_exactly_once"]
@@ -35,7 +37,6 @@ def _ranges(seqs: list[int]) -> str:
 
 
 _MAX_ORDER_PROBLEMS = 50
-_DEFAULTS = JobSpec.__dataclass_fields__
 
 
 def check_exactly_once(art: RunArtifacts, spec: JobSpec) -> Verdict:
@@ -46,12 +47,20 @@ def check_exactly_once(art: RunArtifacts, spec: JobSpec) -> Verdict:
 
 
 def _verdict(
-    problems: list[str], committed: int, expected: int, lost: int, dup: int, unexpected: int, order: int
+    problems: list[str],
+    committed: int,
+    expected: int,
+    lost: int,
+    dup: int,
+    unexpected: int,
+    order: int,
+    keyed: bool = True,
 ) -> Verdict:
     return Verdict.of(
         "exactly_once",
         problems,
-        f"{committed} committed records equal the fault-free output exactly once, in per-key order",
+        f"{committed} committed records equal the fault-free output exactly once"
+        + (", in per-key order" if keyed else " (the job declares no record key: order not checked)"),
         f"{lost} lost, {dup} duplicated, {unexpected} unexpected, "
         f"{order} out-of-order records ({{n}} problems)",
         committed=committed,
@@ -65,19 +74,16 @@ def _columnar_inputs(art: RunArtifacts, spec: JobSpec) -> tuple[KeySeqOutput, Co
     """The columnar path applies when the job describes its output in columns, reads keys and seqs
     the default way (fields 0 and 1), and the committed records parse as flat columns of the shape
     the identity needs."""
-    if (
-        spec.expected_columns is None
-        or spec.record_key is not _DEFAULTS["record_key"].default
-        or spec.record_seq is not _DEFAULTS["record_seq"].default
-    ):
+    if spec.contract.expected_columns is None:
         return None
     cols = art.committed_columns
     if cols is None:
         return None
     exp = spec.expected_columns()
+    assert exp is not None
     if len(cols) and not cols.ints:
         return None  # one-field records: no seq
-    if spec.options.get("identity") != "key_seq" and len(cols) and len(cols.ints) != 1 + len(exp.extra):
+    if spec.contract.identity is None and len(cols) and len(cols.ints) != 1 + len(exp.extra):
         return None  # whole-record identity with a different record width: let the exact path say so
     return exp, cols
 
@@ -88,7 +94,7 @@ def _check_columnar(spec: JobSpec, exp: KeySeqOutput, cols: CommittedColumns) ->
     counts give lost (0) and duplicated (>1) records; records without a slot are unexpected."""
     n_exp = int(exp.counts.sum())
     n = len(cols)
-    whole = spec.options.get("identity") != "key_seq"
+    whole = spec.contract.identity is None  # else the identity is (key, seq): fields 0 and 1
     extra = exp.extra if whole else ()
     exp_index = {k: i for i, k in enumerate(exp.keys)}
     if n:
@@ -133,15 +139,17 @@ def _check_columnar(spec: JobSpec, exp: KeySeqOutput, cols: CommittedColumns) ->
         f = int(cols.file_index[r])
         where[ident(r)].append((cols.txns[f], cols.checkpoint_ids[f]))
     dup_n = unexpected_n = 0
+    label = "" if whole else f"{spec.contract.identity_name} "
     for idt, seen in sorted(where.items(), key=lambda kv: repr(kv[0])):
         txns = ", ".join(f"{t} (checkpoint {c})" for t, c in seen)
         if _in_expected(exp, exp_index, extra, idt):
             dup_n += len(seen) - 1
-            problems.append(f"duplicated: {list(idt)} committed {len(seen)}x, expected 1x: in {txns}")
+            problems.append(f"duplicated: {label}{list(idt)} committed {len(seen)}x, expected 1x: in {txns}")
         else:
             unexpected_n += len(seen)
             problems.append(
-                f"unexpected: {list(idt)} committed {len(seen)}x but is not in the reference output: in {txns}"
+                f"unexpected: {label}{list(idt)} committed {len(seen)}x but is not in the reference output: "
+                f"in {txns}"
             )
     order = _order_problems(cols)
     problems.extend(order)
@@ -212,40 +220,69 @@ def _order_problems_slow(cols: CommittedColumns) -> list[str]:
 
 
 def _check_per_record(art: RunArtifacts, spec: JobSpec) -> Verdict:
-    expected = Counter(identity_of(spec, r) for r in spec.expected_output())
+    c = spec.contract
+    reference = spec.expected_output()
+    expected = Counter(spec.identity_of(r) for r in reference)
+    # per-key order: by the declared seq, else by each record's position in the reference's key
+    position: dict[Any, int] = {}
+    if c.key is not None and c.seq is None:
+        seen: Counter[Any] = Counter()
+        for r in reference:
+            k = c.key(r)
+            position.setdefault(spec.identity_of(r), seen[k])
+            seen[k] += 1
+    name = c.identity_name
+    label = "" if c.identity is None else f"{name} "  # whole records print as themselves
     actual: Counter[Any] = Counter()
     where: dict[Any, list[tuple[str, int]]] = defaultdict(list)
-    last_seq: dict[Any, int] = {}
+    last: dict[Any, tuple[int, Any]] = {}
     order_problems = []
-    for c in art.committed:
-        ident = identity_of(spec, c.record)
+    for rec in art.committed:
+        ident = spec.identity_of(rec.record)
         actual[ident] += 1
-        where[ident].append((c.txn, c.checkpoint_id))
-        key, seq = spec.record_key(c.record), spec.record_seq(c.record)
-        if key in last_seq and seq <= last_seq[key] and len(order_problems) < _MAX_ORDER_PROBLEMS:
-            order_problems.append(
-                f"order: key {key!r}: seq {seq} committed after seq {last_seq[key]} "
-                f"(transaction {c.txn}, checkpoint {c.checkpoint_id})"
+        where[ident].append((rec.txn, rec.checkpoint_id))
+        if c.key is None:
+            continue
+        key = c.key(rec.record)
+        if c.seq is not None:
+            pos = int(c.seq(rec.record))
+        elif ident in position:
+            pos = position[ident]
+        else:
+            continue
+        prev = last.get(key)
+        if prev is not None and pos <= prev[0] and len(order_problems) < _MAX_ORDER_PROBLEMS:
+            what = f"seq {pos} committed after seq {prev[0]}" if c.seq is not None else (
+                f"{label}{_show(ident)} committed after {label}{_show(prev[1])}, the reference's order is the reverse"
             )
-        last_seq[key] = max(seq, last_seq.get(key, seq))
+            order_problems.append(
+                f"order: key {key!r}: {what} (transaction {rec.txn}, checkpoint {rec.checkpoint_id})"
+            )
+        if prev is None or pos > prev[0]:
+            last[key] = (pos, ident)
     lost = expected - actual
     extra = actual - expected
     problems: list[str] = []
-    lost_by_key: dict[Any, list[int]] = defaultdict(list)
-    for ident, n in lost.items():
-        lost_by_key[ident[0]].extend([int(ident[1])] * n if len(ident) > 1 else [0] * n)
-    for key in sorted(lost_by_key, key=repr):
-        problems.append(f"lost: key {key!r}: seq {_ranges(lost_by_key[key])} never committed")
+    if c.seq is not None and c.key is not None and c.identity is None or _key_seq_identity(spec):
+        by_key: dict[Any, list[int]] = defaultdict(list)
+        for ident, n in lost.items():
+            by_key[ident[0]].extend([int(ident[1])] * n)
+        for key in sorted(by_key, key=repr):
+            problems.append(f"lost: key {key!r}: seq {_ranges(by_key[key])} never committed")
+    else:
+        for ident, n in sorted(lost.items(), key=lambda kv: repr(kv[0])):
+            times = f" ({n}x)" if n > 1 else ""
+            problems.append(f"lost: {label}{_show(ident)}{times} never committed")
     for ident, n in sorted(extra.items(), key=lambda kv: repr(kv[0])):
-        txns = ", ".join(f"{t} (checkpoint {c})" for t, c in where[ident])
+        txns = ", ".join(f"{t} (checkpoint {cp})" for t, cp in where[ident])
         if ident in expected:
             problems.append(
-                f"duplicated: {list(ident)} committed {actual[ident]}x, expected "
+                f"duplicated: {label}{_show(ident)} committed {actual[ident]}x, expected "
                 f"{expected[ident]}x: in {txns}"
             )
         else:
             problems.append(
-                f"unexpected: {list(ident)} committed {n}x but is not in the reference output: in {txns}"
+                f"unexpected: {label}{_show(ident)} committed {n}x but is not in the reference output: in {txns}"
             )
     problems.extend(order_problems)
     n_dup = sum(n for i, n in extra.items() if i in expected)
@@ -258,4 +295,21 @@ def _check_per_record(art: RunArtifacts, spec: JobSpec) -> Verdict:
         n_dup,
         n_unexpected,
         len(order_problems),
+        keyed=c.key is not None,
     )
+
+
+def _key_seq_identity(spec: JobSpec) -> bool:
+    """Identity (key, seq) with both declared: lost records read best as seq ranges per key."""
+    c = spec.contract
+    if c.key is None or c.seq is None or c.identity is None:
+        return False
+    ref = spec.expected_output()
+    return bool(ref) and c.identity_of(ref[0]) == (c.key(ref[0]), c.seq(ref[0]))
+
+
+def _show(ident: Any) -> str:
+    return repr(list(ident)) if isinstance(ident, tuple) else repr(ident)
+
+
+register_oracle("exactly_once", check_exactly_once)

@@ -5,14 +5,16 @@ after it was damaged, and no intact checkpoint was skipped as damaged."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.jobs import JobSpec
 from harness.oracles.artifacts import RunArtifacts
+from harness.oracles.registry import register_oracle
 from harness.oracles.verdict import Verdict
 from reference_impl.checkpoint import CheckpointError, validate_checkpoint
 
-__all__ = ["check_checkpoint_integrity"]
+__all__ = ["check_checkpoint_integrity", "IntegrityConfig"]
 
 
 def check_checkpoint_integrity(art: RunArtifacts, spec: JobSpec, retained: int = 1) -> Verdict:
@@ -64,3 +66,11 @@ def check_checkpoint_integrity(art: RunArtifacts, spec: JobSpec, retained: int =
         completed=len(completed),
         skipped=skipped,
     )
+
+
+@dataclass(frozen=True)
+class IntegrityConfig:
+    retained: int = 1  # how many completed checkpoints the run keeps
+
+
+register_oracle("checkpoint_integrity", check_checkpoint_integrity, IntegrityConfig)

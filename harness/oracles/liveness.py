@@ -3,11 +3,14 @@ checkpoint within a bound."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from harness.jobs import JobSpec
 from harness.oracles.artifacts import RunArtifacts
+from harness.oracles.registry import register_oracle
 from harness.oracles.verdict import Verdict
 
-__all__ = ["check_liveness"]
+__all__ = ["check_liveness", "LivenessConfig"]
 
 
 def check_liveness(art: RunArtifacts, spec: JobSpec, bound_ms: int = 10_000) -> Verdict:
@@ -42,3 +45,11 @@ def check_liveness(art: RunArtifacts, spec: JobSpec, bound_ms: int = 10_000) -> 
         "{n} liveness problems",
         recovery_ms=recovery,
     )
+
+
+@dataclass(frozen=True)
+class LivenessConfig:
+    bound_ms: int = 10_000  # progress must resume within this long after the last fault heals
+
+
+register_oracle("liveness", check_liveness, LivenessConfig)

@@ -12,6 +12,7 @@ from typing import Any
 
 from harness.jobs import JobSpec
 from harness.oracles.artifacts import RunArtifacts
+from harness.oracles.registry import register_oracle
 from harness.oracles.verdict import Verdict
 from reference_impl.keygroups import assign_key_to_parallel_operator
 
@@ -155,3 +156,6 @@ def check_rescale(art: RunArtifacts, spec: JobSpec) -> Verdict:
         restores=groups,
         rescaled=rescaled,
     )
+
+
+register_oracle("rescale", check_rescale)

@@ -1,79 +1,69 @@
 """Restored-state equality: on every restore, the keyed state each subtask holds equals (1) the
 checkpoint it came from, read independently with ``inspect``, restricted to the subtask's key
-groups, and (2) a sequential model fed exactly the input before that checkpoint's source offsets."""
+groups, and (2) for every keyed stage, the fault-free reference's state at the same cut: the job run
+sequentially (``harness.reference_run``) on exactly the input before that checkpoint's source
+offsets. An aligned checkpoint's state is a function of that input prefix alone, whatever the
+interleaving, for a deterministic job; a job whose state depends on interleaving or processing time
+says so, and then (2) is skipped and the verdict says "model comparison skipped".
+
+TTL state is compared on the run's own clock: values are compared without their timestamps (the
+reference's clock stands still, so nothing expires in it), and an entry the reference holds but the
+run does not is accepted when the run's clock at the checkpoint was at least the state's TTL past
+the run's start (it may have expired and been cleaned up)."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
-from harness.job import RuntimeContext
 from harness.jobs import JobSpec
 from harness.oracles.artifacts import RunArtifacts
+from harness.oracles.registry import register_oracle
 from harness.oracles.verdict import Verdict
-from reference_impl.keygroups import KeyGroupRange, assign_to_key_group
+from harness.reference_run import ReferenceRun
+from reference_impl.keygroups import KeyGroupRange
 from reference_impl.snapshot import TtlValue
-from reference_impl.state import VOID_NAMESPACE, HeapKeyedStateBackend
+from reference_impl.ttl import StateTtlConfig
 
-__all__ = ["check_restored_state", "SequentialModel"]
+__all__ = ["check_restored_state", "plain"]
 
 
-def _plain(v: Any) -> Any:
+def plain(v: Any) -> Any:
+    """A state value without TTL timestamps."""
     if isinstance(v, TtlValue):
-        return _plain(v.value)
+        return plain(v.value)
     if isinstance(v, list):
-        return [_plain(x) for x in v]
+        return [plain(x) for x in v]
     if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
+        return {k: plain(x) for k, x in v.items()}
     return v
 
 
-class SequentialModel:
-    """The stateful operator run in one process on the input prefix; moves forward incrementally
-    when offsets only grow (the common case), and starts over otherwise."""
+def _ttl_ms(meta: Any) -> int | None:
+    ttl = getattr(meta, "ttl", None)
+    return None if ttl is None else StateTtlConfig.from_dict(ttl).ttl_ms
 
-    def __init__(self, spec: JobSpec) -> None:
-        self.spec = spec
-        self.stage = next(s for s in spec.graph.stages if s.name == spec.stateful_operator)
-        self._reset()
 
-    def _reset(self) -> None:
-        max_p = self.spec.graph.max_parallelism
-        self.backend = HeapKeyedStateBackend(max_p, KeyGroupRange(0, max_p - 1))
-        self.fn = copy.deepcopy(self.stage.function)
-        self.ctx = RuntimeContext(
-            self.backend, None, self.backend.time_provider, self.stage.name, 0, 1, max_p
-        )  # type: ignore[arg-type]
-        self.fn.open(self.ctx)
-        self.offsets: dict[str, int] = {}
-
-    def advance(self, offsets: dict[str, int]) -> None:
-        if any(int(offsets.get(k, 0)) < n for k, n in self.offsets.items()):
-            self._reset()
-        for r in self.spec.source.between(self.offsets, offsets):
-            self.backend.set_current_key(self.stage.key_selector(r))
-            self.fn.process_element(r, self.ctx)
-            self.ctx._drain()
-        self.offsets = {k: int(v) for k, v in offsets.items()}
-
-    def state(self, name: str, key: Any) -> Any:
-        table = self.backend._tables.get(name)
-        if table is None:
-            return None
-        for per_key in table.data.values():
-            if key in per_key:
-                return _plain(per_key[key])
-        return None
-
-    def keys(self, name: str) -> set[Any]:
-        table = self.backend._tables.get(name)
-        return {k for per_key in table.data.values() for k in per_key} if table else set()
+def _flat(key_groups: dict[int, Any], kgr: KeyGroupRange) -> dict[tuple[str, Any, Any], Any]:
+    """(state, namespace, key) -> value over the key groups in ``kgr``."""
+    out = {}
+    for kg, per in key_groups.items():
+        if kg in kgr:
+            for st, by_ns in per.items():
+                for ns, by_key in by_ns.items():
+                    for key, v in by_key.items():
+                        out[(st, ns, key)] = v
+    return out
 
 
 def check_restored_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
     problems: list[str] = []
-    checked = 0
-    model = SequentialModel(spec) if spec.model_states else None
+    checked = compared = 0
+    stages = {s.name for s in spec.graph.stages}
+    skip_model = spec.contract.interleaving
+    ref: ReferenceRun | None = None
+    models: dict[tuple[int, str], Any] = {}  # (checkpoint, stage) -> the reference's state there
+    starts = art.of_type("run_start")
+    run_start = int(starts[0].get("t", 0)) if starts else 0
     restores = sorted(
         (e for e in art.of_type("restore") if e.get("checkpoint_id") is not None),
         key=lambda e: (e["checkpoint_id"], e["seq"]),
@@ -107,29 +97,42 @@ def check_restored_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
                                 f"{where}: state {st!r} key {key!r} (key group {kg}): restored "
                                 f"{ka.get(key, '<absent>')!r}, checkpoint has {kb.get(key, '<absent>')!r}"
                             )
-        if model is not None and op == spec.stateful_operator:
-            offsets = view.checkpoint.extra.get("source_offsets", {})
-            model.advance(offsets)
-            for st in spec.model_states:
-                held = {
-                    key: _plain(v)
-                    for per in mine.values()
-                    for key, v in per.get(st, {}).get(VOID_NAMESPACE, {}).items()
-                }
-                want = {
-                    k for k in model.keys(st) if assign_to_key_group(k, spec.graph.max_parallelism) in kgr
-                }
-                for key in sorted(want | set(held), key=repr):
-                    m = model.state(st, key)
-                    if held.get(key) != m:
-                        problems.append(
-                            f"{where}: state {st!r} key {key!r}: restored {held.get(key, '<absent>')!r}, the "
-                            f"sequential model fed the input before the checkpoint's offsets has {m!r}"
-                        )
+        if skip_model is not None or op not in stages:
+            continue
+        if (cid, op) not in models:
+            ref = (ref or spec.reference()).advance(view.checkpoint.extra.get("source_offsets", {}))
+            models[(cid, op)] = ref.state(op)
+        model = models[(cid, op)]
+        compared += 1
+        metas = {**model.states, **(restored.keyed.states if restored.keyed else {})}
+        held = _flat(mine, kgr)
+        want = _flat(model.key_groups, kgr)
+        expirable = int(view.checkpoint.timestamp_ms) - run_start
+        for k in sorted(set(held) | set(want), key=repr):
+            st, _, key = k
+            h, m = plain(held.get(k)), plain(want.get(k))
+            if h == m:
+                continue
+            ttl = _ttl_ms(metas.get(st))
+            if ttl is not None and k not in held and expirable >= ttl:
+                continue  # may have expired on the run's clock
+            problems.append(
+                f"{where}: state {st!r} key {key!r}: restored {held.get(k, '<absent>') if k in held else '<absent>'!r}"
+                f", the fault-free reference fed the input before the checkpoint's offsets has "
+                f"{m if k in want else '<absent>'!r}"
+            )
+    skipped = f"; model comparison skipped: {skip_model}" if skip_model else ""
     return Verdict.of(
         "restored_state",
         problems,
-        f"{checked} subtask restores equal their checkpoint and the sequential model",
-        "{n} differences between restored state and checkpoint/model",
+        f"{checked} subtask restores equal their checkpoint"
+        + (f", {compared} equal the fault-free reference at the same cut" if not skip_model else "")
+        + skipped,
+        "{n} differences between restored state and checkpoint/reference",
         restores=checked,
+        model_compared=compared,
+        model_skipped=skip_model,
     )
+
+
+register_oracle("restored_state", check_restored_state)

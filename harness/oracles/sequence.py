@@ -8,25 +8,32 @@ from typing import Any
 
 from harness.jobs import JobSpec
 from harness.oracles.artifacts import RunArtifacts
+from harness.oracles.registry import register_oracle
 from harness.oracles.verdict import Verdict
 
 __all__ = ["check_sequence"]
 
 
 def check_sequence(art: RunArtifacts, spec: JobSpec) -> Verdict:
-    want = Counter(spec.record_key(r) for r in spec.expected_output())
+    c = spec.contract
+    if c.key is None or c.seq is None:
+        raise ValueError(
+            f"job {spec.graph.name!r} declares no per-key sequence number (JobBuilder.output(key=..., seq=...))"
+        )
+    record_key, record_seq = c.key, c.seq
+    want = Counter(record_key(r) for r in spec.expected_output())
     last: dict[Any, int] = {}
     problems = []
     bad_keys: set[Any] = set()
-    for c in art.committed:
-        key, seq = spec.record_key(c.record), spec.record_seq(c.record)
+    for rec in art.committed:
+        key, seq = record_key(rec.record), record_seq(rec.record)
         prev = last.get(key, 0)
         if seq != prev + 1 and key not in bad_keys:
             bad_keys.add(key)
             what = "repeated" if seq <= prev else f"skipped {prev + 1}..{seq - 1}"
             problems.append(
-                f"key {key!r}: seq {seq} follows {prev} ({what}) in transaction {c.txn} "
-                f"(checkpoint {c.checkpoint_id})"
+                f"key {key!r}: seq {seq} follows {prev} ({what}) in transaction {rec.txn} "
+                f"(checkpoint {rec.checkpoint_id})"
             )
         last[key] = max(prev, seq)
     for key, n in sorted(want.items(), key=lambda kv: repr(kv[0])):
@@ -43,3 +50,6 @@ def check_sequence(art: RunArtifacts, spec: JobSpec) -> Verdict:
         "{n} keys break the per-key sequence",
         keys=len(want),
     )
+
+
+register_oracle("sequence", check_sequence)

@@ -8,18 +8,23 @@ from __future__ import annotations
 
 from harness.jobs import JobSpec
 from harness.oracles.artifacts import RunArtifacts
+from harness.oracles.registry import register_oracle
 from harness.oracles.verdict import Verdict
 
 __all__ = ["check_ttl"]
 
 
 def check_ttl(art: RunArtifacts, spec: JobSpec) -> Verdict:
-    if "ttl_ms" not in spec.options:
+    cfg = spec.contract.oracle_config.get("ttl")
+    if cfg is None:
         return Verdict(
-            "ttl", False, f"job {spec.graph.name!r} has no TTL state to verify (use job: ttl_verify)"
+            "ttl",
+            False,
+            f"job {spec.graph.name!r} declares no TTL reads to verify "
+            "(JobBuilder.oracle_config('ttl', TtlReads(...)), as job ttl_verify does)",
         )
-    ttl = int(spec.options["ttl_ms"])
-    stale_ok = spec.options.get("visibility") == "ReturnExpiredIfNotCleanedUp"
+    ttl = int(cfg.ttl_ms)
+    stale_ok = cfg.visibility == "ReturnExpiredIfNotCleanedUp"
     skew = max(
         [
             abs(int((e.get("details") or {}).get("skew_ms", 0)))
@@ -61,3 +66,6 @@ def check_ttl(art: RunArtifacts, spec: JobSpec) -> Verdict:
         ambiguous=ambiguous,
         skew_ms=skew,
     )
+
+
+register_oracle("ttl", check_ttl)

@@ -27,16 +27,30 @@ from harness.spark.task_runner import run_subtask
 from harness.spark.transport import CoordinatorServer
 from reference_impl.checkpoint import StateFileHandle
 
-__all__ = ["SparkExecutor"]
+__all__ = ["SparkExecutor", "JOB_CODE_FAILED"]
+
+# marks a task failure no restart can fix: the job's code does not load on the executor
+JOB_CODE_FAILED = "statechaos: the job's code cannot be loaded on the executor"
 
 
 def _stage_body(graph: JobGraph, run_dir: str, coordinators: dict[str, Endpoint]) -> Any:
+    from pyspark import cloudpickle
+
+    blob = cloudpickle.dumps(graph)  # user modules registered by value travel inside
+
     def body(it: Any) -> Any:
+        import pickle
+        import traceback
+
         from pyspark import BarrierTaskContext
 
+        try:
+            g = pickle.loads(blob)
+        except Exception:  # e.g. a module the job imports is missing on the executor
+            raise RuntimeError(f"{JOB_CODE_FAILED}\n{traceback.format_exc()}") from None
         list(it)
         ctx = BarrierTaskContext.get()
-        yield run_subtask(graph, run_dir, coordinators, ctx.partitionId(), ctx, ctx.taskAttemptId())
+        yield run_subtask(g, run_dir, coordinators, ctx.partitionId(), ctx, ctx.taskAttemptId())
 
     return body
 
@@ -330,6 +344,10 @@ class SparkExecutor:
         if "error" in result:
             if self.stopping_for_rescale:
                 return "rescale"
+            text = str(result["error"])
+            if JOB_CODE_FAILED in text:  # no restart can fix this: fail now, with the executor's traceback
+                tb = text[text.index(JOB_CODE_FAILED) :].split("\n\tat ")[0]
+                raise JobFailure(tb.strip())
             return "failed:" + _short(result["error"])
         if self.stopping_for_rescale:
             return "rescale"

@@ -127,14 +127,14 @@ def test_a_broken_runtime_exits_1_and_its_replay_reproduces_the_failure(tmp_path
     ).read_bytes()
 
 
-def test_an_unknown_job_exits_2_naming_it(tmp_path):
+def test_an_unknown_job_exits_2_naming_it(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\ncluster: sim\njob: no_such_job\n")
-    report = tmp_path / "out.json"
-    rc = main(["run", str(bad), "--runs-dir", str(tmp_path / "runs"), "--json", str(report)])
+    rc = main(["run", str(bad), "--runs-dir", str(tmp_path / "runs")])
     assert rc == 2
-    data = json.loads(report.read_text())
-    assert data["scenarios"][0]["error_kind"] == "input" and "no_such_job" in data["scenarios"][0]["error"]
+    err = capsys.readouterr().err.replace("\n", " ")
+    assert f"{bad}:3: job: unknown job 'no_such_job'" in err
+    assert not (tmp_path / "runs").exists()  # rejected before anything ran
 
 
 def test_a_local_cluster_too_small_for_the_barrier_stage_is_an_input_error():

@@ -1,0 +1,142 @@
+"""A scenario's job: resolving ``job``/``job_options`` to a graph at the scenario's parallelism, and
+checking every name the scenario uses against that graph (parallelism, rescale steps, fault
+targets and channels, checks that need something the job must declare). Problems come back with
+their field path, so validation names the file, line and field."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from harness.job import JobGraph
+from harness.jobs import JobSpec, UnknownJobError, load_job
+
+__all__ = ["scenario_job", "job_problems", "default_checks", "checks_for", "DEFAULT_CHECKS"]
+
+DEFAULT_CHECKS = ("exactly_once", "sequence", "restored_state", "checkpoint_integrity", "liveness")
+_TASK = re.compile(r"^(?P<op>.+)\[(?P<i>\d+)\]$")
+_TASK_TARGETED = ("crash_task", "clock_skew", "failpoint")  # target: a subtask "op[i]"
+_CHANNEL_KINDS = ("delay_barrier", "network")  # channel: "up[i]->down[j]"
+
+
+def scenario_job(sc: Any, base_dir: Path | None = None) -> JobSpec:
+    """The scenario's job at its parallelism (when the scenario sets it) and max parallelism (idem)."""
+    fields = sc.model_fields_set
+    return load_job(
+        sc.job,
+        sc.job_options,
+        records=sc.records,
+        keys=sc.keys,
+        seed=sc.seed,
+        parallelism=sc.parallelism if "parallelism" in fields else None,
+        max_parallelism=sc.max_parallelism if "max_parallelism" in fields else None,
+        base_dir=base_dir,
+    )
+
+
+def default_checks(graph: JobGraph) -> list[str]:
+    """The default checks, without ``sequence`` for a job that declares no per-key sequence number."""
+    c = graph.contract
+    return [n for n in DEFAULT_CHECKS if n != "sequence" or (c.key is not None and c.seq is not None)]
+
+
+def checks_for(sc: Any, graph: JobGraph) -> list[str]:
+    return list(sc.checks) if "checks" in sc.model_fields_set else default_checks(graph)
+
+
+def _known(graph: JobGraph) -> str:
+    return ", ".join(graph.operators())
+
+
+def job_problems(sc: Any, base_dir: Path | None = None) -> list[tuple[tuple[Any, ...], str]]:
+    """Every name the scenario uses that its job does not have, with the field path it is at."""
+    try:
+        base = load_job(
+            sc.job,
+            sc.job_options,
+            records=sc.records,
+            keys=sc.keys,
+            seed=sc.seed,
+            max_parallelism=sc.max_parallelism if "max_parallelism" in sc.model_fields_set else None,
+            base_dir=base_dir,
+        ).graph
+    except UnknownJobError as e:
+        field = "job_options" if "job_options" in str(e) else "job"
+        return [((field,), str(e))]
+    out: list[tuple[tuple[Any, ...], str]] = []
+    ops = set(base.operators())
+
+    def names(p: Any, loc: tuple[Any, ...]) -> None:
+        if isinstance(p, dict):
+            for name in p:
+                if name not in ops:
+                    out.append(
+                        (
+                            (*loc, name),
+                            f"job {base.name!r} has no operator {name!r} (operators: {_known(base)})",
+                        )
+                    )
+
+    names(sc.parallelism, ("parallelism",))
+    for i, step in enumerate(sc.rescale):
+        names(step.parallelism, ("rescale", i, "parallelism"))
+    if out:
+        return out
+    # the most subtasks each operator ever has (initial deployment and every rescale)
+    graphs = [base.with_parallelism(sc.parallelism) if "parallelism" in sc.model_fields_set else base]
+    graphs += [graphs[0].with_parallelism(step.parallelism) for step in sc.rescale]
+    most = {op: max(g.parallelism()[op] for g in graphs) for op in ops}
+
+    def task(name: str, loc: tuple[Any, ...]) -> None:
+        m = _TASK.match(name)
+        if m is None or m["op"] not in ops:
+            what = f"operator {m['op']!r}" if m else f"subtask {name!r}"
+            out.append(
+                (
+                    loc,
+                    f"job {base.name!r} has no {what}: expected OPERATOR[i] with OPERATOR one of {_known(base)}",
+                )
+            )
+        elif int(m["i"]) >= most[m["op"]]:
+            out.append(
+                (
+                    loc,
+                    f"{name}: operator {m['op']!r} has at most {most[m['op']]} subtasks in this scenario (0..{most[m['op']] - 1})",
+                )
+            )
+
+    for i, f in enumerate(sc.faults):
+        if f.kind in _TASK_TARGETED and isinstance(f.target, str):
+            task(f.target, ("faults", i, "target"))
+        elif f.kind in _TASK_TARGETED and isinstance(f.target, int):
+            out.append(
+                (
+                    ("faults", i, "target"),
+                    f"a {f.kind} target names a subtask, e.g. {base.operators()[-1]}[0]",
+                )
+            )
+        if f.kind in _CHANNEL_KINDS and f.channel and "->" in f.channel:
+            for end in f.channel.split("->"):
+                task(end.strip(), ("faults", i, "channel"))
+        elif f.kind == "network" and f.channel and f.channel.startswith("coordinator:"):
+            task(f.channel.removeprefix("coordinator:"), ("faults", i, "channel"))
+    checks = checks_for(sc, base)
+    for i, name in enumerate(checks):
+        if name == "sequence" and (base.contract.key is None or base.contract.seq is None):
+            out.append(
+                (
+                    ("checks", i),
+                    f"job {base.name!r} declares no per-key sequence number: "
+                    "JobBuilder.output(key=..., seq=...) or drop 'sequence'",
+                )
+            )
+        if name == "ttl" and "ttl" not in base.contract.oracle_config:
+            out.append(
+                (
+                    ("checks", i),
+                    f"job {base.name!r} declares no TTL reads: "
+                    "JobBuilder.oracle_config('ttl', TtlReads(...)) or drop 'ttl'",
+                )
+            )
+    return out

@@ -1,0 +1,53 @@
+"""``keyed_count``: the reference source keyed by key; a ValueState counts records per key and each
+record yields ``[key, seq, count]``. Fault-free, ``count == seq`` for every record. An ordinary job
+of the public API: nothing in the executors or oracles knows it by name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.job import JobBuilder, JobGraph, KeyedProcessFunction, RuntimeContext
+from harness.jobs.registry import register_job
+from harness.jobs.spec import KeySeqOutput
+from harness.sinks import ExactlyOnceFileSinkSpec
+from harness.sources import SequenceSource
+from reference_impl.state import ValueStateDescriptor
+
+__all__ = ["KeyedCount", "keyed_count"]
+
+
+def _key(r: Any) -> Any:
+    return r[0]
+
+
+def _seq(r: Any) -> int:
+    return int(r[1])
+
+
+class KeyedCount(KeyedProcessFunction):
+    """A running count per key in a ValueState."""
+
+    def open(self, ctx: RuntimeContext) -> None:
+        self.count = ctx.get_state(ValueStateDescriptor("count", default=0))
+
+    def process_element(self, value: Any, ctx: RuntimeContext) -> None:
+        n = self.count.value() + 1
+        self.count.update(n)
+        ctx.collect([value[0], value[1], n])
+
+
+def keyed_count(records: int = 10_000, keys: int = 100, seed: int = 0, parallelism: int = 2) -> JobGraph:
+    src = SequenceSource(records, keys, seed)
+    return (
+        JobBuilder("keyed_count", 128)
+        .source("source", src, parallelism)
+        .key_by(_key)
+        .process("count", KeyedCount(), parallelism)
+        .sink(ExactlyOnceFileSinkSpec())
+        .output(key=_key, seq=_seq, expected=lambda inputs: [[r[0], r[1], r[1]] for r in inputs])
+        .expected_columns(lambda: KeySeqOutput.of_source(src, seq_fields=1))  # [key, seq, count=seq]
+        .build()
+    )
+
+
+register_job("keyed_count", keyed_count)
