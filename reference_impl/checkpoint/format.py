@@ -44,7 +44,12 @@ from reference_impl.checkpoint.format_v2 import (
 )
 from reference_impl.checkpoint.format_v3 import write_subtask_state
 from reference_impl.checkpoint.values import decode_operator, decoder, encode_state_value, keyed_from_header
-from reference_impl.keygroups import KeyGroupRange, compute_key_group_range_for_operator_index
+from reference_impl.keygroups import (
+    KeyGroupRange,
+    assign_to_key_group,
+    assign_to_key_groups,
+    compute_key_group_range_for_operator_index,
+)
 from reference_impl.serializers import MSGPACK
 from reference_impl.snapshot import KeyedStateSnapshot, SubtaskStateSnapshot
 
@@ -181,6 +186,18 @@ def _check_identity(
         )
 
 
+def _check_key_groups(per_state: dict[str, Any], kg: int, max_parallelism: int, name: str) -> None:
+    for st_name, per_ns in per_state.items():
+        for per_key in per_ns.values():
+            keys = list(per_key)
+            if keys and (assign_to_key_groups(keys, max_parallelism) != kg).any():
+                bad = next(k for k in keys if assign_to_key_group(k, max_parallelism) != kg)
+                raise CorruptStateFileError(
+                    f"{name}: key {bad!r:.40} of state {st_name!r} is in the section of key group {kg}, "
+                    f"it belongs to key group {assign_to_key_group(bad, max_parallelism)}"
+                )
+
+
 class _SinkError(Exception):
     """An exception of the ``load_into`` receiver, carried through the file checks unchanged."""
 
@@ -196,6 +213,7 @@ def decode_subtask_state(
     base_dir: str | Path | None = None,
     load_into: KeyGroupSink | None = None,
     expect: Identity | None = None,
+    check_keys: bool = False,
 ) -> tuple[SubtaskStateSnapshot, int]:
     """Read a state file, only the key groups in ``key_group_range`` (all if None); every section read
     is checked. Returns the snapshot and the number of bytes read. A version-2 manifest's key groups
@@ -209,9 +227,10 @@ def decode_subtask_state(
     it is verified and decoded, while the next one is read (e.g.
     :meth:`~reference_impl.state.HeapKeyedStateBackend.key_group_restorer`); the returned snapshot
     then holds no key groups. A damaged section still raises, after the key groups before it were
-    handed over."""
+    handed over. ``check_keys`` (validation) also checks that every key lies in the key group whose
+    section holds it, which catches sections swapped with their checksums recomputed."""
     try:
-        return _decode(fh, name, key_group_range, base_dir, load_into, expect)
+        return _decode(fh, name, key_group_range, base_dir, load_into, expect, check_keys)
     except CorruptStateFileError:
         raise
     except _SinkError as e:  # the receiving backend's own refusal: not the file's fault
@@ -227,6 +246,7 @@ def _decode(
     base_dir: str | Path | None,
     load_into: KeyGroupSink | None,
     expect: Identity | None,
+    check_keys: bool,
 ) -> tuple[SubtaskStateSnapshot, int]:
     h, fmt = _read_checked_header(fh, name)
     p = h.plain
@@ -255,6 +275,8 @@ def _decode(
 
     def done(kg: int, per_state: dict[str, Any]) -> None:
         assert keyed is not None
+        if check_keys:
+            _check_key_groups(per_state, kg, keyed.max_parallelism, name)
         if sink is None:
             keyed.key_groups[kg] = per_state
             return

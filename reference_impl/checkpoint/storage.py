@@ -258,7 +258,9 @@ def validate_checkpoint(directory: Path, job_id: str | None = None) -> Completed
                         f"{p}: size {size} bytes, _metadata says {f.size} (truncated or damaged)"
                     )
                 verify_stream(fh, str(p), size, f.crc32)
-                decode_subtask_state(fh, str(p), load_into=_discard_key_groups, expect=chk.identity(f))
+                decode_subtask_state(
+                    fh, str(p), load_into=_discard_key_groups, expect=chk.identity(f), check_keys=True
+                )
         except FileNotFoundError:
             raise CheckpointError(f"{p}: missing (named by {chk.directory / METADATA})") from None
         except IsADirectoryError:
