@@ -47,7 +47,7 @@ MAGIC, TRAILER_MAGIC = b"SCST", b"TSCS"
 OPERATOR = "operator"  # the section id of operator state (key groups are ints)
 PRE = struct.Struct(">4sHI")  # magic, version, header length
 U32 = struct.Struct(">I")
-CHUNK = 1 << 20  # bytes per read when a check streams a file
+CHUNK = 64 << 10  # bytes per read when a check streams a file: the whole memory a check needs
 
 
 class CorruptStateFileError(ValueError):
@@ -202,14 +202,16 @@ def verify_stream(fh: BinaryIO, name: str, size: int, expected_crc: int | None =
     reading ``CHUNK`` bytes at a time: constant memory whatever the file's size."""
     if size < PRE.size + 12:
         raise CorruptStateFileError(f"{name}: truncated or missing trailer ({size} bytes)")
-    fh.seek(0)
-    running, left = 0, size - 8
+    buf = memoryview(bytearray(min(CHUNK, size)))  # one buffer, reused: no allocation per chunk
+    running, offset, left = 0, 0, size - 8
     while left:
-        chunk = fh.read(min(CHUNK, left))
-        if not chunk:
-            raise CorruptStateFileError(f"{name}: truncated while reading ({size - left} of {size} bytes)")
-        running = zlib.crc32(chunk, running)
-        left -= len(chunk)
+        n = _read_into(fh, buf[: min(CHUNK, left)], offset)
+        if not n:
+            raise CorruptStateFileError(f"{name}: truncated while reading ({offset} of {size} bytes)")
+        running = zlib.crc32(buf[:n], running)
+        offset += n
+        left -= n
+    fh.seek(offset)
     tail = fh.read(8)
     if len(tail) != 8 or tail[4:] != TRAILER_MAGIC:
         raise CorruptStateFileError(f"{name}: truncated or missing trailer ({size} bytes)")
@@ -217,6 +219,14 @@ def verify_stream(fh: BinaryIO, name: str, size: int, expected_crc: int | None =
         raise CorruptStateFileError(f"{name}: file checksum mismatch (the file is damaged)")
     if expected_crc is not None and zlib.crc32(tail, running) & 0xFFFFFFFF != expected_crc:
         raise CorruptStateFileError(f"{name}: checksum mismatch (the file is damaged)")
+
+
+def _read_into(fh: BinaryIO, view: memoryview, offset: int) -> int:
+    try:
+        return os.preadv(fh.fileno(), [view], offset)  # type: ignore[attr-defined]
+    except (AttributeError, io.UnsupportedOperation):
+        fh.seek(offset)
+        return fh.readinto(view)  # type: ignore[attr-defined]
 
 
 def verify_file(data: bytes, name: str) -> None:

@@ -232,7 +232,9 @@ def apply_key_group_file(
     try:
         _apply_rows(MSGPACK.loads(section), first, decoders, per_state)
     except Exception as e:
-        raise CorruptStateFileError(f"{path}: undecodable key group {kg}: {type(e).__name__}: {e}") from None
+        raise CorruptStateFileError(
+            f"{path}: undecodable key group {kg} (named by {referrer}): {type(e).__name__}: {e}"
+        ) from None
     return len(data)
 
 

@@ -1,0 +1,416 @@
+"""Damage fuzzing over checkpoints of both backends (heap: full version-3 files; on-disk: incremental
+manifests and shared files) and of a real sim run: bit flips, truncations, swaps between subtasks,
+copies from other checkpoints, unreadable files, and re-sealed edits whose checksums are recomputed.
+The invariant: a restore returns exactly the checkpointed state of some intact checkpoint, or fails
+with a clear :class:`CheckpointError`; never anything else, and never an exception of another kind."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import allure
+import msgpack
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from reference_impl.checkpoint import CheckpointError, FileSystemCheckpointStorage, load_metadata
+from reference_impl.checkpoint.format import referenced_shared_files
+from reference_impl.keygroups import (
+    assign_key_to_parallel_operator,
+    compute_key_group_range_for_operator_index,
+)
+from reference_impl.operator_state import OperatorStateBackend
+from reference_impl.snapshot import SubtaskStateSnapshot
+from reference_impl.state import (
+    HeapKeyedStateBackend,
+    ListStateDescriptor,
+    ValueStateDescriptor,
+)
+from reference_impl.state.ondisk_backend import OnDiskKeyedStateBackend
+from reference_impl.time import ManualClock
+from suites.reference.checkpoint_damage import (
+    METADATA,
+    StateFile,
+    copy_job,
+    crc,
+    expected_states,
+    read_all,
+    reseal_metadata,
+)
+
+pytestmark = allure.epic("reference")
+
+MAX_P, P, JOB = 16, 3, "job"
+OPS = {"count": {"parallelism": P, "max_parallelism": MAX_P}}
+
+
+def _update(backends: list[Any], cid: int) -> None:
+    for k in range(60):
+        if cid > 1 and k % (cid + 1):
+            continue  # a later checkpoint changes only some keys: the on-disk one writes deltas
+        b = backends[assign_key_to_parallel_operator(k, MAX_P, P)]
+        b.set_current_key(k)
+        b.get_state(ValueStateDescriptor("count", default=0)).update(cid * 1000 + k)
+        b.get_state(ListStateDescriptor("seen")).add(f"c{cid}")
+
+
+def _operator_state(cid: int, i: int) -> Any:
+    ob = OperatorStateBackend()
+    ob.get_list_state("offsets").add(cid * 10 + i)
+    return ob.snapshot()
+
+
+def _write_job(root: Path, backend: str) -> Path:
+    """Three checkpoints of an operator at parallelism 3, with keyed and operator state."""
+    st = FileSystemCheckpointStorage(root)
+    with contextlib.ExitStack() as stack:
+        ranges = [compute_key_group_range_for_operator_index(MAX_P, P, i) for i in range(P)]
+        if backend == "heap":
+            backends: list[Any] = [HeapKeyedStateBackend(MAX_P, r, ManualClock(1000)) for r in ranges]
+        else:
+            backends = [
+                stack.enter_context(OnDiskKeyedStateBackend(MAX_P, r, ManualClock(1000))) for r in ranges
+            ]
+        for cid in (1, 2, 3):
+            _update(backends, cid)
+            handles = []
+            for i, b in enumerate(backends):
+                if backend == "heap":
+                    snap = SubtaskStateSnapshot("count", i, P, MAX_P, b.snapshot(), _operator_state(cid, i))
+                    handles.append(st.write_subtask_state(JOB, cid, snap))
+                else:
+                    res = b.checkpoint_incremental(st, JOB, cid, "count", i, P, _operator_state(cid, i))
+                    handles.append(res.handle)
+            st.finalize_checkpoint(JOB, cid, handles, OPS)
+    return root / JOB
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict[int, Any]]]:
+    """Pristine job directories (heap, on-disk incremental, a sim run) and each checkpoint's state."""
+    from chaos.runner import run_scenario
+    from chaos.scenario import Scenario
+
+    out = {}
+    for backend in ("heap", "ondisk"):
+        d = _write_job(tmp_path_factory.mktemp(backend), backend)
+        out[backend] = (d, expected_states(d))
+    sc = Scenario.model_validate(
+        {
+            "name": "damage",
+            "cluster": "sim",
+            "job": "keyed_count",
+            "parallelism": {"source": 2, "count": 3},
+            "max_parallelism": 32,
+            "records": 2000,
+            "keys": 40,
+            "checkpoint": {"interval_ms": 40, "retained": 3},
+            "checks": ["exactly_once"],
+            "seed": 3,
+        }
+    )
+    outcome = run_scenario(sc, tmp_path_factory.mktemp("sim") / "run")
+    job_dir = next(p for p in (Path(outcome.run_dir) / "checkpoints").iterdir() if p.is_dir())
+    assert len(FileSystemCheckpointStorage(job_dir.parent).list_checkpoints(job_dir.name)) >= 2
+    out["sim"] = (job_dir, expected_states(job_dir))
+    return out
+
+
+def _restore(job_dir: Path) -> tuple[int, Any]:
+    report = FileSystemCheckpointStorage(job_dir.parent).restore_latest(job_dir.name)
+    assert report.checkpoint is not None
+    return report.checkpoint.checkpoint_id, read_all(report.checkpoint)
+
+
+def _holds(job_dir: Path, expected: dict[int, Any], what: str) -> str:
+    """The invariant; returns what happened (for the statistics hypothesis reports)."""
+    try:
+        cid, got = _restore(job_dir)
+    except CheckpointError as e:
+        assert str(e), what
+        return "failed clearly"
+    assert got == expected[cid], f"{what}: restored checkpoint {cid} with state that is not its own"
+    return "newest" if cid == max(expected) else "fell back"
+
+
+# ----------------------------------------------------------------------------- the damage
+
+
+def _newest(job_dir: Path) -> Path:
+    st = FileSystemCheckpointStorage(job_dir.parent)
+    return st.checkpoint_dir(job_dir.name, st.list_checkpoints(job_dir.name)[-1])
+
+
+def _older(job_dir: Path) -> Path:
+    st = FileSystemCheckpointStorage(job_dir.parent)
+    return st.checkpoint_dir(job_dir.name, st.list_checkpoints(job_dir.name)[-2])
+
+
+def _state_files(d: Path) -> list[Path]:
+    return [d / f.path for f in load_metadata(d).files]
+
+
+def _shared_files(d: Path) -> list[Path]:
+    return sorted(
+        {
+            (d / r.path).resolve()
+            for f in _state_files(d)
+            for r in referenced_shared_files(f.read_bytes(), str(f))
+        }
+    )
+
+
+def _flip(data: Any, job_dir: Path) -> str:
+    d = _newest(job_dir)
+    f = data.draw(st.sampled_from([d / METADATA, *_state_files(d), *_shared_files(d)]))
+    b = bytearray(f.read_bytes())
+    i = data.draw(st.integers(0, len(b) - 1))
+    b[i] ^= 1 << data.draw(st.integers(0, 7))
+    f.write_bytes(bytes(b))
+    return f"flip byte {i} of {f.name}"
+
+
+def _truncate(data: Any, job_dir: Path) -> str:
+    d = _newest(job_dir)
+    f = data.draw(st.sampled_from([d / METADATA, *_state_files(d), *_shared_files(d)]))
+    b = f.read_bytes()
+    n = data.draw(st.integers(0, len(b) - 1))
+    f.write_bytes(b[:n])
+    return f"truncate {f.name} to {n}"
+
+
+def _swap_entries(data: Any, job_dir: Path) -> str:
+    """Swap two subtasks' entries in _metadata, checksums recomputed."""
+    d = _newest(job_dir)
+    n = len(load_metadata(d).files)
+    i, j = data.draw(st.lists(st.integers(0, n - 1), min_size=2, max_size=2, unique=True))
+
+    def edit(c: dict) -> None:
+        a, b = c["files"][i], c["files"][j]
+        a["path"], b["path"] = b["path"], a["path"]
+
+    reseal_metadata(d, edit)
+    return f"swap _metadata entries {i} and {j}"
+
+
+def _swap_files(data: Any, job_dir: Path) -> str:
+    d = _newest(job_dir)
+    files = _state_files(d)
+    a, b = data.draw(st.lists(st.sampled_from(files), min_size=2, max_size=2, unique=True))
+    da, db = a.read_bytes(), b.read_bytes()
+    a.write_bytes(db)
+    b.write_bytes(da)
+    if data.draw(st.booleans()):
+        reseal_metadata(d)
+    return f"swap {a.name} and {b.name}"
+
+
+def _copy_file(data: Any, job_dir: Path) -> str:
+    d, old = _newest(job_dir), _older(job_dir)
+    f = data.draw(st.sampled_from(_state_files(d)))
+    if (old / f.name).is_file():
+        shutil.copyfile(old / f.name, f)
+    if data.draw(st.booleans()):
+        reseal_metadata(d)
+    return f"copy {f.name} from {old.name}"
+
+
+def _copy_dir(data: Any, job_dir: Path) -> str:
+    d, old = _newest(job_dir), _older(job_dir)
+    only_metadata = data.draw(st.booleans())
+    if only_metadata:
+        shutil.copyfile(old / METADATA, d / METADATA)
+    else:
+        shutil.rmtree(d)
+        shutil.copytree(old, d)
+    if data.draw(st.booleans()):
+        cid = int(d.name.split("-")[1])
+        reseal_metadata(d, lambda c: c.update(checkpoint_id=cid))
+    return f"copy {'_metadata' if only_metadata else 'everything'} of {old.name} into {d.name}"
+
+
+def _unreadable(data: Any, job_dir: Path) -> str:
+    d = _newest(job_dir)
+    f = data.draw(st.sampled_from(_state_files(d)))
+    if data.draw(st.booleans()):
+        f.unlink()
+        f.mkdir()
+        return f"{f.name} is a directory"
+    f.chmod(0)  # unreadable unless the tests run as root
+    return f"{f.name} without permissions"
+
+
+_EDITS = [
+    "subtask",
+    "operator",
+    "range",
+    "parallelism",
+    "checkpoint",
+    "job",
+    "unbound",
+    "serializer",
+    "pickle",
+]
+_EDITS += ["operator_section", "shape", "duplicate", "out_of_range", "swap_sections", "overlap", "outside"]
+_EDITS += [
+    "garbage",
+    "shared_dotdot",
+    "shared_absolute",
+    "shared_duplicate",
+    "shared_swap",
+    "shared_outside_range",
+]
+_BAD_OPERATOR = [[["x", 9, "msgpack", None, []]], "no", [[1]]]
+_BAD_SECTION = [{"x": 1}, [1, 2], [["count", None, 5]]]
+
+
+def _applicable(sf: StateFile) -> list[str]:
+    h, kgs = sf.header, sf.key_group_sections()
+    out = ["subtask", "operator", "parallelism", "checkpoint", "job", "unbound"]
+    if h["keyed"]:
+        out += ["range", "shape"] + (["serializer", "pickle"] if h["keyed"]["states"] else [])
+    if any(sid == "operator" for sid, _ in sf.sections):
+        out.append("operator_section")
+    if kgs:
+        out += ["duplicate", "out_of_range", "overlap", "outside", "garbage"]
+    if len(kgs) > 1:
+        out.append("swap_sections")
+    if h.get("type") == "incremental-manifest" and h["shared"]:
+        out += ["shared_dotdot", "shared_absolute", "shared_duplicate", "shared_outside_range"]
+        out += ["shared_swap"] if len(h["shared"]) > 1 else []
+    return out
+
+
+def _reseal_state_file(data: Any, job_dir: Path) -> str:
+    """An edit of one state file's header, index or sections, every checksum recomputed."""
+    files = _state_files(_newest(job_dir))
+    f = data.draw(st.sampled_from(files))
+    edit = data.draw(st.sampled_from(_applicable(StateFile(f.read_bytes()))))
+    return reseal_edit(job_dir, f, edit, data.draw(st.integers(0, 2)))
+
+
+def reseal_edit(job_dir: Path, f: Path, edit: str, variant: int = 0) -> str:
+    """Apply one named edit to state file ``f`` of the newest checkpoint and re-seal it."""
+    sf = StateFile(f.read_bytes())
+    h = sf.header
+    kgs = sf.key_group_sections()
+    if edit == "subtask":
+        h["subtask_index"] = (h["subtask_index"] + 1) % h["parallelism"]
+    elif edit == "operator":
+        h["operator_id"] += "x"
+    elif edit == "range" and h["keyed"]:
+        h["keyed"]["range"] = [0, h["max_parallelism"] - 1]
+    elif edit == "parallelism":
+        h["parallelism"] += 1
+    elif edit == "checkpoint":
+        h["checkpoint_id"] = h.get("checkpoint_id", 1) - 1
+    elif edit == "job":
+        h["job_id"] = "other"
+    elif edit == "unbound":
+        h.pop("job_id", None)
+        h.pop("checkpoint_id", None)
+    elif edit in ("serializer", "pickle") and h["keyed"] and h["keyed"]["states"]:
+        h["keyed"]["states"][0]["value_serializer"] = "no-such" if edit == "serializer" else "pickle"
+    elif edit == "operator_section":
+        ops = [s for s in sf.sections if s[0] == "operator"]
+        if ops:
+            ops[0][1] = msgpack.packb(_BAD_OPERATOR[variant])
+    elif edit == "shape" and h["keyed"]:
+        h["keyed"]["states"] = "not a list"
+    elif edit == "duplicate":
+        sf.sections.append(list(sf.sections[kgs[0]]))
+    elif edit == "out_of_range":
+        sf.sections[kgs[0]][0] = (h["keyed"]["range"][1] + 1) % h["max_parallelism"] if P > 1 else -1
+    elif edit == "swap_sections" and len(kgs) > 1:
+        a, b = sf.sections[kgs[0]], sf.sections[kgs[1]]
+        a[1], b[1] = b[1], a[1]
+    elif edit in ("overlap", "outside"):
+        index, at = [], 0
+        for sid, blob in sf.sections:
+            index.append([sid, at, len(blob), crc(blob)])
+            at += len(blob)
+        if edit == "overlap" and len(index) > 1:
+            index[1][1] = index[0][1]
+        else:
+            index[-1][2] += 1000
+        sf.index = index
+    elif edit == "garbage":
+        sf.sections[kgs[0]][1] = msgpack.packb(_BAD_SECTION[variant])
+    elif edit == "shared_dotdot":
+        outside = job_dir.parent.parent / "outside"
+        outside.mkdir(exist_ok=True)
+        ref = h["shared"][0][1][0]
+        shutil.copyfile((f.parent / ref[0]).resolve(), outside / Path(ref[0]).name)
+        ref[0] = f"../../../outside/{Path(ref[0]).name}"
+    elif edit == "shared_absolute":
+        ref = h["shared"][0][1][0]
+        ref[0] = str((f.parent / ref[0]).resolve())
+    elif edit == "shared_duplicate":
+        h["shared"].append(h["shared"][0])
+    elif edit == "shared_swap" and len(h["shared"]) > 1:
+        a, b = h["shared"][0], h["shared"][1]
+        a[1], b[1] = b[1], a[1]
+    elif edit == "shared_outside_range":
+        h["shared"][0][0] = (h["keyed"]["range"][1] + 1) % h["max_parallelism"]
+    f.write_bytes(sf.encode())
+    reseal_metadata(f.parent)
+    return f"re-sealed edit {edit} of {f.name}"
+
+
+DAMAGE = [
+    _flip,
+    _truncate,
+    _swap_entries,
+    _swap_files,
+    _copy_file,
+    _copy_dir,
+    _unreadable,
+    _reseal_state_file,
+]
+
+
+@allure.feature("checkpoint damage")
+@pytest.mark.parametrize("source", ["heap", "ondisk", "sim"])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_damage_never_restores_wrong_state(jobs, tmp_path_factory, source, data):
+    pristine, expected = jobs[source]
+    job_dir = copy_job(pristine, tmp_path_factory.mktemp("damaged"))
+    kinds = data.draw(st.lists(st.sampled_from(DAMAGE), min_size=1, max_size=2))
+    what = "; ".join(kind(data, job_dir) for kind in kinds)
+    try:
+        _holds(job_dir, expected, what)
+    finally:
+        for p in job_dir.rglob("*"):
+            with contextlib.suppress(OSError):
+                os.chmod(p, 0o755 if p.is_dir() else 0o644)
+
+
+@allure.feature("checkpoint damage")
+@pytest.mark.parametrize("source", ["heap", "ondisk", "sim"])
+def test_every_re_sealed_edit_of_every_state_file_is_refused(jobs, tmp_path_factory, source):
+    """Each structural or identity edit of each state file of the newest checkpoint, with every
+    checksum recomputed, makes that checkpoint be skipped with a reason naming the file: the restore
+    falls back to the one before and gives exactly its state."""
+    pristine, expected = jobs[source]
+    newest = max(expected)
+    cases = [
+        (f.name, edit, variant)
+        for f in _state_files(_newest(pristine))
+        for edit in _applicable(StateFile(f.read_bytes()))
+        for variant in (range(3) if edit in ("operator_section", "garbage") else [0])
+    ]
+    for name, edit, variant in cases:
+        job_dir = copy_job(pristine, tmp_path_factory.mktemp("resealed"))
+        what = reseal_edit(job_dir, _newest(job_dir) / name, edit, variant)
+        report = FileSystemCheckpointStorage(job_dir.parent).restore_latest(job_dir.name)
+        assert report.checkpoint is not None and report.checkpoint.checkpoint_id < newest, what
+        assert name in report.skipped[0][1], (what, report.skipped)
+        assert read_all(report.checkpoint) == expected[report.checkpoint.checkpoint_id], what
+        shutil.rmtree(job_dir.parent)
+    assert len({c[1] for c in cases}) >= 16, cases
