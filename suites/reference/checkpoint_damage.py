@@ -5,6 +5,7 @@ and for reading back everything a restore of a checkpoint would give. Used by th
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import struct
 import zlib
@@ -29,7 +30,7 @@ def crc(data: bytes) -> int:
 
 def read_all(chk: CompletedCheckpoint) -> dict[Any, Any]:
     """Everything a restore of ``chk`` at its own parallelism gives, per operator and subtask."""
-    out: dict[Any, Any] = {}
+    out: dict[Any, Any] = {"extra": chk.extra, "kind": chk.kind}
     for op, info in sorted(chk.operators.items()):
         if not chk.files_of(op):
             continue
@@ -55,13 +56,16 @@ def expected_states(job_dir: Path) -> dict[int, dict[Any, Any]]:
 def reseal_metadata(d: Path, edit: Any = None) -> None:
     """Apply ``edit`` to ``_metadata``'s content, then recompute every file's size and crc32 and the
     content's checksum, as a tampering user would."""
-    doc = json.loads((d / METADATA).read_bytes())
-    c = doc["content"]
+    try:
+        doc = json.loads((d / METADATA).read_bytes())
+        c = doc["content"]
+    except Exception:
+        return  # already damaged beyond parsing: nothing to re-seal
     if edit is not None:
         edit(c)
     for f in c["files"]:
         p = d / f["path"]
-        if p.is_file():
+        if p.is_file() and os.access(p, os.R_OK):
             data = p.read_bytes()
             f["size"], f["crc32"] = len(data), crc(data)
     doc["crc32"] = crc(json.dumps(c, sort_keys=True).encode())
