@@ -197,7 +197,7 @@ def load_metadata(directory: Path, job_id: str | None = None) -> CompletedCheckp
             size = os.fstat(fh.fileno()).st_size
             if size > METADATA_MAX_BYTES:
                 raise CheckpointError(f"{meta}: {size} bytes, more than any _metadata ({METADATA_MAX_BYTES})")
-            d = json.loads(fh.read(METADATA_MAX_BYTES + 1))
+            d = json.loads(fh.read(size))
         if not isinstance(d, dict) or d.get("version") not in _READABLE_METADATA:
             version = d.get("version") if isinstance(d, dict) else None
             raise CheckpointError(

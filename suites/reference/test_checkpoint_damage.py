@@ -439,3 +439,140 @@ def test_every_re_sealed_edit_of_every_state_file_is_refused(jobs, tmp_path_fact
         assert read_all(report.checkpoint) == expected[report.checkpoint.checkpoint_id], what
         shutil.rmtree(job_dir.parent)
     assert len({c[1] for c in cases}) >= 16, cases
+
+
+# ----------------------------------------------------------------------------- named cases
+
+
+def _copy(jobs: Any, tmp_path: Path, source: str) -> tuple[Path, dict[int, Any]]:
+    pristine, expected = jobs[source]
+    return copy_job(pristine, tmp_path), expected
+
+
+def _skipped_for(job_dir: Path) -> tuple[int, str]:
+    report = FileSystemCheckpointStorage(job_dir.parent).restore_latest(job_dir.name)
+    assert report.checkpoint is not None
+    return report.checkpoint.checkpoint_id, report.skipped[0][1] if report.skipped else ""
+
+
+@allure.feature("checkpoint damage")
+def test_symlinks_leading_out_are_refused_before_opening(jobs, tmp_path):
+    job_dir, expected = _copy(jobs, tmp_path / "a", "heap")
+    d = _newest(job_dir)
+    outside = tmp_path / "outside.state"
+    shutil.copyfile(d / "count-1.state", outside)  # a valid file, outside the checkpoint
+    (d / "count-1.state").unlink()
+    (d / "count-1.state").symlink_to(outside)
+    cid, why = _skipped_for(job_dir)
+    assert cid < max(expected) and "count-1.state" in why and "symlink" in why
+
+    job_dir, expected = _copy(jobs, tmp_path / "b", "ondisk")
+    shared = _shared_files(_newest(job_dir))[0]
+    outside = tmp_path / "outside" / shared.name
+    outside.parent.mkdir()
+    shutil.copyfile(shared, outside)
+    shared.unlink()
+    shared.symlink_to(outside)
+    report = FileSystemCheckpointStorage(job_dir.parent).restore_latest(job_dir.name)
+    assert report.skipped and all("symlink" in why for _, why in report.skipped), report.skipped
+
+
+@allure.feature("checkpoint damage")
+@pytest.mark.parametrize(
+    "path", ["../../../outside/{name}", "{absolute}", "../taskowned/../../{name}", "../shared/../../x"]
+)
+def test_shared_paths_leaving_the_checkpoint_are_refused(jobs, tmp_path, path):
+    job_dir, expected = _copy(jobs, tmp_path, "ondisk")
+    f = _newest(job_dir) / "count-0.state"
+    sf = StateFile(f.read_bytes())
+    ref = sf.header["shared"][0][1][0]
+    real = (f.parent / ref[0]).resolve()
+    (tmp_path / "outside").mkdir()
+    shutil.copyfile(real, tmp_path / "outside" / real.name)
+    ref[0] = path.format(name=real.name, absolute=str(tmp_path / "outside" / real.name))
+    f.write_bytes(sf.encode())
+    reseal_metadata(f.parent)
+    cid, why = _skipped_for(job_dir)
+    assert cid < max(expected) and "count-0.state" in why and "shared file" in why, why
+
+
+@allure.feature("checkpoint damage")
+def test_an_unreadable_file_falls_back(jobs, tmp_path, monkeypatch):
+    import builtins
+
+    from reference_impl.checkpoint import storage
+
+    job_dir, expected = _copy(jobs, tmp_path, "heap")
+    target = _newest(job_dir) / "count-2.state"
+
+    def guarded_open(file: Any, *a: Any, **kw: Any) -> Any:
+        if Path(file) == target:
+            raise PermissionError(13, "Permission denied", str(file))
+        return builtins.open(file, *a, **kw)
+
+    monkeypatch.setattr(storage, "open", guarded_open, raising=False)  # root reads any mode bits
+    cid, why = _skipped_for(job_dir)
+    assert cid == max(expected) - 1 and "count-2.state: unreadable (Permission denied)" in why
+
+
+@allure.feature("checkpoint damage")
+def test_no_intact_checkpoint_is_a_clear_error_and_a_job_failure(jobs, tmp_path):
+    from harness.history import HistoryWriter
+    from harness.jobmaster import JobFailure, JobMaster
+    from reference_impl.checkpoint import NoIntactCheckpointError
+
+    job_dir, _ = _copy(jobs, tmp_path / "checkpoints", "heap")
+    for d in job_dir.glob("chk-*"):
+        (d / "count-0.state").write_bytes(b"nothing")
+    with pytest.raises(NoIntactCheckpointError, match=r"none of the 3 completed checkpoints .*count-0.state"):
+        FileSystemCheckpointStorage(job_dir.parent).restore_latest(job_dir.name)
+
+    class Graph:
+        name = JOB
+
+    master = JobMaster.__new__(JobMaster)  # only what plan_restore needs
+    master.job_id, master.checkpoint_root = JOB, job_dir.parent
+    master.storage = FileSystemCheckpointStorage(job_dir.parent)
+    master.history = HistoryWriter(tmp_path / "history.jsonl", lambda: 0)
+    with pytest.raises(JobFailure, match="cannot restore"):
+        master.plan_restore(Graph())  # type: ignore[arg-type]
+    master.history.close()
+    events = (tmp_path / "history.jsonl").read_text().splitlines()
+    assert sum('"checkpoint_skipped"' in e for e in events) == 3
+
+
+@allure.feature("checkpoint damage")
+def test_lengths_are_never_trusted_beyond_the_file(jobs, tmp_path):
+    """A header length far beyond the file, and a file 100 times its expected size (with and without
+    a re-sealed _metadata), are refused at no more memory than restoring the intact checkpoint takes
+    (plus one 64 KiB read buffer): nothing is allocated for a length the file does not back."""
+    import tracemalloc
+
+    from reference_impl.checkpoint.container import CHUNK
+
+    def peak_of_restore(job_dir: Path) -> tuple[int, Any]:
+        tracemalloc.start()
+        try:
+            report = FileSystemCheckpointStorage(job_dir.parent).restore_latest(JOB)
+            return tracemalloc.get_traced_memory()[1], report
+        finally:
+            tracemalloc.stop()
+
+    intact, expected = _copy(jobs, tmp_path / "intact", "heap")
+    baseline, _ = peak_of_restore(intact)
+    job_dir, _ = _copy(jobs, tmp_path / "damaged", "heap")
+    d = _newest(job_dir)
+    f = d / "count-0.state"
+    data = bytearray(f.read_bytes())
+    data[6:10] = (0xFFFFFFF0).to_bytes(4, "big")  # header length: 4 GiB
+    f.write_bytes(bytes(data))
+    reseal_metadata(d)
+    g = d / "count-1.state"
+    g.write_bytes(g.read_bytes()[:-8] + b"\0" * (100 * g.stat().st_size) + g.read_bytes()[-8:])
+    for reseal in (False, True):
+        if reseal:
+            shutil.copyfile(intact / d.name / "count-0.state", d / "count-0.state")
+            reseal_metadata(d)  # count-1.state's 100x size is now what _metadata says
+        peak, report = peak_of_restore(job_dir)
+        assert report.checkpoint.checkpoint_id < max(expected), report.skipped
+        assert peak <= baseline + CHUNK, (reseal, peak, baseline, report.skipped)
