@@ -500,7 +500,7 @@ def test_shared_paths_leaving_the_checkpoint_are_refused(jobs, tmp_path, path):
 def test_an_unreadable_file_falls_back(jobs, tmp_path, monkeypatch):
     import builtins
 
-    from reference_impl.checkpoint import storage
+    from reference_impl.checkpoint import completed
 
     job_dir, expected = _copy(jobs, tmp_path, "heap")
     target = _newest(job_dir) / "count-2.state"
@@ -510,7 +510,7 @@ def test_an_unreadable_file_falls_back(jobs, tmp_path, monkeypatch):
             raise PermissionError(13, "Permission denied", str(file))
         return builtins.open(file, *a, **kw)
 
-    monkeypatch.setattr(storage, "open", guarded_open, raising=False)  # root reads any mode bits
+    monkeypatch.setattr(completed, "open", guarded_open, raising=False)  # root reads any mode bits
     cid, why = _skipped_for(job_dir)
     assert cid == max(expected) - 1 and "count-2.state: unreadable (Permission denied)" in why
 
