@@ -203,6 +203,8 @@ def load_metadata(directory: Path, job_id: str | None = None) -> CompletedCheckp
         raise CheckpointError(f"{meta}: unreadable metadata ({type(e).__name__}: {e})") from None
     if type(chk.checkpoint_id) is not int or not isinstance(chk.job_id, str):
         raise CheckpointError(f"{meta}: malformed job or checkpoint id")
+    if not (isinstance(chk.extra, dict) and isinstance(chk.kind, str) and type(chk.timestamp_ms) is int):
+        raise CheckpointError(f"{meta}: malformed kind, timestamp or extra")
     m = CHECKPOINT_DIR.match(directory.name)
     if m and int(m.group(1)) != chk.checkpoint_id:
         raise CheckpointError(

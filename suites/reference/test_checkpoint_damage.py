@@ -259,26 +259,6 @@ def _unreadable(data: Any, job_dir: Path) -> str:
     return f"{f.name} without permissions"
 
 
-_EDITS = [
-    "subtask",
-    "operator",
-    "range",
-    "parallelism",
-    "checkpoint",
-    "job",
-    "unbound",
-    "serializer",
-    "pickle",
-]
-_EDITS += ["operator_section", "shape", "duplicate", "out_of_range", "swap_sections", "overlap", "outside"]
-_EDITS += [
-    "garbage",
-    "shared_dotdot",
-    "shared_absolute",
-    "shared_duplicate",
-    "shared_swap",
-    "shared_outside_range",
-]
 _BAD_OPERATOR = [[["x", 9, "msgpack", None, []]], "no", [[1]]]
 _BAD_SECTION = [{"x": 1}, [1, 2], [["count", None, 5]]]
 
