@@ -16,6 +16,7 @@ naming the file, never another exception.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,8 +130,6 @@ class Identity:
 
 def encode_subtask_state(s: SubtaskStateSnapshot, binding: dict[str, Any] | None = None) -> bytes:
     """Serialize one subtask's keyed and operator state into the current format, in memory."""
-    import io
-
     out = io.BytesIO()
     write_subtask_state(s, out.write, binding)
     return out.getvalue()
@@ -339,8 +338,6 @@ def _decode(
 
 def referenced_shared_files(data: bytes, name: str) -> list[SharedFileRef]:
     """The shared files a state file names (none unless it is a manifest), from its verified header."""
-    import io
-
     h, _ = _read_checked_header(io.BytesIO(data), name)
     if h.plain.get("type") != format_v2.MANIFEST:
         return []
