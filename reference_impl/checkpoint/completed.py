@@ -168,6 +168,8 @@ def load_metadata(directory: Path, job_id: str | None = None) -> CompletedCheckp
     meta = directory / METADATA
     if not meta.is_file():
         raise CheckpointError(f"{directory}: no {METADATA}: not a completed checkpoint")
+    if os.path.dirname(os.path.realpath(meta)) != os.path.realpath(directory):
+        raise CheckpointError(f"{meta}: a symlink leading out of the checkpoint")
     try:
         with open(meta, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
@@ -226,6 +228,7 @@ def validate_checkpoint(directory: Path, job_id: str | None = None) -> Completed
     file decoded, one at a time and dropped (memory: one section, not the checkpoint). Any failure is
     a :class:`CheckpointError` naming the file."""
     chk = load_metadata(directory, job_id)
+    keyed_by_operator: dict[str, set[bool]] = {}
     for f in chk.files:
         p = chk.state_file(f)
         try:
@@ -236,8 +239,14 @@ def validate_checkpoint(directory: Path, job_id: str | None = None) -> Completed
                         f"{p}: size {size} bytes, _metadata says {f.size} (truncated or damaged)"
                     )
                 verify_stream(fh, str(p), size, f.crc32)
-                decode_subtask_state(
+                snap, _ = decode_subtask_state(
                     fh, str(p), load_into=_discard_key_groups, expect=chk.identity(f), check_keys=True
+                )
+            keyed_by_operator.setdefault(f.operator_id, set()).add(snap.keyed is not None)
+            if len(keyed_by_operator[f.operator_id]) > 1:
+                raise CheckpointError(
+                    f"{p}: {'has' if snap.keyed is not None else 'lacks'} keyed state, unlike the other "
+                    f"subtasks of operator {f.operator_id!r}"
                 )
         except FileNotFoundError:
             raise CheckpointError(f"{p}: missing (named by {chk.directory / METADATA})") from None

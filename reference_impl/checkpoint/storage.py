@@ -230,9 +230,12 @@ class FileSystemCheckpointStorage:
         would silently lose their state); with none completed, the report holds no checkpoint."""
         report = RestoreReport(None)
         completed = 0
+        job_dir = os.path.realpath(self.job_dir(job_id))
         for _, d in self.checkpoint_dirs(job_id):
             completed += (d / METADATA).exists()
             try:
+                if os.path.dirname(os.path.realpath(d)) != job_dir:
+                    raise CheckpointError(f"{d}: a symlink leading out of the job's checkpoints")
                 report.checkpoint = validate_checkpoint(d, job_id)
                 return report
             except CheckpointError as e:

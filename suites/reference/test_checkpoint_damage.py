@@ -556,3 +556,36 @@ def test_lengths_are_never_trusted_beyond_the_file(jobs, tmp_path):
         peak, report = peak_of_restore(job_dir)
         assert report.checkpoint.checkpoint_id < max(expected), report.skipped
         assert peak <= baseline + CHUNK, (reseal, peak, baseline, report.skipped)
+
+
+@allure.feature("checkpoint damage")
+def test_checkpoint_directories_and_metadata_symlinked_out_are_refused(jobs, tmp_path):
+    job_dir, expected = _copy(jobs, tmp_path / "a", "heap")
+    d = _newest(job_dir)
+    shutil.copyfile(d / METADATA, tmp_path / "elsewhere-metadata")
+    (d / METADATA).unlink()
+    (d / METADATA).symlink_to(tmp_path / "elsewhere-metadata")
+    cid, why = _skipped_for(job_dir)
+    assert cid < max(expected) and "_metadata: a symlink" in why
+
+    job_dir, expected = _copy(jobs, tmp_path / "b", "heap")
+    d = _newest(job_dir)
+    shutil.move(d, tmp_path / "elsewhere-chk")
+    d.symlink_to(tmp_path / "elsewhere-chk")
+    cid, why = _skipped_for(job_dir)
+    assert cid < max(expected) and "symlink leading out" in why
+
+
+@allure.feature("checkpoint damage")
+def test_a_subtask_stripped_of_its_keyed_state_is_refused(jobs, tmp_path):
+    """A re-sealed file whose keyed header and key-group sections were removed would restore an empty
+    subtask: the other subtasks of the operator have keyed state, so it is refused."""
+    job_dir, expected = _copy(jobs, tmp_path, "heap")
+    f = _newest(job_dir) / "count-1.state"
+    sf = StateFile(f.read_bytes())
+    sf.header["keyed"] = None
+    sf.sections = [s for s in sf.sections if s[0] == "operator"]
+    f.write_bytes(sf.encode())
+    reseal_metadata(f.parent)
+    cid, why = _skipped_for(job_dir)
+    assert cid < max(expected) and "count-1.state: lacks keyed state" in why
