@@ -222,6 +222,30 @@ def _discard_key_groups(_: Any) -> Any:
     return lambda kg, per_state: None
 
 
+def _check_like_siblings(
+    op: str,
+    snap: SubtaskStateSnapshot,
+    keyed: dict[str, set[bool]],
+    metas: dict[str, dict[str, Any]],
+    p: Path,
+) -> None:
+    """Subtasks of one operator agree on whether they hold keyed state and on each state they share
+    (kind, serializers, TTL): a re-sealed header that strips or re-declares one subtask's state is
+    refused."""
+    keyed.setdefault(op, set()).add(snap.keyed is not None)
+    if len(keyed[op]) > 1:
+        raise CheckpointError(
+            f"{p}: {'has' if snap.keyed is not None else 'lacks'} keyed state, unlike the other "
+            f"subtasks of operator {op!r}"
+        )
+    known = metas.setdefault(op, {})
+    for name, meta in (snap.keyed.states if snap.keyed is not None else {}).items():
+        if known.setdefault(name, meta) != meta:
+            raise CheckpointError(
+                f"{p}: state {name!r} is declared {meta}, the other subtasks of {op!r} declare {known[name]}"
+            )
+
+
 def validate_checkpoint(directory: Path, job_id: str | None = None) -> CompletedCheckpoint:
     """Everything a restore would read, checked and decoded: ``_metadata`` (see :func:`load_metadata`),
     each state file's confinement, size, crc32, trailer and identity, and every section and shared
@@ -229,6 +253,7 @@ def validate_checkpoint(directory: Path, job_id: str | None = None) -> Completed
     a :class:`CheckpointError` naming the file."""
     chk = load_metadata(directory, job_id)
     keyed_by_operator: dict[str, set[bool]] = {}
+    metas_by_operator: dict[str, dict[str, Any]] = {}
     for f in chk.files:
         p = chk.state_file(f)
         try:
@@ -242,12 +267,7 @@ def validate_checkpoint(directory: Path, job_id: str | None = None) -> Completed
                 snap, _ = decode_subtask_state(
                     fh, str(p), load_into=_discard_key_groups, expect=chk.identity(f), check_keys=True
                 )
-            keyed_by_operator.setdefault(f.operator_id, set()).add(snap.keyed is not None)
-            if len(keyed_by_operator[f.operator_id]) > 1:
-                raise CheckpointError(
-                    f"{p}: {'has' if snap.keyed is not None else 'lacks'} keyed state, unlike the other "
-                    f"subtasks of operator {f.operator_id!r}"
-                )
+            _check_like_siblings(f.operator_id, snap, keyed_by_operator, metas_by_operator, p)
         except FileNotFoundError:
             raise CheckpointError(f"{p}: missing (named by {chk.directory / METADATA})") from None
         except IsADirectoryError:

@@ -57,6 +57,14 @@ def enc_value(meta: StateMeta, v: Any) -> Any:
     return one(v)
 
 
+def _ttl_pair(x: Any) -> Any:
+    """A stored TTL value ``[timestamp, value]``, checked: a header re-declaring a state's TTL or kind
+    must not make other data read as values."""
+    if type(x) is not list or len(x) != 2 or type(x[0]) is not int:
+        raise ValueError(f"a TTL value is [timestamp, value], not {x!r:.40}")
+    return x
+
+
 def _dec_value(meta: StateMeta, v: Any) -> Any:
     ser = get_serializer(meta.value_serializer)
     ttl = meta.ttl is not None
@@ -64,11 +72,15 @@ def _dec_value(meta: StateMeta, v: Any) -> Any:
     load = (lambda x: x) if ser.identity == "msgpack" else ser.loads
 
     def one(x: Any) -> Any:
-        return TtlValue(load(x[1]), x[0]) if ttl else load(x)
+        return TtlValue(load(_ttl_pair(x)[1]), x[0]) if ttl else load(x)
 
     if kind is StateKind.LIST:
+        if type(v) is not list:
+            raise ValueError(f"list state {meta.name!r}: a {type(v).__name__}, not a list")
         return [one(x) for x in v]
     if kind is StateKind.MAP:
+        if type(v) is not list or not all(type(e) is list and len(e) == 2 for e in v):
+            raise ValueError(f"map state {meta.name!r}: not a list of [key, value] pairs")
         kser = get_serializer(meta.map_key_serializer or "msgpack")
         return {kser.loads(k): one(x) for k, x in v}
     return one(v)
@@ -112,11 +124,11 @@ def decoder(meta: StateMeta) -> Callable[[Any], Any] | None:
         return lambda v: _dec_value(meta, v)
     ttl = meta.ttl is not None
     if ser.identity == "msgpack":
-        return (lambda x: TtlValue(x[1], x[0])) if ttl else None
+        return (lambda x: TtlValue(_ttl_pair(x)[1], x[0])) if ttl else None
     if ser is _BYTES and not ttl:
         return BYTES_LOADS
     load = ser.loads
-    return (lambda x: TtlValue(load(x[1]), x[0])) if ttl else load
+    return (lambda x: TtlValue(load(_ttl_pair(x)[1]), x[0])) if ttl else load
 
 
 def meta_to_plain(m: StateMeta) -> dict[str, Any]:

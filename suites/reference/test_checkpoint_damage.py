@@ -267,7 +267,7 @@ def _applicable(sf: StateFile) -> list[str]:
     h, kgs = sf.header, sf.key_group_sections()
     out = ["subtask", "operator", "parallelism", "checkpoint", "job", "unbound"]
     if h["keyed"]:
-        out += ["range", "shape"] + (["serializer", "pickle"] if h["keyed"]["states"] else [])
+        out += ["range", "shape"] + (["serializer", "pickle", "kind", "ttl"] if h["keyed"]["states"] else [])
     if any(sid == "operator" for sid, _ in sf.sections):
         out.append("operator_section")
     if kgs:
@@ -320,6 +320,12 @@ def reseal_edit(job_dir: Path, f: Path, edit: str, variant: int = 0) -> str:
         h.pop("checkpoint_id", None)
     elif edit in ("serializer", "pickle") and h["keyed"] and h["keyed"]["states"]:
         h["keyed"]["states"][0]["value_serializer"] = "no-such" if edit == "serializer" else "pickle"
+    elif edit == "kind":  # every state re-declared: values read as another kind
+        for m in h["keyed"]["states"]:
+            m["kind"] = "map" if m["kind"] != "map" else "list"
+    elif edit == "ttl":
+        for m in h["keyed"]["states"]:
+            m["ttl"] = None if m["ttl"] is not None else 1000
     elif edit == "operator_section":
         ops = [s for s in sf.sections if s[0] == "operator"]
         if ops:
