@@ -95,16 +95,30 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
+    from reference_impl.checkpoint import CheckpointError, validate_checkpoint
     from reference_impl.inspect import inspect_checkpoint
 
     path = Path(args.checkpoint_dir)
-    if not path.exists():
+    if not path.is_dir():
         raise UsageError(f"{path}: no such checkpoint directory")
-    view = inspect_checkpoint(path)
-    if args.json:
-        print(json.dumps(view.to_json(), indent=2, default=str))
-    else:
-        console.print(view.render())
+    try:
+        if args.verify:
+            chk = validate_checkpoint(path)
+            out = f"{path}: intact ({chk.kind} {chk.checkpoint_id} of job {chk.job_id}, {len(chk.files)} state files)"
+        else:
+            view = inspect_checkpoint(path)
+            if args.json:
+                out = json.dumps(view.to_json(), indent=2, default=str)
+            else:
+                out = view.render() if args.full else view.summary()
+    except CheckpointError as e:  # damage: the file and the reason, as plain text (no markup)
+        err.print(f"error: {e}", markup=False, soft_wrap=True)
+        return EXIT_BAD_INPUT
+    try:
+        sys.stdout.write(out + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:  # piped into head: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
     return EXIT_OK
 
 
@@ -171,9 +185,13 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--json", metavar="FILE")
     rs.set_defaults(fn=_cmd_resume)
 
-    i = sub.add_parser("inspect", help="dump a checkpoint or savepoint")
+    i = sub.add_parser(
+        "inspect", help="check a checkpoint or savepoint as a restore would, and summarise or dump it"
+    )
     i.add_argument("checkpoint_dir")
-    i.add_argument("--json", action="store_true")
+    i.add_argument("--verify", action="store_true", help="only check everything a restore would read")
+    i.add_argument("--full", action="store_true", help="print every entry, not the summary")
+    i.add_argument("--json", action="store_true", help="print everything as JSON")
     i.set_defaults(fn=_cmd_inspect)
 
     rep = sub.add_parser("report", help="plot a run's timeline (throughput, checkpoints, restores, faults)")

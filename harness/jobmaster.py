@@ -14,7 +14,12 @@ from harness.coordinator import CheckpointConfig, CheckpointCoordinator
 from harness.history import HistoryWriter
 from harness.job import JobGraph
 from harness.sinks import committed_files, write_fence
-from reference_impl.checkpoint import CompletedCheckpoint, FileSystemCheckpointStorage, RestoreReport
+from reference_impl.checkpoint import (
+    CompletedCheckpoint,
+    FileSystemCheckpointStorage,
+    NoIntactCheckpointError,
+    RestoreReport,
+)
 from reference_impl.rescale import SubtaskAssignment, assign_state
 
 __all__ = ["RestorePlan", "JobMaster", "JobFailure", "RescaleRequest", "RescaleSchedule", "RunSummary"]
@@ -143,11 +148,12 @@ class JobMaster:
     def plan_restore(self, graph: JobGraph, attempt: int = 0) -> RestorePlan:
         """The newest intact checkpoint (damaged newer ones are skipped and said so in the history) and
         each new subtask's share of it at ``graph``'s parallelism."""
-        report = self.storage.restore_latest(self.job_id)
-        for path, why in report.skipped:
-            self.history.emit(
-                "checkpoint_skipped", path=str(Path(path).relative_to(self.checkpoint_root)), reason=why
-            )
+        try:
+            report = self.storage.restore_latest(self.job_id)
+        except NoIntactCheckpointError as e:
+            self._record_skipped(e.report)
+            raise JobFailure(f"cannot restore: {e}") from None
+        self._record_skipped(report)
         plan = RestorePlan(report.checkpoint, report)
         chk = report.checkpoint
         if chk is None:
@@ -172,6 +178,12 @@ class JobMaster:
             for a in assign_state(chk, op, p):
                 plan.assignments[(op, a.subtask_index)] = a
         return plan
+
+    def _record_skipped(self, report: RestoreReport) -> None:
+        for path, why in report.skipped:
+            self.history.emit(
+                "checkpoint_skipped", path=str(Path(path).relative_to(self.checkpoint_root)), reason=why
+            )
 
     def _keep_evidence(self, chk: CompletedCheckpoint) -> None:
         """Copy a checkpoint as it was restored, so the restored-state oracle can read it after the run

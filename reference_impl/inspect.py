@@ -1,6 +1,7 @@
 """Read any checkpoint or savepoint offline into plain Python structures, and diff two of them
 (the role of Flink's State Processor API and Spark's state data source). The checkpoint is validated
-first: a damaged one is reported naming the file, never shown as if it were fine."""
+first, exactly as a restore validates it: a damaged one is reported naming the file, never shown as
+if it were fine."""
 
 from __future__ import annotations
 
@@ -11,7 +12,20 @@ from typing import Any
 from reference_impl.checkpoint.storage import CompletedCheckpoint, read_subtask_state, validate_checkpoint
 from reference_impl.snapshot import OperatorStateMode, TtlValue
 
-__all__ = ["OperatorView", "CheckpointView", "inspect_checkpoint", "diff"]
+__all__ = ["SubtaskSummary", "OperatorView", "CheckpointView", "inspect_checkpoint", "diff"]
+
+
+@dataclass
+class SubtaskSummary:
+    """One subtask's state file in numbers: key groups, states, entries, bytes (with shared files)."""
+
+    subtask_index: int
+    path: str
+    key_groups: int = 0
+    states: list[str] = field(default_factory=list)
+    entries: int = 0
+    operator_states: int = 0
+    bytes: int = 0
 
 
 @dataclass
@@ -24,6 +38,7 @@ class OperatorView:
     max_parallelism: int
     keyed: dict[int, dict[str, dict[Any, dict[Any, Any]]]] = field(default_factory=dict)
     operator: dict[int, dict[str, tuple[str, Any]]] = field(default_factory=dict)
+    subtasks: dict[int, SubtaskSummary] = field(default_factory=dict)
 
 
 @dataclass
@@ -64,7 +79,28 @@ class CheckpointView:
             },
         }
 
+    def summary(self) -> str:
+        """Per operator and subtask: key groups, states, entries, bytes."""
+        c = self.checkpoint
+        lines = [f"{c.kind} {c.checkpoint_id} of job {c.job_id} ({c.directory}): intact"]
+        if c.extra:
+            lines.append(f"  extra: {c.extra}")
+        for name, op in self.operators.items():
+            total = sum(t.entries for t in op.subtasks.values())
+            lines.append(
+                f"  operator {name}: parallelism {op.parallelism}, max parallelism {op.max_parallelism}, "
+                f"{len(op.keyed)} key groups, {total} keyed entries"
+            )
+            for i, t in sorted(op.subtasks.items()):
+                lines.append(
+                    f"    subtask {i} ({t.path}): {t.key_groups} key groups, {len(t.states)} states"
+                    f"{' (' + ', '.join(t.states) + ')' if t.states else ''}, {t.entries} entries, "
+                    f"{t.operator_states} operator states, {t.bytes} bytes"
+                )
+        return "\n".join(lines)
+
     def render(self) -> str:
+        """Everything: every keyed entry and every operator state."""
         c = self.checkpoint
         lines = [f"{c.kind} {c.checkpoint_id} of job {c.job_id} ({c.directory})"]
         if c.extra:
@@ -87,7 +123,7 @@ class CheckpointView:
 
 
 def inspect_checkpoint(path: str | Path) -> CheckpointView:
-    """Validate and read a checkpoint directory (``.../chk-<n>`` or a savepoint directory)."""
+    """Validate (as a restore does) and read a checkpoint directory (``.../chk-<n>``, also savepoints)."""
     chk = validate_checkpoint(Path(path))
     ops: dict[str, OperatorView] = {}
     for f in chk.files:
@@ -96,7 +132,19 @@ def inspect_checkpoint(path: str | Path) -> CheckpointView:
             f.operator_id,
             OperatorView(f.operator_id, int(info.get("parallelism", 0)), int(info.get("max_parallelism", 0))),
         )
-        snap, _ = read_subtask_state(chk, f)
+        snap, n = read_subtask_state(chk, f)
+        t = op.subtasks[f.subtask_index] = SubtaskSummary(f.subtask_index, f.path, bytes=n)
+        if snap.keyed is not None:
+            t.key_groups = len(snap.keyed.key_groups)
+            t.states = sorted({st for per_state in snap.keyed.key_groups.values() for st in per_state})
+            t.entries = sum(
+                len(keys)
+                for per_state in snap.keyed.key_groups.values()
+                for ns in per_state.values()
+                for keys in ns.values()
+            )
+        if snap.operator is not None:
+            t.operator_states = len(snap.operator.states)
         if snap.keyed is not None:
             for kg, per_state in snap.keyed.key_groups.items():
                 op.keyed.setdefault(kg, {}).update(per_state)

@@ -1,10 +1,11 @@
 """Checkpoint storage: the state file format, the Flink-like directory layout and ``_metadata``."""
 
-from reference_impl.checkpoint.format import FORMAT_VERSION, CorruptStateFileError
+from reference_impl.checkpoint.format import FORMAT_VERSION, CorruptStateFileError, Identity
 from reference_impl.checkpoint.storage import (
     CheckpointError,
     CompletedCheckpoint,
     FileSystemCheckpointStorage,
+    NoIntactCheckpointError,
     RestoreReport,
     StateFileHandle,
     load_metadata,
@@ -15,9 +16,11 @@ from reference_impl.checkpoint.storage import (
 __all__ = [
     "FORMAT_VERSION",
     "CorruptStateFileError",
+    "Identity",
     "CheckpointError",
     "CompletedCheckpoint",
     "FileSystemCheckpointStorage",
+    "NoIntactCheckpointError",
     "RestoreReport",
     "StateFileHandle",
     "load_metadata",

@@ -1,9 +1,9 @@
 """Checkpoint storage on a file system, laid out like Flink's:
 ``<root>/<job-id>/chk-<n>/`` with one state file per subtask, ``shared/`` and ``taskowned/`` beside
 them, and ``_metadata`` written last and atomically (write, fsync, rename). A checkpoint directory
-without ``_metadata`` does not exist. ``_metadata`` names every file with its size and checksum, so
-damage is detected before anything is restored, and restore falls back to the newest intact retained
-checkpoint, saying why.
+without ``_metadata`` does not exist. ``_metadata`` names every file with its size and checksum;
+restore validates a checkpoint completely (:mod:`reference_impl.checkpoint.completed`) before
+choosing it, and falls back to the newest intact retained checkpoint, saying why.
 
 Incremental checkpoints (on-disk backend) put per-key-group files, named by content hash, into
 ``<job>/shared/``; a subtask's manifest in ``chk-<n>`` names the ones it uses, and files of an older
@@ -15,29 +15,36 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import time
 import zlib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reference_impl.checkpoint.completed import (
+    CHECKPOINT_DIR,
+    METADATA,
+    METADATA_VERSION,
+    CheckpointError,
+    CompletedCheckpoint,
+    RestoreReport,
+    StateFileHandle,
+    load_metadata,
+    read_subtask_state,
+    validate_checkpoint,
+)
 from reference_impl.checkpoint.format import (
     CorruptStateFileError,
-    KeyGroupSink,
-    decode_subtask_state,
     referenced_shared_files,
-    verify_file,
-    verify_shared_file,
     write_subtask_state,
 )
+from reference_impl.checkpoint.format_v2 import confined_path
 from reference_impl.checkpoint.syncing import SyncingWriter, write_all
-from reference_impl.keygroups import KeyGroupRange
 from reference_impl.snapshot import SubtaskStateSnapshot
 
 __all__ = [
     "CheckpointError",
+    "NoIntactCheckpointError",
     "StateFileHandle",
     "CompletedCheckpoint",
     "RestoreReport",
@@ -47,57 +54,7 @@ __all__ = [
     "read_subtask_state",
 ]
 
-METADATA = "_metadata"
 SHARED = "shared"
-METADATA_VERSION = 1
-_CHK = re.compile(r"^chk-(\d+)$")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint is missing, incomplete or damaged; the message names the file."""
-
-
-@dataclass(frozen=True)
-class StateFileHandle:
-    """One subtask's state file, relative to the checkpoint directory."""
-
-    operator_id: str
-    subtask_index: int
-    path: str
-    size: int
-    crc32: int
-
-
-@dataclass
-class CompletedCheckpoint:
-    job_id: str
-    checkpoint_id: int
-    directory: Path
-    timestamp_ms: int
-    kind: str
-    operators: dict[str, dict[str, Any]]  # operator -> {parallelism, max_parallelism}
-    files: list[StateFileHandle]
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def files_of(self, operator_id: str) -> list[StateFileHandle]:
-        return sorted((f for f in self.files if f.operator_id == operator_id), key=lambda f: f.subtask_index)
-
-
-@dataclass
-class RestoreReport:
-    """Which checkpoint a restore used and which newer ones it skipped, with the reason for each."""
-
-    checkpoint: CompletedCheckpoint | None
-    skipped: list[tuple[Path, str]] = field(default_factory=list)
-
-    def describe(self) -> str:
-        used = (
-            f"checkpoint {self.checkpoint.checkpoint_id}"
-            if self.checkpoint
-            else "no checkpoint (fresh start)"
-        )
-        skipped = "; ".join(f"skipped {p.name}: {why}" for p, why in self.skipped)
-        return f"restoring from {used}" + (f" ({skipped})" if skipped else "")
 
 
 def _fsync_write(path: Path, data: bytes) -> None:
@@ -105,81 +62,6 @@ def _fsync_write(path: Path, data: bytes) -> None:
     with open(path, "wb", buffering=0) as fh:
         write_all(fh.fileno(), data)
         os.fsync(fh.fileno())
-
-
-def load_metadata(directory: Path) -> CompletedCheckpoint:
-    """Parse ``<directory>/_metadata``; a missing or unreadable one is a :class:`CheckpointError`."""
-    directory = Path(directory)
-    meta = directory / METADATA
-    if not meta.is_file():
-        raise CheckpointError(f"{directory}: no {METADATA}: not a completed checkpoint")
-    try:
-        d = json.loads(meta.read_bytes())
-        if d.get("version") != METADATA_VERSION:
-            raise CheckpointError(
-                f"{meta}: metadata version {d.get('version')!r}, expected {METADATA_VERSION}"
-            )
-        body = json.dumps(d["content"], sort_keys=True).encode()
-        if zlib.crc32(body) & 0xFFFFFFFF != d["crc32"]:
-            raise CheckpointError(f"{meta}: metadata checksum mismatch (the file is damaged)")
-        c = d["content"]
-        files = [StateFileHandle(**f) for f in c["files"]]
-        return CompletedCheckpoint(
-            c["job_id"],
-            c["checkpoint_id"],
-            directory,
-            c["timestamp_ms"],
-            c["kind"],
-            c["operators"],
-            files,
-            c.get("extra", {}),
-        )
-    except CheckpointError:
-        raise
-    except Exception as e:  # JSON errors, missing fields, wrong types: all mean damage
-        raise CheckpointError(f"{meta}: unreadable metadata ({type(e).__name__}: {e})") from None
-
-
-def validate_checkpoint(directory: Path) -> CompletedCheckpoint:
-    """Metadata parses and every file it names exists with the right size and checksum."""
-    chk = load_metadata(directory)
-    for f in chk.files:
-        p = chk.directory / f.path
-        if not p.is_file():
-            raise CheckpointError(f"{p}: missing (named by {chk.directory / METADATA})")
-        data = p.read_bytes()
-        if len(data) != f.size:
-            raise CheckpointError(
-                f"{p}: size {len(data)} bytes, _metadata says {f.size} (truncated or damaged)"
-            )
-        if zlib.crc32(data) & 0xFFFFFFFF != f.crc32:
-            raise CheckpointError(f"{p}: checksum mismatch (the file is damaged)")
-        try:
-            verify_file(data, str(p))
-            for ref in referenced_shared_files(data, str(p)):
-                verify_shared_file(chk.directory / ref.path, ref, str(p))
-        except CorruptStateFileError as e:
-            raise CheckpointError(str(e)) from None
-    return chk
-
-
-def read_subtask_state(
-    chk: CompletedCheckpoint,
-    handle: StateFileHandle,
-    key_group_range: KeyGroupRange | None = None,
-    load_into: KeyGroupSink | None = None,
-) -> tuple[SubtaskStateSnapshot, int]:
-    """Read one state file (only the key groups in ``key_group_range``); returns (snapshot, bytes read).
-    ``load_into`` streams the key groups into a backend as they are decoded (see
-    :func:`~reference_impl.checkpoint.format.decode_subtask_state`)."""
-    p = chk.directory / handle.path
-    try:
-        with open(p, "rb") as fh:
-            return decode_subtask_state(fh, str(p), key_group_range, load_into=load_into)
-    except FileNotFoundError:
-        raise CheckpointError(f"{p}: missing (named by {chk.directory / METADATA})") from None
-    except CorruptStateFileError as e:
-        raise CheckpointError(str(e)) from None
 
 
 class FileSystemCheckpointStorage:
@@ -205,7 +87,8 @@ class FileSystemCheckpointStorage:
             sub.mkdir(parents=True, exist_ok=True)
         name = f"{state.operator_id}-{state.subtask_index}.state"
         with open(d / name, "wb", buffering=0) as fh, SyncingWriter(fh.fileno()) as out:
-            size, crc = write_subtask_state(state, out)  # streamed; the device flushes as it goes
+            binding = {"job_id": job_id, "checkpoint_id": checkpoint_id}
+            size, crc = write_subtask_state(state, out, binding)  # streamed; the device flushes as it goes
         return StateFileHandle(state.operator_id, state.subtask_index, name, size, crc)
 
     def shared_dir(self, job_id: str) -> Path:
@@ -247,9 +130,10 @@ class FileSystemCheckpointStorage:
         for f in directory.glob("*.state"):
             try:
                 refs = referenced_shared_files(f.read_bytes(), str(f))
+                # never delete a file outside the job's shared/ and taskowned/ on a manifest's word
+                out.update(confined_path(directory, r.path, directory.parent, str(f)).resolve() for r in refs)
             except (OSError, CorruptStateFileError):
                 return None
-            out.update((directory / r.path).resolve() for r in refs)
         return out
 
     def finalize_checkpoint(
@@ -309,7 +193,9 @@ class FileSystemCheckpointStorage:
         jd = self.job_dir(job_id)
         if not jd.is_dir():
             return []
-        out = [(int(m.group(1)), p) for p in jd.iterdir() if p.is_dir() and (m := _CHK.match(p.name))]
+        out = [
+            (int(m.group(1)), p) for p in jd.iterdir() if p.is_dir() and (m := CHECKPOINT_DIR.match(p.name))
+        ]
         return sorted(out, reverse=True)
 
     def list_checkpoints(self, job_id: str) -> list[int]:
@@ -338,13 +224,36 @@ class FileSystemCheckpointStorage:
         return doomed
 
     def restore_latest(self, job_id: str) -> RestoreReport:
-        """The newest intact completed checkpoint, after validating it; damaged or incomplete newer
-        ones are skipped and reported. Never returns a checkpoint whose files fail validation."""
+        """The newest intact completed checkpoint, after validating everything a restore reads;
+        damaged or incomplete newer ones are skipped, each with the reason naming the file. Raises
+        :class:`CheckpointError` when checkpoints were completed but none is intact (starting empty
+        would silently lose their state); with none completed, the report holds no checkpoint."""
         report = RestoreReport(None)
+        completed = 0
+        job_dir = os.path.realpath(self.job_dir(job_id))
         for _, d in self.checkpoint_dirs(job_id):
+            completed += (d / METADATA).exists()
             try:
-                report.checkpoint = validate_checkpoint(d)
+                if os.path.dirname(os.path.realpath(d)) != job_dir:
+                    raise CheckpointError(f"{d}: a symlink leading out of the job's checkpoints")
+                report.checkpoint = validate_checkpoint(d, job_id)
                 return report
             except CheckpointError as e:
                 report.skipped.append((d, str(e)))
+            except Exception as e:  # anything else a damaged checkpoint causes is still its fault
+                report.skipped.append((d, f"{d}: {type(e).__name__}: {e}"))
+        if completed:
+            raise NoIntactCheckpointError(
+                f"none of the {completed} completed checkpoints of job {job_id!r} is intact: "
+                + "; ".join(f"{p.name}: {why}" for p, why in report.skipped),
+                report,
+            )
         return report
+
+
+class NoIntactCheckpointError(CheckpointError):
+    """Every completed checkpoint of a job is damaged: there is nothing to restore from."""
+
+    def __init__(self, message: str, report: RestoreReport) -> None:
+        super().__init__(message)
+        self.report = report

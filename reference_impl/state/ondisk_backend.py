@@ -28,7 +28,6 @@ reuse the previous files. A chain is rewritten as a fresh base when its deltas o
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import tempfile
 import weakref
@@ -45,6 +44,7 @@ from reference_impl.checkpoint.format import (
     encode_incremental_manifest,
     encode_key_group_file,
     msgpack_array_header,
+    shared_file_name,
 )
 from reference_impl.checkpoint.storage import FileSystemCheckpointStorage, StateFileHandle
 from reference_impl.keygroups import KeyGroupRange, assign_to_key_group
@@ -285,8 +285,7 @@ class IncrementalCheckpointResult:
 
 def _link(operator_id: str, kg: int, data: bytes, delta: bool) -> _Link:
     """A shared file named by its content hash (so identical content is written once)."""
-    digest = hashlib.sha256(data).hexdigest()[:32]
-    name = f"{operator_id}-kg{kg}-{'delta' if delta else 'base'}-{digest}.kgs"
+    name = shared_file_name(operator_id, kg, data, delta)
     return _Link(SharedFileRef(f"../shared/{name}", len(data), zlib.crc32(data) & 0xFFFFFFFF), name, delta)
 
 
@@ -676,6 +675,7 @@ class OnDiskKeyedStateBackend(KeyedStateBackendBase):
                 operator_id, subtask_index, parallelism, self.max_parallelism, keyed, operator_state
             ),
             refs,
+            {"job_id": job_id, "checkpoint_id": checkpoint_id},
         )
         handle = storage.write_subtask_file(job_id, checkpoint_id, operator_id, subtask_index, manifest)
         return IncrementalCheckpointResult(

@@ -66,3 +66,68 @@ def test_cli_inspect_json_and_damage(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "count-0.state" in err and "Traceback" not in err
     assert main(["inspect", str(tmp_path / "nope")]) == 2
+
+
+def test_cli_inspect_summary_full_and_verify(tmp_path, capsys):
+    d = _chk(tmp_path, 1, {"a": 1, "b": 2, "c": 3})
+    assert main(["inspect", str(d)]) == 0
+    out = capsys.readouterr().out
+    assert "intact" in out and "subtask 0 (count-0.state):" in out and "3 entries" in out
+    assert "1 states (count)" in out and "1 operator states" in out and " bytes" in out
+    assert "'a' =" not in out  # the summary does not dump entries
+    assert main(["inspect", str(d), "--full"]) == 0
+    assert "'a' = TtlValue" in capsys.readouterr().out
+    assert main(["inspect", str(d), "--verify"]) == 0
+    assert "intact (checkpoint 1 of job job, 1 state files)" in capsys.readouterr().out
+
+
+def test_cli_inspect_every_damage_class_exits_2_naming_the_file(tmp_path, capsys):
+    from suites.reference.checkpoint_damage import StateFile, reseal_metadata
+
+    def damaged(edit):
+        root = tmp_path / f"c{len(list(tmp_path.iterdir()))}"
+        d = _chk(root, 1, {"a": 1, "[/bold]": 2})
+        f = d / "count-0.state"
+        sf = StateFile(f.read_bytes())
+        edit(sf, f)
+        reseal_metadata(d)
+        return d
+
+    def dup(sf, f):
+        sf.sections.append(list(sf.sections[0]))
+        f.write_bytes(sf.encode())
+
+    def serializer(sf, f):
+        sf.header["keyed"]["states"][0]["value_serializer"] = "no-such"
+        f.write_bytes(sf.encode())
+
+    def operator_section(sf, f):
+        sf.sections[-1][1] = b"\x91\x95\xa1x\x09\xa7msgpack\xc0\x90"  # an unknown operator state mode
+        f.write_bytes(sf.encode())
+
+    def subtask(sf, f):
+        sf.header["subtask_index"] = 1
+        sf.header["parallelism"] = 2
+        f.write_bytes(sf.encode())
+
+    def flip(sf, f):
+        data = bytearray(sf.encode())
+        data[-20] ^= 4
+        f.write_bytes(bytes(data))
+
+    for edit in (dup, serializer, operator_section, subtask, flip):
+        d = damaged(edit)
+        for extra in ([], ["--verify"], ["--json"], ["--full"]):
+            assert main(["inspect", str(d), *extra]) == 2, edit.__name__
+            err = capsys.readouterr().err
+            assert "count-0.state" in err and "Traceback" not in err, (edit.__name__, err)
+
+
+def test_cli_inspect_piped_into_head_has_no_traceback(tmp_path):
+    import subprocess
+    import sys
+
+    d = _chk(tmp_path, 1, {f"k{i}": i for i in range(3000)})
+    cmd = f"{sys.executable} -m chaos.cli inspect {d} --full | head -n 2"
+    r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120)
+    assert r.stdout.count("\n") == 2 and "Traceback" not in r.stderr and "Error" not in r.stderr, r.stderr

@@ -1,0 +1,171 @@
+"""State file format version 3, the one written: full snapshots streamed key group by key group as
+they are encoded, so the section index moves to a checksummed footer::
+
+    magic "SCST" | version u16 | header length u32 | header (msgpack, no index) | header crc32 u32
+    section 0 | section 1 | ...
+    footer: index (msgpack) | index length u32 | index crc32 u32 | file crc32 u32 | magic "TSCS"
+
+A key group's section is a msgpack array of ``[state, namespace, {key: value}]``: one map per state
+and namespace, which msgpack's C code packs and unpacks without Python work per entry (values encoded
+as in version 1). The last 8 bytes are as in every version, so one whole-file check fits all."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, BinaryIO
+
+import msgpack
+
+from reference_impl.checkpoint.container import (
+    MAGIC,
+    OPERATOR,
+    PRE,
+    TRAILER_MAGIC,
+    U32,
+    CorruptStateFileError,
+    Header,
+    crc,
+    crc32_combine,
+)
+from reference_impl.checkpoint.values import (
+    BYTES_DUMPS,
+    BYTES_LOADS,
+    JUST_BYTES,
+    encode_operator,
+    encoder,
+    subtask_header,
+)
+from reference_impl.serializers import MSGPACK, SerializerError
+from reference_impl.snapshot import KeyedStateSnapshot, SubtaskStateSnapshot
+
+__all__ = ["VERSION", "write_subtask_state", "footer_index", "load_groups"]
+
+VERSION = 3
+_TAIL = struct.Struct(">II4s4s")  # index length, index crc32, file crc32, trailer magic
+
+
+def _state_groups(k: KeyedStateSnapshot, kg: int, encoders: dict[str, Any]) -> list[list[Any]]:
+    """A section's content: ``[state, namespace, {key: value}]`` per state and namespace. The maps are
+    the snapshot's own dicts when values go in as they are (msgpack values; bytes values checked in
+    bulk), so a key group is packed by one C call with no Python work per entry."""
+    groups: list[list[Any]] = []
+    for name, per_ns in k.key_groups[kg].items():
+        state_enc = encoders[name]
+        for ns, per_key in per_ns.items():
+            enc = state_enc
+            if enc is BYTES_DUMPS and set(map(type, per_key.values())) <= JUST_BYTES:
+                enc = None  # exactly what the bytes serializer returns
+            groups.append([name, ns, per_key if enc is None else {key: enc(v) for key, v in per_key.items()}])
+    return groups
+
+
+def write_subtask_state(
+    s: SubtaskStateSnapshot, write: Callable[[Any], object], binding: dict[str, Any] | None = None
+) -> tuple[int, int]:
+    """Serialize one subtask's state, handing each part to ``write`` as soon as it is encoded: key
+    groups are packed one at a time into one reused buffer (passed as a memoryview valid only during
+    the call), so a 1 GB state is neither held whole nor copied in memory. The file's crc32 follows
+    from the sections' (:func:`crc32_combine`), not from another pass. ``binding`` (job and checkpoint
+    id) goes into the header. Returns (file size, file crc32)."""
+    header = msgpack.packb(subtask_header(s, binding), use_bin_type=True)
+    head = PRE.pack(MAGIC, VERSION, len(header)) + header + U32.pack(crc(header))
+    write(head)
+    file_crc, size = crc(head), len(head)
+    index: list[list[Any]] = []
+    offset = 0
+
+    def crc_and_write(view: Any) -> int:
+        # in the writer thread: one call each for the whole section, as both release the GIL and every
+        # return waits for the packing thread to let go of it
+        c = zlib.crc32(view)
+        write(view)
+        return c & 0xFFFFFFFF
+
+    def finish(sid: str | int, done: Future[int], view: memoryview, packer: Any) -> None:
+        nonlocal file_crc, offset
+        section_crc, n = done.result(), len(view)
+        index.append([sid, offset, n, section_crc])
+        file_crc = crc32_combine(file_crc, section_crc, n)
+        offset += n
+        view.release()
+        if packer is not None:
+            packer.reset()
+
+    # two packers: key group i+1 is packed (holding the GIL) while key group i is checksummed and
+    # written by one writer thread, in order
+    with ThreadPoolExecutor(1, thread_name_prefix="state-writer") as writer:
+        pending: tuple[str | int, Future[int], memoryview, Any] | None = None
+        if s.keyed is not None:
+            k = s.keyed
+            encoders = {name: encoder(m) for name, m in k.states.items()}
+            packers = (MSGPACK.packer(), MSGPACK.packer())
+            for i, kg in enumerate(sorted(k.key_groups)):
+                packer = packers[i % 2]
+                try:
+                    packer.pack(_state_groups(k, kg, encoders))
+                except (TypeError, OverflowError, ValueError) as e:
+                    raise SerializerError(f"msgpack serializer: key group {kg}: {e}") from e
+                view = packer.getbuffer()
+                done = writer.submit(crc_and_write, view)
+                if pending is not None:
+                    finish(*pending)
+                pending = (kg, done, view, packer)
+        if s.operator is not None:
+            view = memoryview(encode_operator(s.operator))
+            done = writer.submit(crc_and_write, view)
+            if pending is not None:
+                finish(*pending)
+            pending = (OPERATOR, done, view, None)
+        if pending is not None:
+            finish(*pending)
+    footer = msgpack.packb(index, use_bin_type=True)
+    tail = footer + U32.pack(len(footer)) + U32.pack(crc(footer))
+    file_crc = zlib.crc32(tail, file_crc)
+    trailer = U32.pack(file_crc) + TRAILER_MAGIC
+    write(tail + trailer)
+    size += offset + len(tail) + len(trailer)
+    return size, zlib.crc32(trailer, file_crc) & 0xFFFFFFFF
+
+
+def footer_index(fh: BinaryIO, name: str, h: Header) -> tuple[Any, int, int]:
+    """(index, body length, footer size): the index from the checksummed footer, whose length is
+    checked against the file's size before it is read."""
+    if "index" in h.plain:
+        raise CorruptStateFileError(f"{name}: header does not match format version {VERSION}")
+    size = h.size
+    if size < h.body_start + _TAIL.size:
+        raise CorruptStateFileError(f"{name}: truncated or missing trailer ({size} bytes)")
+    fh.seek(size - _TAIL.size)
+    flen, fcrc, _, magic = _TAIL.unpack(fh.read(_TAIL.size))
+    start = size - _TAIL.size - flen
+    if magic != TRAILER_MAGIC or start < h.body_start:
+        raise CorruptStateFileError(f"{name}: truncated or missing trailer ({size} bytes)")
+    fh.seek(start)
+    footer = fh.read(flen)
+    if crc(footer) != fcrc:
+        raise CorruptStateFileError(f"{name}: index checksum mismatch (the file is damaged)")
+    try:
+        index = msgpack.unpackb(footer, raw=False, strict_map_key=False)
+    except Exception as e:
+        raise CorruptStateFileError(f"{name}: unreadable index: {e}") from None
+    return index, start - h.body_start, size - start
+
+
+def load_groups(groups: Any, per_state: dict[str, dict[Any, dict[Any, Any]]], decoders: dict) -> None:
+    """A section (``[state, namespace, {key: value}]`` groups) into ``per_state``: the decoded maps
+    are taken as they are unless the state's values need decoding."""
+    if not isinstance(groups, list):
+        raise ValueError(f"section is a {type(groups).__name__}, not a list")
+    for st_name, ns, m in groups:
+        dec = decoders[st_name]
+        if not isinstance(m, dict):
+            raise ValueError(f"state {st_name!r}: entries are a {type(m).__name__}, not a map")
+        per_ns = per_state.setdefault(st_name, {})
+        if ns in per_ns:
+            raise ValueError(f"state {st_name!r} namespace {ns!r:.40} appears twice in one key group")
+        if dec is BYTES_LOADS and set(map(type, m.values())) <= JUST_BYTES:
+            dec = None  # msgpack decoded them as bytes already: checked in bulk
+        per_ns[ns] = m if dec is None else {k: dec(v) for k, v in m.items()}
