@@ -18,15 +18,14 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from chaos.errors import EXIT_BAD_INPUT, EXIT_OK, InputError, classify, exit_code_for
 from chaos.scenario import ScenarioError, load_scenarios
-
-EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 console = Console(stderr=False, highlight=False)
 err = Console(stderr=True, highlight=False)
 
 
-class UsageError(Exception):
+class UsageError(InputError):
     """Bad input or environment: reported in one message, exit code 2."""
 
 
@@ -201,13 +200,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted: everything the run started was stopped and removed")
         return 130
-    except Exception as e:  # environment and damaged-input errors from lower layers
-        from chaos.errors import classify
-
+    except Exception as e:  # input, environment and infrastructure errors from lower layers
         kind = classify(e)
-        if kind == "input":
-            err.print(f"[red]error:[/red] {e}", soft_wrap=True)
-            return EXIT_BAD_INPUT
+        if kind != "bug":
+            err.print(f"[red]{kind} error:[/red] {e}", soft_wrap=True)
+            return exit_code_for(kind)
         raise
 
 

@@ -12,7 +12,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from chaos.errors import EnvironmentProblem
+from chaos.errors import InfrastructureError, InputError
 from chaos.injectors.base import Injector, InjectorError
 from chaos.injectors.runtime import CrashTask, DelayBarrier, SkewClock, StorageGateFault
 from chaos.injectors.storage_files import CorruptFile, TruncateFile, pick_checkpoint_file
@@ -28,6 +28,7 @@ __all__ = [
     "checkpoint_config",
     "rescale_requests",
     "liveness_bound_ms",
+    "RunGaveUp",
 ]
 
 
@@ -50,7 +51,7 @@ def rescale_requests(sc: Scenario) -> list[Any]:
     for i, step in enumerate(sc.rescale):
         kind = step.at.kind
         if kind not in ("checkpoint", "time_ms", "records"):
-            raise EnvironmentProblem(
+            raise InputError(
                 f"scenario {sc.name!r}: rescale[{i}].at: a rescale fires at checkpoint:N, time:T or records:N, "
                 f"not {kind}"
             )
@@ -106,7 +107,7 @@ def _job(sc: Scenario) -> JobSpec:
             sc.job, sc.records, sc.keys, sc.seed, sc.max_parallelism, sc.parallelism, sc.job_options
         )
     except (UnknownJobError, ValueError) as e:
-        raise EnvironmentProblem(f"scenario {sc.name!r}: {e}") from None
+        raise InputError(f"scenario {sc.name!r}: {e}") from None
 
 
 def _run_sim(sc: Scenario, spec: JobSpec, run_dir: Path) -> dict[str, Any]:
@@ -142,38 +143,54 @@ def execute_scenario(
         from chaos.spark_run import run_spark
 
         stats = run_spark(sc, spec, run_dir, resume=resume)
+    if stats.get("status") == "failed":
+        # the restart strategy (or Spark) gave up: the oracles would only count what never ran
+        raise RunGaveUp(f"the job gave up: {stats.get('reason')}", str(stats.get("root_cause") or ""), stats)
     verdicts = check_all(
         run_dir, spec, sc.checks, retained=sc.checkpoint.retained, liveness_bound_ms=liveness_bound_ms(sc)
     )
     return [v.to_dict() for v in verdicts] + [_schedule_verdict(sc, run_dir)], stats
 
 
+class RunGaveUp(InfrastructureError):
+    """The system under test gave up on the job; ``stats`` are the run's statistics so far."""
+
+    def __init__(self, message: str, root_cause: str, stats: dict[str, Any]) -> None:
+        super().__init__(message, root_cause)
+        self.stats = stats
+
+
 def _schedule_verdict(sc: Scenario, run_dir: Path) -> dict[str, Any]:
-    """A scenario whose faults never fired proved nothing: say so instead of passing quietly."""
+    """A scenario whose faults never acted proved nothing: say so instead of passing quietly. A fault
+    whose injection failed (at its start or while it lasted) did not fire."""
     from harness.history import read_history
     from harness.oracles import Verdict
 
     planned = plan(sc)
-    fired = {e["fault_id"]: e for e in read_history(run_dir / "history.jsonl") if e["type"] == "fault_start"}
-    problems = [
-        f"fault {p.describe()} never fired: the run ended before its trigger (make the run longer)"
-        for p in planned
-        if p.fault_id not in fired
-    ]
-    rescales = sum(1 for e in read_history(run_dir / "history.jsonl") if e["type"] == "rescale")
+    events = list(read_history(run_dir / "history.jsonl"))
+    started = {e["fault_id"]: e for e in events if e["type"] == "fault_start"}
+    errors: dict[int, str] = {}
+    for e in events:
+        if e["type"] == "fault_start" and (e.get("details") or {}).get("error"):
+            errors.setdefault(e["fault_id"], str(e["details"]["error"]))
+        elif e["type"] == "fault_end" and e.get("error"):
+            errors.setdefault(e["fault_id"], str(e["error"]))
+    problems = []
+    for p in planned:
+        if p.fault_id not in started:
+            problems.append(f"fault {p.describe()} never fired: the run ended before its trigger was reached")
+        elif p.fault_id in errors:
+            problems.append(f"fault {p.describe()} did not fire: its injection failed: {errors[p.fault_id]}")
+    rescales = sum(1 for e in events if e["type"] == "rescale")
     if rescales < len(sc.rescale):
         problems.append(
             f"only {rescales} of {len(sc.rescale)} rescale steps happened: the run ended before the others' "
-            "triggers (make the run longer)"
+            "triggers were reached"
         )
-    problems += [
-        f"fault #{i} {e['kind']} could not be injected: {e['details']['error']}"
-        for i, e in sorted(fired.items())
-        if (e.get("details") or {}).get("error")
-    ]
     return Verdict.of(
         "fault_schedule",
         problems,
-        f"all {len(planned)} planned faults fired",
-        "{n} planned faults did not take effect",
+        f"all {len(planned)} planned faults fired and acted"
+        + (f"; all {len(sc.rescale)} rescale steps happened" if sc.rescale else ""),
+        "{n} planned faults or rescales did not take effect",
     ).to_dict()

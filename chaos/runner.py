@@ -22,7 +22,9 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from chaos.errors import EXIT_CHECK_FAILED, EXIT_OK, exit_code_for
 from chaos.scenario import Scenario, load_scenario
+from harness.oracles.verdict import status_of
 
 __all__ = ["ScenarioOutcome", "run_scenario", "run_scenarios", "replay", "replay_command"]
 
@@ -40,21 +42,35 @@ class ScenarioOutcome:
     seed: int
     verdicts: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
-    error_kind: str | None = None  # "input" (bad input/environment) or "bug"
+    error_kind: str | None = None  # input | environment | infrastructure | bug (reference_impl.errors)
+    root_cause: str = ""  # an infrastructure error: the first real error behind it
     seconds: float = 0.0
     stats: dict[str, Any] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
-        return self.error is None and all(v["passed"] for v in self.verdicts)
+        """Only when the run completed and every requested check holds (unknown is not a pass)."""
+        return self.error is None and bool(self.verdicts) and all(status_of(v) == "holds" for v in self.verdicts)
 
     @property
     def failed_checks(self) -> list[dict[str, Any]]:
-        return [v for v in self.verdicts if not v["passed"]]
+        """Checks that do not hold: failed or unknown."""
+        return [v for v in self.verdicts if status_of(v) != "holds"]
+
+    @property
+    def result(self) -> str:
+        """One word: passed, failed (a check fails), unknown (a check could not decide), or the error
+        kind (input, environment, infrastructure, bug)."""
+        if self.error:
+            return str(self.error_kind or "bug")
+        if self.passed:
+            return "passed"
+        return "failed" if any(status_of(v) == "fails" for v in self.verdicts) else "unknown"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["passed"] = self.passed
+        d["result"] = self.result
         d["replay"] = replay_command(Path(self.run_dir))
         return d
 
@@ -94,9 +110,14 @@ def run_scenario(
     except KeyboardInterrupt:
         raise
     except Exception as e:
-        outcome.error = f"{type(e).__name__}: {e}"
         outcome.error_kind = classify(e)
-        (run_dir / "error.txt").write_text(traceback.format_exc())
+        outcome.error = str(e) if outcome.error_kind == "infrastructure" else f"{type(e).__name__}: {e}"
+        outcome.root_cause = str(getattr(e, "root_cause", "") or "")
+        outcome.stats = dict(getattr(e, "stats", {}) or {})
+        text = traceback.format_exc()
+        if outcome.root_cause:
+            text = f"root cause:\n{outcome.root_cause}\n\n{text}"
+        (run_dir / "error.txt").write_text(text)
     outcome.seconds = round(time.perf_counter() - t0, 2)
     (run_dir / "outcome.json").write_text(json.dumps(outcome.to_dict(), indent=2, default=str))
     try:
@@ -111,42 +132,52 @@ def run_scenario(
     return outcome
 
 
+_MARK = {"holds": "[green]✓[/green]", "fails": "[red]✗[/red]", "unknown": "[yellow]?[/yellow]"}
+_RESULT = {
+    "passed": "[green]passed[/green]",
+    "failed": "[red]FAILED[/red]",
+    "unknown": "[yellow]UNKNOWN[/yellow]",
+}
+
+
 def _summary(outcomes: list[ScenarioOutcome], console: Console) -> None:
+    """One row per scenario naming every check with its verdict (✓ holds, ✗ fails, ? unknown), then
+    what did not hold, with its evidence, and where each run's directory is."""
     table = Table(title="statechaos run")
     for col in ("scenario", "cluster", "seed", "checks", "result", "seconds"):
         table.add_column(col, overflow="fold")
     for o in outcomes:
-        if o.error:
-            result = f"[red]error[/red] ({o.error_kind})"
-        elif o.passed:
-            result = "[green]passed[/green]"
-        else:
-            result = "[red]FAILED[/red]: " + ", ".join(v["oracle"] for v in o.failed_checks)
-        passed = sum(v["passed"] for v in o.verdicts)
-        table.add_row(
-            o.name, o.cluster, str(o.seed), f"{passed}/{len(o.verdicts)}", result, f"{o.seconds:.1f}"
-        )
+        result = _RESULT.get(o.result, f"[red]{o.result} error[/red]")
+        checks = " ".join(f"{_MARK[status_of(v)]} {v['oracle']}" for v in o.verdicts) or "not judged"
+        table.add_row(o.name, o.cluster, str(o.seed), checks, result, f"{o.seconds:.1f}")
     console.print(table)
     for o in outcomes:
         if o.passed:
+            console.print(f"{o.name}: run directory {o.run_dir}", soft_wrap=True)
             continue
         console.print(f"\n[bold red]{o.name}[/bold red] ({o.source})")
         if o.error:
-            console.print(f"  error: {o.error}", soft_wrap=True)
+            console.print(f"  {o.error_kind} error: {o.error}", soft_wrap=True)
+            if o.root_cause:
+                console.print("  root cause:", soft_wrap=True)
+                for line in o.root_cause.splitlines()[-12:]:
+                    console.print(f"    {line}", soft_wrap=True, markup=False)
             console.print(f"  details: {Path(o.run_dir) / 'error.txt'}")
         for v in o.failed_checks:
-            console.print(f"  [red]✗ {v['oracle']}[/red]: {v['summary']}", soft_wrap=True)
+            console.print(f"  {_MARK[status_of(v)]} {v['oracle']}: {v['summary']}", soft_wrap=True)
             for line in v.get("details", [])[:5]:
-                console.print(f"      {line}", soft_wrap=True)
+                console.print(f"      {line}", soft_wrap=True, markup=False)
+        console.print(f"  run directory: {o.run_dir}", soft_wrap=True)
         console.print(f"  replay: {replay_command(Path(o.run_dir))}", soft_wrap=True)
 
 
 def _exit_code(outcomes: list[ScenarioOutcome]) -> int:
-    if any(o.error and o.error_kind == "input" for o in outcomes):
-        return 2
-    if any(o.error for o in outcomes):
-        return 1
-    return 0 if all(o.passed for o in outcomes) else 1
+    """0 every check of every run holds; 2 an input, environment or infrastructure error (the run
+    proved nothing); 1 a check failed or could not decide, or a statechaos bug."""
+    codes = [exit_code_for(o.error_kind or "bug") for o in outcomes if o.error]
+    if codes:
+        return max(codes)
+    return EXIT_OK if all(o.passed for o in outcomes) else EXIT_CHECK_FAILED
 
 
 def run_scenarios(

@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from harness.failpoints import FAILPOINTS  # the runtime owns its failpoint names
+from reference_impl.errors import InputError
 
 __all__ = [
     "FAULT_KINDS",
@@ -75,14 +76,15 @@ TOXICS = (
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
 
 
-class ScenarioError(ValueError):
+class ScenarioError(InputError, ValueError):
     """A scenario file is malformed. ``problems`` holds (line, field, message) triples."""
 
     def __init__(self, path: str, problems: list[tuple[int | None, str, str]]) -> None:
         self.path = path
         self.problems = problems
         lines = [
-            f"{path}:{line if line is not None else '?'}: {field or '<top>'}: {msg}"
+            # a problem of the whole document (no field) is located at its first line
+            f"{path}:{line if line is not None else 1}: {field or 'scenario'}: {msg}"
             for line, field, msg in problems
         ]
         super().__init__("invalid scenario\n  " + "\n  ".join(lines))

@@ -12,7 +12,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from chaos.errors import EnvironmentProblem
+from chaos.errors import EnvironmentProblem, InputError
 from chaos.injectors.base import Injector, InjectorError
 from chaos.injectors.network import DisableLink, ProxyRouter, ToxicFault
 from chaos.injectors.process import KillProcess, PauseProcess
@@ -41,7 +41,7 @@ def spark_master(sc: Scenario, slots: int) -> str:
     try:
         return parse_master(sc.cluster, slots)
     except ValueError as e:  # e.g. a local-cluster[W,C,M] with too few slots for the barrier stage
-        raise EnvironmentProblem(f"scenario {sc.name!r}: cluster: {e}") from None
+        raise InputError(f"scenario {sc.name!r}: cluster: {e}") from None
 
 
 def _executor_target(cluster: Any, target: str | None, rng: random.Random) -> tuple[str, int]:

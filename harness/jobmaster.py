@@ -15,13 +15,15 @@ from harness.history import HistoryWriter
 from harness.job import JobGraph
 from harness.sinks import committed_files, write_fence
 from reference_impl.checkpoint import CompletedCheckpoint, FileSystemCheckpointStorage, RestoreReport
+from reference_impl.errors import InfrastructureError
 from reference_impl.rescale import SubtaskAssignment, assign_state
 
 __all__ = ["RestorePlan", "JobMaster", "JobFailure", "RescaleRequest", "RescaleSchedule", "RunSummary"]
 
 
-class JobFailure(RuntimeError):
-    """The job cannot go on (restart budget spent, unrestorable state); the message says why."""
+class JobFailure(InfrastructureError, RuntimeError):
+    """The job cannot go on (restart budget spent, unrestorable state); the message says why and
+    ``root_cause`` holds the first real error behind it."""
 
 
 @dataclass
@@ -90,6 +92,7 @@ class RunSummary:
     time_ms: int
     parallelism: dict[str, int] = field(default_factory=dict)
     simulated: bool = True  # time_ms is simulated time (sim) or wall time (Spark)
+    root_cause: str = ""  # a failed run: the first real error behind it (e.g. an executor's traceback)
 
     def to_stats(self) -> dict[str, Any]:
         return {
@@ -100,7 +103,7 @@ class RunSummary:
             "records_emitted": self.records_emitted,
             "sim_time_ms" if self.simulated else "wall_ms": self.time_ms,
             "final_parallelism": self.parallelism,
-        }
+        } | ({"root_cause": self.root_cause} if self.root_cause else {})
 
 
 @dataclass

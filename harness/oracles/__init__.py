@@ -4,6 +4,7 @@ output, restored-state files, checkpoint copies), so they work the same for ever
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,10 +18,12 @@ from harness.oracles.rescale import check_rescale
 from harness.oracles.restored_state import SequentialModel, check_restored_state
 from harness.oracles.sequence import check_sequence
 from harness.oracles.ttl import check_ttl
-from harness.oracles.verdict import Verdict
+from harness.oracles.verdict import Status, Verdict, status_of
 
 __all__ = [
     "Verdict",
+    "Status",
+    "status_of",
     "RunArtifacts",
     "SequentialModel",
     "ORACLES",
@@ -48,7 +51,7 @@ ORACLES: dict[str, Callable[..., Verdict]] = {
 def check_all(
     run_dir: Path, spec: JobSpec, checks: list[str], retained: int = 1, liveness_bound_ms: int = 10_000
 ) -> list[Verdict]:
-    """Run the named oracles over a finished run; an oracle that crashes is a failed verdict
+    """Run the named oracles over a finished run; an oracle that crashes gives an unknown verdict
     naming the exception, never a silent pass."""
     art = RunArtifacts.load(run_dir)
     out = []
@@ -62,6 +65,11 @@ def check_all(
             kwargs["bound_ms"] = liveness_bound_ms
         try:
             out.append(ORACLES[name](art, spec, **kwargs))
-        except Exception as e:  # an oracle that cannot decide has not passed
-            out.append(Verdict(name, False, f"oracle error: {type(e).__name__}: {e}"))
+        except Exception as e:  # an oracle that crashed has decided nothing: unknown, never a pass
+            tb = traceback.format_exception(e)[-6:]
+            out.append(
+                Verdict.unknown(
+                    name, f"the oracle crashed: {type(e).__name__}: {e}", [ln.rstrip() for ln in tb]
+                )
+            )
     return out

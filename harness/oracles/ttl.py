@@ -15,8 +15,8 @@ __all__ = ["check_ttl"]
 
 def check_ttl(art: RunArtifacts, spec: JobSpec) -> Verdict:
     if "ttl_ms" not in spec.options:
-        return Verdict(
-            "ttl", False, f"job {spec.graph.name!r} has no TTL state to verify (use job: ttl_verify)"
+        return Verdict.unknown(
+            "ttl", f"job {spec.graph.name!r} has no TTL state to verify (use job: ttl_verify)"
         )
     ttl = int(spec.options["ttl_ms"])
     stale_ok = spec.options.get("visibility") == "ReturnExpiredIfNotCleanedUp"

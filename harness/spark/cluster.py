@@ -60,6 +60,8 @@ from typing import Any
 
 import psutil
 
+from reference_impl.errors import EnvironmentFault
+
 __all__ = [
     "SparkEnvironmentError",
     "SparkCluster",
@@ -73,7 +75,7 @@ _LOCAL_CLUSTER = re.compile(r"^local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s
 _EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 
 
-class SparkEnvironmentError(RuntimeError):
+class SparkEnvironmentError(EnvironmentFault, RuntimeError):
     """Spark cannot run here (no suitable Java, the cluster does not come up); says what to do."""
 
 

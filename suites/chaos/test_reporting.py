@@ -138,11 +138,11 @@ def test_an_unknown_job_exits_2_naming_it(tmp_path):
 
 
 def test_a_local_cluster_too_small_for_the_barrier_stage_is_an_input_error():
-    from chaos.errors import EnvironmentProblem, classify
+    from chaos.errors import InputError, classify
     from chaos.scenario import Scenario
     from chaos.spark_run import spark_master
 
     sc = Scenario.model_validate({"name": "x", "cluster": "local-cluster[1,2,512]"})
-    with pytest.raises(EnvironmentProblem, match=r"2 task slots, but the job needs 5") as e:
+    with pytest.raises(InputError, match=r"2 task slots, but the job needs 5") as e:
         spark_master(sc, 5)
     assert classify(e.value) == "input"
