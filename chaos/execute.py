@@ -28,6 +28,7 @@ __all__ = [
     "checkpoint_config",
     "rescale_requests",
     "liveness_bound_ms",
+    "alignment_bound_ms",
     "RunGaveUp",
 ]
 
@@ -67,6 +68,16 @@ def liveness_bound_ms(sc: Scenario) -> int:
     if sc.recovery_bound_ms is not None:
         return int(sc.recovery_bound_ms)
     return max(10_000 if sc.cluster_kind == "sim" else 30_000, 20 * sc.checkpoint.interval_ms)
+
+
+def alignment_bound_ms(sc: Scenario) -> int:
+    """How long a subtask may stay blocked in an alignment after its checkpoint was aborted: one
+    checkpoint interval on the simulator (the abort reaches every task in the same step; a task must
+    not wait for the next checkpoint's barrier instead), and at least 5 s on Spark (the abort travels
+    to the executors over the network)."""
+    if sc.cluster_kind == "sim":
+        return int(sc.checkpoint.interval_ms)
+    return max(5_000, 2 * sc.checkpoint.interval_ms)
 
 
 def runtime_injector(executor: Any, scope: RunScope, p: PlannedFault, rng: random.Random) -> Injector | None:
@@ -147,7 +158,13 @@ def execute_scenario(
         # the restart strategy (or Spark) gave up: the oracles would only count what never ran
         raise RunGaveUp(f"the job gave up: {stats.get('reason')}", str(stats.get("root_cause") or ""), stats)
     verdicts = check_all(
-        run_dir, spec, sc.checks, retained=sc.checkpoint.retained, liveness_bound_ms=liveness_bound_ms(sc)
+        run_dir,
+        spec,
+        sc.checks,
+        retained=sc.checkpoint.retained,
+        liveness_bound_ms=liveness_bound_ms(sc),
+        max_concurrent=sc.checkpoint.max_concurrent,
+        alignment_bound_ms=alignment_bound_ms(sc),
     )
     return [v.to_dict() for v in verdicts] + [_schedule_verdict(sc, run_dir)], stats
 

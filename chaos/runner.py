@@ -50,7 +50,9 @@ class ScenarioOutcome:
     @property
     def passed(self) -> bool:
         """Only when the run completed and every requested check holds (unknown is not a pass)."""
-        return self.error is None and bool(self.verdicts) and all(status_of(v) == "holds" for v in self.verdicts)
+        return (
+            self.error is None and bool(self.verdicts) and all(status_of(v) == "holds" for v in self.verdicts)
+        )
 
     @property
     def failed_checks(self) -> list[dict[str, Any]]:
@@ -148,7 +150,7 @@ def _summary(outcomes: list[ScenarioOutcome], console: Console) -> None:
         table.add_column(col, overflow="fold")
     for o in outcomes:
         result = _RESULT.get(o.result, f"[red]{o.result} error[/red]")
-        checks = " ".join(f"{_MARK[status_of(v)]} {v['oracle']}" for v in o.verdicts) or "not judged"
+        checks = "\n".join(f"{_MARK[status_of(v)]} {v['oracle']}" for v in o.verdicts) or "not judged"
         table.add_row(o.name, o.cluster, str(o.seed), checks, result, f"{o.seconds:.1f}")
     console.print(table)
     for o in outcomes:

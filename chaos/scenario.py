@@ -82,9 +82,11 @@ class ScenarioError(InputError, ValueError):
     def __init__(self, path: str, problems: list[tuple[int | None, str, str]]) -> None:
         self.path = path
         self.problems = problems
-        lines = [
-            # a problem of the whole document (no field) is located at its first line
-            f"{path}:{line if line is not None else 1}: {field or 'scenario'}: {msg}"
+        lines = [  # file:line: field: problem, leaving out only the parts that do not exist
+            ":".join([path, *([str(line)] if line is not None else [])])
+            + ": "
+            + (f"{field}: " if field else "")
+            + msg
             for line, field, msg in problems
         ]
         super().__init__("invalid scenario\n  " + "\n  ".join(lines))

@@ -49,7 +49,13 @@ ORACLES: dict[str, Callable[..., Verdict]] = {
 
 
 def check_all(
-    run_dir: Path, spec: JobSpec, checks: list[str], retained: int = 1, liveness_bound_ms: int = 10_000
+    run_dir: Path,
+    spec: JobSpec,
+    checks: list[str],
+    retained: int = 1,
+    liveness_bound_ms: int = 10_000,
+    max_concurrent: int = 1,
+    alignment_bound_ms: int = 10_000,
 ) -> list[Verdict]:
     """Run the named oracles over a finished run; an oracle that crashes gives an unknown verdict
     naming the exception, never a silent pass."""
@@ -60,9 +66,9 @@ def check_all(
             raise ValueError(f"unknown oracle {name!r}; expected one of {', '.join(ORACLES)}")
         kwargs: dict[str, Any] = {}
         if name == "checkpoint_integrity":
-            kwargs["retained"] = retained
+            kwargs.update(retained=retained, max_concurrent=max_concurrent)
         if name == "liveness":
-            kwargs["bound_ms"] = liveness_bound_ms
+            kwargs.update(bound_ms=liveness_bound_ms, alignment_bound_ms=alignment_bound_ms)
         try:
             out.append(ORACLES[name](art, spec, **kwargs))
         except Exception as e:  # an oracle that crashed has decided nothing: unknown, never a pass
