@@ -215,6 +215,13 @@ class Nemesis:
         if errors:
             raise errors[0]
 
+    def awaiting(self, kinds: tuple[str, ...]) -> list[str]:
+        """Planned faults not fired yet whose trigger is of one of ``kinds`` (or already reached and
+        waiting for its ``after_ms``): the end-of-input gate keeps the job going for them."""
+        return [
+            p.describe() for p in self.planned if not p.fired and (p.kind in kinds or p.due_at is not None)
+        ]
+
     @property
     def pending(self) -> list[PlannedFault]:
         return [p for p in self.planned if not p.fired]

@@ -19,6 +19,7 @@ from typing import Any
 
 from harness.coordinator import CheckpointConfig, CheckpointCoordinator, JobFailedError
 from harness.history import HistoryWriter
+from harness.input_gate import EndOfInputGate, hold_limit_ms
 from harness.job import JobGraph, task_name
 from harness.jobmaster import JobFailure, JobMaster, RescaleRequest, RescaleSchedule, RunSummary
 from harness.spark.cluster import SparkCluster
@@ -104,6 +105,7 @@ class SparkExecutor:
         self.final_after: int | None = None
         self.finishing = False
         self.stopping_for_rescale = False
+        self._gate: EndOfInputGate | None = None  # built on first use: hooks may be attached later
 
     def now(self) -> int:
         return int((time.monotonic() - self._t0) * 1000)
@@ -322,6 +324,7 @@ class SparkExecutor:
                         dep is not None
                         and self.final_after is None
                         and len(dep.exhausted) == dep.graph.source.parallelism
+                        and not self._input_held(now)
                     ):
                         self.final_after = self.coord.next_id
                         if not self.coord.pending:
@@ -334,6 +337,14 @@ class SparkExecutor:
         if self.stopping_for_rescale:
             return "rescale"
         return "finished"
+
+    def _input_held(self, now: int) -> bool:
+        """Keep the job going after its input ended while a planned fault or rescale is still to come
+        (a fast machine must not finish before a scenario's triggers)."""
+        if self._gate is None:
+            limit = hold_limit_ms(self.master.config.interval_ms, 30_000)
+            self._gate = EndOfInputGate(self.hooks, self.rescales, self.history.emit, limit)
+        return self._gate.holds(now)
 
     def _fail_deployment(self, reason: str) -> None:
         """Too many checkpoint failures: fail every task, so Spark relaunches the stage."""

@@ -1,0 +1,121 @@
+"""Verdicts a person can trust: three-valued checks, infrastructure errors apart from failed checks,
+faults that could not act never counted as fired, and triggers reached whatever the machine's speed."""
+
+from __future__ import annotations
+
+import json
+
+import allure
+import pytest
+
+import harness.oracles as oracles
+from chaos.cli import main
+from suites.runtime.conftest import BASE
+
+pytestmark = [allure.epic("chaos"), allure.feature("verdicts")]
+
+
+def _scenario(tmp_path, **overrides):
+    import yaml
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({**BASE, **overrides}))
+    return path
+
+
+def _run(tmp_path, **overrides):
+    report = tmp_path / "out.json"
+    rc = main(
+        [
+            "run",
+            str(_scenario(tmp_path, **overrides)),
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "--json",
+            str(report),
+        ]
+    )
+    return rc, json.loads(report.read_text())["scenarios"][0]
+
+
+def _verdict(outcome, oracle):
+    return next(v for v in outcome["verdicts"] if v["oracle"] == oracle)
+
+
+def test_an_oracle_that_crashes_is_unknown_and_the_run_does_not_pass(tmp_path, monkeypatch, capsys):
+    def broken(art, spec):
+        raise ZeroDivisionError("planted")
+
+    monkeypatch.setitem(oracles.ORACLES, "sequence", broken)
+    rc, out = _run(tmp_path)
+    seq = _verdict(out, "sequence")
+    assert seq["status"] == "unknown" and "ZeroDivisionError: planted" in seq["summary"]
+    assert _verdict(out, "exactly_once")["status"] == "holds"
+    assert (rc, out["passed"], out["result"]) == (1, False, "unknown")
+    printed = capsys.readouterr().out
+    assert (
+        "? sequence" in printed
+        and "✓ exactly_once" in printed
+        and out["run_dir"] in printed.replace("\n", "")
+    )
+
+
+def test_a_check_that_cannot_apply_is_unknown(tmp_path):
+    rc, out = _run(tmp_path, checks=["ttl", "exactly_once"])  # keyed_count has no TTL state
+    assert _verdict(out, "ttl")["status"] == "unknown" and "no TTL state" in _verdict(out, "ttl")["summary"]
+    assert (rc, out["result"]) == (1, "unknown")
+
+
+def test_a_job_the_restart_strategy_gave_up_on_is_an_infrastructure_error(tmp_path, capsys):
+    crashes = [{"at": f"checkpoint:{n}", "kind": "crash_task", "target": "count[0]"} for n in (1, 2, 3)]
+    rc, out = _run(tmp_path, faults=crashes, max_restarts=1)
+    assert rc == 2
+    assert out["result"] == "infrastructure" and out["error_kind"] == "infrastructure"
+    assert "gave up after 1 restarts" in out["error"]
+    assert out["verdicts"] == []  # no "records lost", no "fault never fired": the job never finished
+    printed = capsys.readouterr().out
+    assert "infrastructure error" in printed and "lost" not in printed
+
+
+def test_a_fault_whose_injection_fails_did_not_fire(tmp_path):
+    rc, out = _run(tmp_path, faults=[{"at": "checkpoint:2", "kind": "crash_task", "target": "count[7]"}])
+    fs = _verdict(out, "fault_schedule")
+    assert fs["status"] == "fails" and rc == 1
+    assert any("did not fire" in d and "no subtask 'count[7]'" in d for d in fs["details"]), fs["details"]
+
+
+def test_a_trigger_later_than_the_input_still_fires(tmp_path):
+    """3000 records end after a few checkpoints; the end of input is held until checkpoint 40."""
+    faults = [{"at": "checkpoint:40", "kind": "crash_task", "target": "count[1]"}]
+    rescale = [{"at": "checkpoint:45", "parallelism": {"source": 3, "count": 3}}]
+    rc, out = _run(tmp_path, faults=faults, rescale=rescale)
+    assert rc == 0, [
+        (v["oracle"], v["summary"], v["details"][:3]) for v in out["verdicts"] if not v["passed"]
+    ]
+    events = [json.loads(x) for x in open(f"{out['run_dir']}/history.jsonl")]
+    kinds = [e["type"] for e in events]
+    assert "input_held" in kinds and "input_released" in kinds and "rescale" in kinds
+    held = next(e for e in events if e["type"] == "input_held")
+    assert held["waiting"] == ["#1 crash_task at checkpoint=40", "rescale at checkpoint=45"]
+    fired = next(e for e in events if e["type"] == "fault_start")
+    assert kinds.index("input_held") < kinds.index("fault_start") and "error" not in fired["details"]
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        {"at": "records:999999", "kind": "crash_task", "target": "count[1]"},  # unreachable: not waited for
+        {
+            "at": {"failpoint": "during_sink_commit"},
+            "kind": "failpoint",
+            "action": "crash",
+            "target": "source[0]",
+        },
+    ],
+    ids=["records-beyond-input", "failpoint-never-hit"],
+)
+def test_a_trigger_the_run_cannot_reach_is_reported_not_hung(tmp_path, fault):
+    rc, out = _run(tmp_path, faults=[fault])
+    fs = _verdict(out, "fault_schedule")
+    assert rc == 1 and fs["status"] == "fails" and "never fired" in fs["details"][0]
+    assert out["stats"]["sim_time_ms"] < 60_000
