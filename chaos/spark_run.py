@@ -151,7 +151,9 @@ def _run_spark(
         stack.callback(router.close)
         network = TaskNetwork(**hosts, router=router.route)
     try:
-        cluster = SparkCluster(master, app_name=f"statechaos-{sc.name}-{sc.seed}", **spark_kwargs).start()
+        cluster = SparkCluster(
+            master, app_name=f"statechaos-{sc.name}-{sc.seed}", logs_dir=run_dir / "logs", **spark_kwargs
+        ).start()
     except SparkEnvironmentError as e:
         raise EnvironmentProblem(str(e)) from None
     stack.callback(cluster.stop)

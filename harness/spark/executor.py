@@ -11,6 +11,7 @@ the chaos hooks live here, in the driver; tasks reach them over the coordinator 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from harness.job import JobGraph, task_name
 from harness.jobmaster import JobFailure, JobMaster, RescaleRequest, RescaleSchedule, RunSummary
 from harness.spark.cluster import SparkCluster
 from harness.spark.network import Endpoint, TaskNetwork, coordinator_link
+from harness.spark.root_cause import root_cause
 from harness.spark.task_runner import run_subtask
 from harness.spark.transport import CoordinatorServer
 from reference_impl.checkpoint import StateFileHandle
@@ -106,6 +108,7 @@ class SparkExecutor:
         self.finishing = False
         self.stopping_for_rescale = False
         self._gate: EndOfInputGate | None = None  # built on first use: hooks may be attached later
+        self.root_cause = ""  # the first real error behind the last stage Spark gave up on
 
     def now(self) -> int:
         return int((time.monotonic() - self._t0) * 1000)
@@ -333,10 +336,22 @@ class SparkExecutor:
         if "error" in result:
             if self.stopping_for_rescale:
                 return "rescale"
-            return "failed:" + _short(result["error"])
+            return "failed:" + self._record_failure(result["error"])
         if self.stopping_for_rescale:
             return "rescale"
         return "finished"
+
+    def _record_failure(self, error: BaseException) -> str:
+        """Spark gave up on the stage: keep its whole error in ``logs/spark-error.txt`` and the root
+        cause (the executor's Python traceback, not Py4J's wrapper); returns the cause's last line."""
+        self.root_cause = root_cause(error)
+        with contextlib.suppress(Exception):
+            logs = self.run_dir / "logs"
+            logs.mkdir(parents=True, exist_ok=True)
+            with open(logs / "spark-error.txt", "a", encoding="utf-8") as fh:
+                fh.write(f"--- t={self.now()} ms\n{error}\n")
+        last = [ln for ln in self.root_cause.splitlines() if ln.strip()]
+        return last[-1].strip()[:300] if last else _short(error)
 
     def _input_held(self, now: int) -> bool:
         """Keep the job going after its input ended while a planned fault or rescale is still to come
@@ -427,6 +442,7 @@ class SparkExecutor:
             self.now(),
             graph.parallelism(),
             simulated=False,
+            root_cause=self.root_cause if status == "failed" else "",
         )
 
 

@@ -119,3 +119,30 @@ def test_a_trigger_the_run_cannot_reach_is_reported_not_hung(tmp_path, fault):
     fs = _verdict(out, "fault_schedule")
     assert rc == 1 and fs["status"] == "fails" and "never fired" in fs["details"][0]
     assert out["stats"]["sim_time_ms"] < 60_000
+
+
+PY4J = """An error occurred while calling o87.collectAndServe.
+: org.apache.spark.SparkException: Job aborted due to stage failure: Could not recover from a failed barrier ResultStage. Most recent failure reason: Stage failed because barrier task ResultTask(1, 0) finished unsuccessfully.
+org.apache.spark.api.python.PythonException: Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/pyspark/worker.py", line 1900, in main
+    func, profiler, deserializer, serializer = read_command(pickleSer, infile)
+  File "/venv/lib/python3.11/site-packages/pyspark/serializers.py", line 472, in loads
+    return cloudpickle.loads(obj, encoding=encoding)
+ModuleNotFoundError: No module named 'my_jobs'
+
+\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(PythonRunner.scala:612)
+\tat org.apache.spark.scheduler.Task.run(Task.scala:147)
+Caused by: java.lang.IllegalStateException: wrapper
+"""
+
+
+def test_the_root_cause_of_a_spark_failure_is_the_executors_python_traceback():
+    from harness.spark.root_cause import root_cause
+
+    cause = root_cause(PY4J)
+    assert cause.startswith("Traceback (most recent call last):")
+    assert cause.splitlines()[-1] == "ModuleNotFoundError: No module named 'my_jobs'"
+    assert "org.apache" not in cause and "collectAndServe" not in cause
+    java_only = "An error occurred\n: org.apache.spark.SparkException: Job aborted\n\tat x.y(Z.scala:1)\nCaused by: java.io.IOException: disk full"
+    assert root_cause(java_only) == "java.io.IOException: disk full"
+    assert root_cause(RuntimeError("plain")) == "plain"
