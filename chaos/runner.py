@@ -126,9 +126,7 @@ def run_scenario(
         from chaos.timeline import plot_timeline
 
         if (run_dir / "history.jsonl").is_file():
-            plot_timeline(
-                run_dir / "history.jsonl", run_dir / "timeline.png", title=f"{sc.name} (seed {sc.seed})"
-            )
+            plot_timeline(run_dir / "history.jsonl", run_dir / "timeline.png")
     except Exception as e:  # a plot must never hide a verdict
         (run_dir / "timeline-error.txt").write_text(f"{type(e).__name__}: {e}\n")
     return outcome
@@ -140,6 +138,44 @@ _RESULT = {
     "failed": "[red]FAILED[/red]",
     "unknown": "[yellow]UNKNOWN[/yellow]",
 }
+
+
+_STORY_LINES = 8
+
+
+def story(run_dir: Path) -> list[str]:
+    """What the chaos did to a run and how the job reacted, in statechaos's words (a SIGKILLed
+    executor reads as the injected fault it is, not as Spark's "ERROR Lost executor")."""
+    from harness.history import read_history
+
+    path = Path(run_dir) / "history.jsonl"
+    if not path.is_file():
+        return []
+    out = []
+    for e in read_history(path):
+        t = f"t={int(e['t']) / 1000:.2f}s"
+        if e["type"] == "fault_start":
+            d = e.get("details") or {}
+            how = f" ({d['signal']})" if d.get("signal") else ""
+            if d.get("error"):
+                out.append(f"{t} fault #{e['fault_id']} {e['kind']} could not act: {d['error']}")
+            else:
+                out.append(
+                    f"{t} fault #{e['fault_id']} {e['kind']}{how} on {e.get('target') or 'the job'} "
+                    f"[{e.get('trigger')}]"
+                )
+        elif e["type"] == "job_restart":
+            out.append(
+                f"{t} job restarted (attempt {e['attempt']}, latest checkpoint {e.get('checkpoint_id')}): "
+                f"{e['reason']}"
+            )
+        elif e["type"] == "rescale":
+            out.append(f"{t} rescaled {e['from']} -> {e['to']} from checkpoint {e.get('checkpoint_id')}")
+        elif e["type"] == "input_held":
+            out.append(f"{t} input ended; held for {', '.join(e['waiting'])}")
+    if len(out) > _STORY_LINES:
+        out = out[: _STORY_LINES - 1] + [f"... and {len(out) - _STORY_LINES + 1} more (history.jsonl)"]
+    return out
 
 
 def _summary(outcomes: list[ScenarioOutcome], console: Console) -> None:
@@ -155,7 +191,9 @@ def _summary(outcomes: list[ScenarioOutcome], console: Console) -> None:
     console.print(table)
     for o in outcomes:
         if o.passed:
-            console.print(f"{o.name}: run directory {o.run_dir}", soft_wrap=True)
+            console.print(f"\n[bold]{o.name}[/bold]: run directory {o.run_dir}", soft_wrap=True)
+            for line in story(Path(o.run_dir)):
+                console.print(f"  {line}", soft_wrap=True, markup=False)
             continue
         console.print(f"\n[bold red]{o.name}[/bold red] ({o.source})")
         if o.error:
@@ -165,6 +203,8 @@ def _summary(outcomes: list[ScenarioOutcome], console: Console) -> None:
                 for line in o.root_cause.splitlines()[-12:]:
                     console.print(f"    {line}", soft_wrap=True, markup=False)
             console.print(f"  details: {Path(o.run_dir) / 'error.txt'}")
+        for line in story(Path(o.run_dir)):
+            console.print(f"  {line}", soft_wrap=True, markup=False)
         for v in o.failed_checks:
             console.print(f"  {_MARK[status_of(v)]} {v['oracle']}: {v['summary']}", soft_wrap=True)
             for line in v.get("details", [])[:5]:
