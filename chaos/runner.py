@@ -30,6 +30,9 @@ __all__ = ["ScenarioOutcome", "run_scenario", "run_scenarios", "replay", "replay
 
 SCENARIO_FILE = "scenario.yaml"
 
+RUNS: list[ScenarioOutcome] = []
+"""Every run this process made (the pytest plugin lists their clusters and seeds in Allure's environment)."""
+
 
 @dataclass
 class ScenarioOutcome:
@@ -44,6 +47,7 @@ class ScenarioOutcome:
     error: str | None = None
     error_kind: str | None = None  # input | environment | infrastructure | bug (reference_impl.errors)
     root_cause: str = ""  # an infrastructure error: the first real error behind it
+    started_ms: int = 0  # wall clock (ms since the epoch) when the run started
     seconds: float = 0.0
     stats: dict[str, Any] = field(default_factory=dict)
 
@@ -104,6 +108,7 @@ def run_scenario(
     if not resume:
         (run_dir / SCENARIO_FILE).write_text(yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False))
     outcome = ScenarioOutcome(sc.name, source, str(run_dir), sc.cluster, sc.seed)
+    outcome.started_ms = int(time.time() * 1000)
     t0 = time.perf_counter()
     try:
         verdicts, stats = execute_scenario(sc, run_dir, resume=resume)
@@ -122,6 +127,7 @@ def run_scenario(
         (run_dir / "error.txt").write_text(text)
     outcome.seconds = round(time.perf_counter() - t0, 2)
     (run_dir / "outcome.json").write_text(json.dumps(outcome.to_dict(), indent=2, default=str))
+    RUNS.append(outcome)
     try:
         from chaos.timeline import plot_timeline
 

@@ -216,11 +216,18 @@ class Nemesis:
             raise errors[0]
 
     def awaiting(self, kinds: tuple[str, ...]) -> list[str]:
-        """Planned faults not fired yet whose trigger is of one of ``kinds`` (or already reached and
-        waiting for its ``after_ms``): the end-of-input gate keeps the job going for them."""
-        return [
+        """What the end-of-input gate keeps the job going for: planned faults not fired yet whose
+        trigger is of one of ``kinds`` (or already reached and waiting for its ``after_ms``), and
+        faults with a ``duration_ms`` still active (their window must not be cut short by the end)."""
+        out = [
             p.describe() for p in self.planned if not p.fired and (p.kind in kinds or p.due_at is not None)
         ]
+        out += [
+            f"{p.describe()} until healed"
+            for p in self.planned
+            if p.fired and not p.healed and p.fault.duration_ms is not None
+        ]
+        return out
 
     @property
     def pending(self) -> list[PlannedFault]:

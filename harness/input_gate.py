@@ -1,4 +1,5 @@
-"""Holds back the end of a bounded input until every planned fault and rescale has had its trigger.
+"""Holds back the end of a bounded input until every planned fault and rescale has had its trigger
+(and every fault with a duration has healed).
 
 A scenario's faults fire at checkpoint N, at a time or at a failpoint; a fast machine can finish the
 whole input before those are reached, and the run then proves nothing (or, worse, passes or fails

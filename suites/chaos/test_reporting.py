@@ -75,6 +75,7 @@ def test_allure_results_for_a_failed_oracle(tmp_path):
     labels = {(lb["name"], lb["value"]) for lb in result["labels"]}
     assert ("epic", "chaos") in labels and ("story", "x") in labels
     steps = [s["name"] for s in result["steps"]]
+    steps += [c["name"] for s in result["steps"] for c in s.get("steps", [])]  # inside "run scenario"
     assert "fault: pause_executor on executor:1" in steps and "checkpoint 1 completed" in steps
     assert any(s.startswith("restore from checkpoint 1") for s in steps) and any(
         "rescale" in s for s in steps

@@ -146,3 +146,44 @@ def test_the_root_cause_of_a_spark_failure_is_the_executors_python_traceback():
     java_only = "An error occurred\n: org.apache.spark.SparkException: Job aborted\n\tat x.y(Z.scala:1)\nCaused by: java.io.IOException: disk full"
     assert root_cause(java_only) == "java.io.IOException: disk full"
     assert root_cause(RuntimeError("plain")) == "plain"
+
+
+@allure.story("a real chaos run in Allure: timed steps and attachments")
+def test_a_chaos_run_reports_steps_and_attachments(run_scenario, assert_oracles):
+    """The fast suite's own chaos run through the plugin: Allure shows the run step with its real
+    duration, fault windows, restarts, restores, checkpoints, a step per check, and the run's files."""
+    out = run_scenario(
+        {**BASE, "name": "allure-demo"},
+        faults=[
+            {"at": "checkpoint:2", "kind": "crash_task", "target": "count[1]"},
+            {"at": "checkpoint:4", "kind": "storage", "mode": "slow", "delay_ms": 20, "duration_ms": 200},
+        ],
+    )
+    assert_oracles(out)
+    assert out.seconds > 0 and out.started_ms > 0
+
+
+def test_allure_steps_carry_the_runs_real_durations(tmp_path):
+    from chaos.allure_results import run_step, verdict_steps
+    from chaos.runner import ScenarioOutcome, run_scenario
+    from chaos.scenario import Scenario
+
+    faults = [
+        {"at": "checkpoint:2", "kind": "crash_task", "target": "count[1]"},
+        {"at": "checkpoint:3", "kind": "storage", "mode": "unavailable", "duration_ms": 150},
+        {"at": "checkpoint:4", "kind": "crash_task", "target": "count[9]"},  # cannot act
+    ]
+    out: ScenarioOutcome = run_scenario(Scenario.model_validate({**BASE, "faults": faults}), tmp_path / "r")
+    step = run_step(out)
+    assert step["stop"] - step["start"] == int(out.seconds * 1000) and step["start"] == out.started_ms
+    names = {s["name"]: s for s in step["steps"]}
+    window = names["fault: storage on checkpoint storage"]
+    assert window["stop"] - window["start"] >= 150  # the fault's window, not an instant
+    assert names["fault: crash_task on count[9]"]["status"] == "broken"
+    assert any(n.startswith("job restart (attempt 1)") for n in names)
+    assert any(n.startswith("restore from checkpoint") for n in names)
+    checks = {s["name"]: s["status"] for s in verdict_steps(out.verdicts, step["stop"])}
+    assert (
+        checks["oracle fault_schedule: FAILED"] == "failed"
+        and checks["oracle exactly_once: holds"] == "passed"
+    )
