@@ -117,6 +117,14 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_coverage(args: argparse.Namespace) -> int:
+    from chaos.scenario_coverage import print_coverage, scenario_coverage
+
+    files, names = scenario_coverage([Path(p) for p in args.paths], console)
+    print_coverage(files, names, console, Path(args.json) if args.json else None)
+    return EXIT_OK
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from chaos.bench.runner import run_benchmarks
 
@@ -176,6 +184,15 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("run_dir")
     rep.add_argument("-o", "--output", help="PNG path (default: RUN_DIR/timeline.png)")
     rep.set_defaults(fn=_cmd_report)
+
+    cv = sub.add_parser(
+        "coverage", help="run the sim scenarios under coverage.py: runtime and state-model lines none reaches"
+    )
+    cv.add_argument(
+        "paths", nargs="*", default=["scenarios"], help="scenario files or folders (default: scenarios/)"
+    )
+    cv.add_argument("--json", metavar="FILE", help="write the per-file report as JSON")
+    cv.set_defaults(fn=_cmd_coverage)
 
     b = sub.add_parser("bench", help="benchmarks: ratios against baselines measured in the same run")
     b.add_argument("--quick", action="store_true", help="small sizes, a few minutes in all")
