@@ -28,7 +28,7 @@ def check_ttl(art: RunArtifacts, spec: JobSpec) -> Verdict:
         ]
         or [0]
     )
-    problems, reads, ambiguous = [], 0, 0
+    problems, reads, ambiguous, at_expiry = [], 0, 0, 0
     for c in art.committed:
         key, seq, observed, last_value, last_ts, now = c.record
         reads += 1
@@ -37,6 +37,7 @@ def check_ttl(art: RunArtifacts, spec: JobSpec) -> Verdict:
                 problems.append(f"key {key!r} seq {seq}: read {observed!r} before any write")
             continue
         expiry = last_ts + ttl
+        at_expiry += now == expiry  # the boundary: expired exactly now (Flink: expiry <= now)
         if abs(now - expiry) < skew or (skew and now == expiry):
             ambiguous += 1
             ok = observed in (None, last_value)
@@ -58,6 +59,7 @@ def check_ttl(art: RunArtifacts, spec: JobSpec) -> Verdict:
         f"{reads} TTL reads match the update-history model{extra}",
         "{n} TTL reads disagree with the update-history model",
         reads=reads,
+        at_expiry=at_expiry,
         ambiguous=ambiguous,
         skew_ms=skew,
     )

@@ -210,6 +210,17 @@ def _abort_does_not_release_alignment(mp):
     mp.setattr(tasks.StreamTask, "notify_checkpoint_aborted", notify_checkpoint_aborted)
 
 
+def _ttl_expires_one_ms_late(mp):
+    import reference_impl.state.handles as handles
+    import reference_impl.ttl as ttl
+
+    def late(ts, ttl_ms, now):  # off by one: still alive at last write + ttl
+        return ttl.expiration_timestamp(ts, ttl_ms) < now
+
+    for module in (ttl, heap, handles):
+        mp.setattr(module, "is_expired", late)
+
+
 # checkpoints overlap: barriers held back on a channel while the next checkpoint is triggered
 CONCURRENT = {
     "checkpoint": {"interval_ms": 20, "max_concurrent": 3, "retained": 2},
@@ -238,6 +249,7 @@ ONLY = {
     "a completed checkpoint subsumes newer pending ones": "checkpoint_integrity",
     "an abort leaves the subtask blocked in alignment": "liveness",
     "the coordinator exceeds max_concurrent": "checkpoint_integrity",
+    "TTL state still visible at the expiry instant": "ttl",
 }
 
 VARIANTS = {
@@ -322,6 +334,16 @@ VARIANTS = {
         CONCURRENT,
     ),
     "an abort leaves the subtask blocked in alignment": (_abort_does_not_release_alignment, EXPIRY),
+    # reads exactly at the expiry instant (scenarios/ttl-expiry-instant-sim.yaml's shape)
+    "TTL state still visible at the expiry instant": (
+        _ttl_expires_one_ms_late,
+        {
+            "job": "ttl_verify",
+            "job_options": {"ttl_ms": 4},
+            "keys": 40,
+            "checks": ["ttl", "exactly_once", "restored_state"],
+        },
+    ),
     "the coordinator exceeds max_concurrent": (
         _coordinator_exceeds_max_concurrent,
         {**CONCURRENT, "checkpoint": {"interval_ms": 20, "max_concurrent": 1, "retained": 2}},
