@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from harness.run_store import RunStore
+
 __all__ = [
     "CATEGORIES",
     "ORACLE_FAILURE_PREFIX",
@@ -151,7 +153,7 @@ def run_step(outcome: Any) -> dict[str, Any]:
     run_dir = Path(outcome.run_dir)
     start = int(getattr(outcome, "started_ms", 0) or 0)
     stop = start + int(outcome.seconds * 1000)
-    children = history_steps(run_dir / "history.jsonl")
+    children = history_steps(RunStore(run_dir).history)
     for s in children:  # history time is relative to the run; anchor it at the run's start
         s["start"] += start
         s["stop"] += start
@@ -266,11 +268,12 @@ def _attach(alluredir: Path, name: str, data: bytes, mime: str, ext: str) -> dic
 
 
 RUN_FILES = (
-    ("scenario.yaml", "scenario", "text/yaml", "yaml"),
-    ("history.jsonl", "history (JSON lines)", "application/x-ndjson", "jsonl"),
-    ("timeline.png", "timeline", "image/png", "png"),
+    ("scenario", "scenario", "text/yaml", "yaml"),
+    ("history", "history (JSON lines)", "application/x-ndjson", "jsonl"),
+    ("plot", "timeline", "image/png", "png"),
 )
-"""Files of a run directory attached to its Allure result: (file, attachment name, MIME type, ext)."""
+"""Files of a run directory attached to its Allure result: (RunStore attribute, attachment name, MIME
+type, ext)."""
 
 
 def run_attachments(
@@ -281,13 +284,13 @@ def run_attachments(
         _attach(alluredir, name, text.encode(), "text/plain", "txt")
         for name, text in failure_attachments(run_dir, verdicts)
     ]
-    for fname, label, mime, ext in RUN_FILES:
-        p = run_dir / fname
+    for attr, label, mime, ext in RUN_FILES:
+        p = getattr(RunStore(run_dir), attr)
         if p.is_file():
             out.append(_attach(alluredir, label, p.read_bytes(), mime, ext))
     out.append(_attach(alluredir, "replay command", replay.encode(), "text/plain", "txt"))
-    if (run_dir / "error.txt").is_file():
-        out.append(_attach(alluredir, "error", (run_dir / "error.txt").read_bytes(), "text/plain", "txt"))
+    if RunStore(run_dir).error.is_file():
+        out.append(_attach(alluredir, "error", RunStore(run_dir).error.read_bytes(), "text/plain", "txt"))
     return out
 
 
@@ -317,7 +320,7 @@ def write_allure_results(outcomes: Iterable[Any], alluredir: Path) -> None:
             "status": status,
             "statusDetails": {
                 "message": message,
-                "trace": (run_dir / "error.txt").read_text() if (run_dir / "error.txt").is_file() else None,
+                "trace": RunStore(run_dir).error.read_text() if RunStore(run_dir).error.is_file() else None,
             },
             "stage": "finished",
             "start": start,
@@ -343,7 +346,7 @@ def run_environment(outcomes: Iterable[Any]) -> dict[str, str]:
     for o in outcomes:
         master = ""
         with contextlib.suppress(Exception):
-            first = (Path(o.run_dir) / "history.jsonl").read_text().split("\n", 1)[0]
+            first = RunStore(Path(o.run_dir)).history.read_text().split("\n", 1)[0]
             master = (json.loads(first).get("config") or {}).get("master") or ""
         clusters.add(f"{o.cluster} ({master})" if master and master != o.cluster else o.cluster)
         seeds.add(int(o.seed))

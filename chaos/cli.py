@@ -20,6 +20,7 @@ from rich.table import Table
 
 from chaos.errors import EXIT_BAD_INPUT, EXIT_OK, InputError, classify, exit_code_for
 from chaos.scenario import ScenarioError, load_scenarios
+from harness.run_store import RunStore
 
 console = Console(stderr=False, highlight=False)
 err = Console(stderr=True, highlight=False)
@@ -108,10 +109,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from chaos.timeline import plot_timeline
 
     run_dir = Path(args.run_dir)
-    history = run_dir / "history.jsonl"
+    history = RunStore(run_dir).history
     if not history.is_file():
         raise UsageError(f"{run_dir}: not a run directory (no history.jsonl)")
-    out = Path(args.output) if args.output else run_dir / "timeline.png"
+    out = Path(args.output) if args.output else RunStore(run_dir).plot
     plot_timeline(history, out)
     console.print(f"timeline written to {out}")
     return EXIT_OK

@@ -21,6 +21,7 @@ from chaos.schedule import Nemesis, PlannedFault, plan
 from chaos.scope import RunScope
 from harness.coordinator import CheckpointConfig
 from harness.jobs import JobSpec, build_job
+from harness.run_store import RunStore
 
 __all__ = [
     "execute_scenario",
@@ -124,7 +125,7 @@ def _job(sc: Scenario) -> JobSpec:
 def _run_sim(sc: Scenario, spec: JobSpec, run_dir: Path) -> dict[str, Any]:
     from harness.sim import SimConfig, SimExecutor
 
-    scope = RunScope(run_id=run_dir.name, paths=[run_dir / "checkpoints"])
+    scope = RunScope(run_id=run_dir.name, paths=[RunStore(run_dir).checkpoints])
     ex = SimExecutor(
         spec.graph,
         run_dir,
@@ -184,7 +185,7 @@ def _schedule_verdict(sc: Scenario, run_dir: Path) -> dict[str, Any]:
     from harness.oracles import Verdict
 
     planned = plan(sc)
-    events = list(read_history(run_dir / "history.jsonl"))
+    events = list(read_history(RunStore(run_dir).history))
     started = {e["fault_id"]: e for e in events if e["type"] == "fault_start"}
     errors: dict[int, str] = {}
     for e in events:

@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 from chaos.scenario import Scenario, load_scenario, load_scenarios, parse_scenario
+from harness.run_store import RunStore
 
 __all__ = [
     "ScenarioInfrastructureError",
@@ -272,12 +273,13 @@ def attach_outcome(outcome: Any, node: pytest.Item | None = None) -> None:
     text = allure.attachment_type.TEXT
     for name, body in failure_attachments(run_dir, outcome.verdicts):
         allure.attach(body, name=name, attachment_type=text)
-    if outcome.error and (run_dir / "error.txt").is_file():
-        allure.attach.file(str(run_dir / "error.txt"), name="error", attachment_type=text)
+    if outcome.error and RunStore(run_dir).error.is_file():
+        allure.attach.file(str(RunStore(run_dir).error), name="error", attachment_type=text)
     kinds = {"yaml": allure.attachment_type.YAML, "jsonl": text, "png": allure.attachment_type.PNG}
-    for fname, name, _mime, ext in RUN_FILES:
-        if (run_dir / fname).is_file():
-            allure.attach.file(str(run_dir / fname), name=name, attachment_type=kinds[ext])
+    for attr, name, _mime, ext in RUN_FILES:
+        path = getattr(RunStore(run_dir), attr)
+        if path.is_file():
+            allure.attach.file(str(path), name=name, attachment_type=kinds[ext])
     allure.attach(_replay_text(outcome, node), name="replay command", attachment_type=text)
 
 

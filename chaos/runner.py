@@ -25,10 +25,10 @@ from rich.table import Table
 from chaos.errors import EXIT_CHECK_FAILED, EXIT_OK, exit_code_for
 from chaos.scenario import Scenario, load_scenario
 from harness.oracles.verdict import status_of
+from harness.run_store import RunStore
 
 __all__ = ["ScenarioOutcome", "run_scenario", "run_scenarios", "replay", "replay_command"]
 
-SCENARIO_FILE = "scenario.yaml"
 
 RUNS: list[ScenarioOutcome] = []
 """Every run this process made (the pytest plugin lists their clusters and seeds in Allure's environment)."""
@@ -106,7 +106,7 @@ def run_scenario(
 
     run_dir.mkdir(parents=True, exist_ok=True)
     if not resume:
-        (run_dir / SCENARIO_FILE).write_text(yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False))
+        RunStore(run_dir).scenario.write_text(yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False))
     outcome = ScenarioOutcome(sc.name, source, str(run_dir), sc.cluster, sc.seed)
     outcome.started_ms = int(time.time() * 1000)
     t0 = time.perf_counter()
@@ -124,15 +124,15 @@ def run_scenario(
         text = traceback.format_exc()
         if outcome.root_cause:
             text = f"root cause:\n{outcome.root_cause}\n\n{text}"
-        (run_dir / "error.txt").write_text(text)
+        RunStore(run_dir).error.write_text(text)
     outcome.seconds = round(time.perf_counter() - t0, 2)
-    (run_dir / "outcome.json").write_text(json.dumps(outcome.to_dict(), indent=2, default=str))
+    RunStore(run_dir).outcome.write_text(json.dumps(outcome.to_dict(), indent=2, default=str))
     RUNS.append(outcome)
     try:
         from chaos.timeline import plot_timeline
 
-        if (run_dir / "history.jsonl").is_file():
-            plot_timeline(run_dir / "history.jsonl", run_dir / "timeline.png")
+        if RunStore(run_dir).history.is_file():
+            plot_timeline(RunStore(run_dir).history, RunStore(run_dir).plot)
     except Exception as e:  # a plot must never hide a verdict
         (run_dir / "timeline-error.txt").write_text(f"{type(e).__name__}: {e}\n")
     return outcome
@@ -154,7 +154,7 @@ def story(run_dir: Path) -> list[str]:
     executor reads as the injected fault it is, not as Spark's "ERROR Lost executor")."""
     from harness.history import read_history
 
-    path = Path(run_dir) / "history.jsonl"
+    path = RunStore(Path(run_dir)).history
     if not path.is_file():
         return []
     out = []
@@ -282,9 +282,9 @@ def replay(run_dir: Path, runs_dir: Path, console: Console, json_path: Path | No
     """Run a recorded scenario again: same scenario (after its overrides), same seed, same schedule."""
     from chaos.cli import UsageError
 
-    src = run_dir / SCENARIO_FILE
+    src = RunStore(run_dir).scenario
     if not src.is_file():
-        raise UsageError(f"{run_dir}: not a run directory (no {SCENARIO_FILE})")
+        raise UsageError(f"{run_dir}: not a run directory (no {src.name})")
     sc = load_scenario(src)
     console.print(f"replaying {sc.name} (seed {sc.seed}) from {run_dir}")
     return run_scenarios([(src, sc)], None, None, runs_dir, json_path, None, console)
@@ -295,9 +295,9 @@ def resume(run_dir: Path, console: Console, json_path: Path | None = None) -> in
     checkpoint of its storage, finishes it in the same run directory, and the oracles judge the whole."""
     from chaos.cli import UsageError
 
-    src = run_dir / SCENARIO_FILE
+    src = RunStore(run_dir).scenario
     if not src.is_file():
-        raise UsageError(f"{run_dir}: not a run directory (no {SCENARIO_FILE})")
+        raise UsageError(f"{run_dir}: not a run directory (no {src.name})")
     sc = load_scenario(src)
     if sc.cluster_kind == "sim":
         raise UsageError(f"{run_dir}: a sim run has no driver to replace; use statechaos replay")

@@ -20,6 +20,7 @@ from chaos.scenario import Fault, Scenario
 from chaos.schedule import Nemesis, PlannedFault, plan
 from chaos.scope import RunScope
 from harness.jobs import JobSpec
+from harness.run_store import RunStore
 
 __all__ = ["run_spark", "spark_master"]
 
@@ -152,7 +153,10 @@ def _run_spark(
         network = TaskNetwork(**hosts, router=router.route)
     try:
         cluster = SparkCluster(
-            master, app_name=f"statechaos-{sc.name}-{sc.seed}", logs_dir=run_dir / "logs", **spark_kwargs
+            master,
+            app_name=f"statechaos-{sc.name}-{sc.seed}",
+            logs_dir=RunStore(run_dir).logs,
+            **spark_kwargs,
         ).start()
     except SparkEnvironmentError as e:
         raise EnvironmentProblem(str(e)) from None
@@ -165,7 +169,7 @@ def _run_spark(
     scope = RunScope(
         run_id=run_dir.name,
         pids=cluster.owned_pids,
-        paths=[run_dir / "checkpoints"],
+        paths=[RunStore(run_dir).checkpoints],
         compose_project=docker.stack.project if docker else None,
     )
     graph, rescales, planned = spec.graph, rescale_requests(sc), plan(sc)

@@ -13,6 +13,7 @@ from typing import Any
 from harness.coordinator import CheckpointConfig, CheckpointCoordinator
 from harness.history import HistoryWriter
 from harness.job import JobGraph
+from harness.run_store import RunStore
 from harness.sinks import committed_files, write_fence
 from reference_impl.checkpoint import CompletedCheckpoint, FileSystemCheckpointStorage, RestoreReport
 from reference_impl.errors import InfrastructureError
@@ -134,7 +135,7 @@ class JobMaster:
     ) -> None:
         self.job_id = graph.name
         self.run_dir = Path(run_dir)
-        self.checkpoint_root = self.run_dir / "checkpoints"
+        self.checkpoint_root = RunStore(self.run_dir).checkpoints
         self.storage = FileSystemCheckpointStorage(self.checkpoint_root)
         self.config = checkpoint
         self.history = history
@@ -159,7 +160,7 @@ class JobMaster:
         if self.keep_restore_evidence:
             self._keep_evidence(chk)
         if report.skipped:
-            fenced = write_fence(self.run_dir / "output", chk.checkpoint_id, attempt)
+            fenced = write_fence(RunStore(self.run_dir).output, chk.checkpoint_id, attempt)
             if fenced:
                 self.history.emit("sink_fence", restored_from=chk.checkpoint_id, txns=fenced, attempt=attempt)
         for op, p in graph.parallelism().items():
@@ -240,7 +241,7 @@ class JobMaster:
     def end_run(self, status: str, reason: str, attempts: int) -> None:
         """The last history event, with what the sink committed; closes the history."""
         committed = 0
-        for f in committed_files(self.run_dir / "output"):
+        for f in committed_files(RunStore(self.run_dir).output):
             with open(f, encoding="utf-8") as fh:
                 committed += sum(1 for _ in fh)
         self.history.emit(

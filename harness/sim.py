@@ -26,6 +26,7 @@ from harness.input_gate import EndOfInputGate, hold_limit_ms
 from harness.items import CheckpointBarrier, is_control
 from harness.job import JobGraph, task_name
 from harness.jobmaster import JobFailure, JobMaster, RescaleRequest, RescaleSchedule, RestorePlan, RunSummary
+from harness.run_store import RunStore
 from harness.storage_gate import GatedStorage
 from harness.tasks import SourceTask, StreamTask, TaskEnv
 from reference_impl.checkpoint import StateFileHandle
@@ -133,7 +134,7 @@ class SimExecutor:
         self.hooks = hooks
         self.rescales = RescaleSchedule(list(rescales or []))
         self.clock = ManualClock(0)
-        self.history = HistoryWriter(self.run_dir / "history.jsonl", self.clock.now_ms)
+        self.history = HistoryWriter(RunStore(self.run_dir).history, self.clock.now_ms)
         self.master = JobMaster(
             graph, self.run_dir, checkpoint, self.history, max_restarts=self.cfg.max_restarts
         )

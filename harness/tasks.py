@@ -21,6 +21,7 @@ from harness.barriers import Alignment, BarrierAligner
 from harness.failpoints import Failpoints
 from harness.items import CancelCheckpointMarker, CheckpointBarrier, EndOfInput
 from harness.job import JobGraph, RuntimeContext, StageSpec, task_name  # task_name re-exported
+from harness.run_store import RunStore
 from harness.sinks import SINK_STATE, TwoPhaseCommitFileSink
 from reference_impl.checkpoint import StateFileHandle
 from reference_impl.checkpoint.format import encode_subtask_state
@@ -152,7 +153,7 @@ class _TaskBase:
     def _write_restored_file(self, checkpoint_id: int | None, path: str | None) -> None:
         """Record what this subtask actually holds after restore: the restored-state oracle compares it
         with the checkpoint (read independently) and with a sequential model."""
-        d = self.env.run_dir / "restored"
+        d = RunStore(self.env.run_dir).restored
         d.mkdir(parents=True, exist_ok=True)
         fname = f"a{self.env.attempt:04d}-{self.operator}-{self.subtask}.state"
         (d / fname).write_bytes(encode_subtask_state(self._subtask_snapshot()))
@@ -292,7 +293,7 @@ class StreamTask(_TaskBase):
         )
         self.sink = (
             TwoPhaseCommitFileSink(
-                env.run_dir / "output",
+                RunStore(env.run_dir).output,
                 subtask,
                 env.emit,
                 failpoint=self._hit,

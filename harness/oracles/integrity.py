@@ -14,6 +14,7 @@ from pathlib import Path
 from harness.jobs import JobSpec
 from harness.oracles.artifacts import RunArtifacts
 from harness.oracles.verdict import Verdict
+from harness.run_store import RunStore
 from reference_impl.checkpoint import CheckpointError, validate_checkpoint
 
 __all__ = ["check_checkpoint_integrity"]
@@ -68,7 +69,7 @@ def check_checkpoint_integrity(
     for a, b in zip(completed, completed[1:], strict=False):
         if b <= a:
             problems.append(f"checkpoint {b} completed after checkpoint {a}: ids must only grow")
-    root = art.run_dir / "checkpoints" / spec.graph.name
+    root = RunStore(art.run_dir).checkpoints / spec.graph.name
     damage_time: dict[str, int] = {}  # checkpoint directory name -> when a fault first damaged it
     for t, p in art.damaged_paths():
         damage_time.setdefault(Path(p).parent.name, t)

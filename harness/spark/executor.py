@@ -23,6 +23,7 @@ from harness.history import HistoryWriter
 from harness.input_gate import EndOfInputGate, hold_limit_ms
 from harness.job import JobGraph, task_name
 from harness.jobmaster import JobFailure, JobMaster, RescaleRequest, RescaleSchedule, RunSummary
+from harness.run_store import RunStore
 from harness.spark.cluster import SparkCluster
 from harness.spark.network import Endpoint, TaskNetwork, coordinator_link
 from harness.spark.root_cause import root_cause
@@ -88,7 +89,7 @@ class SparkExecutor:
         # resume: this driver replaces one that died; it goes on with the same history and storage
         self.resume = resume
         self.history = HistoryWriter(
-            self.run_dir / "history.jsonl", lambda: int((time.monotonic() - self._t0) * 1000), append=resume
+            RunStore(self.run_dir).history, lambda: int((time.monotonic() - self._t0) * 1000), append=resume
         )
         prior = self.history.last_event if resume else None
         if prior is not None:  # history time goes on from where the dead driver stopped
@@ -99,7 +100,7 @@ class SparkExecutor:
         self.server = CoordinatorServer(self.network.coordinator_bind)
         self.coord: CheckpointCoordinator | None = None
         self.dep: _Deployment | None = None
-        self.deployments = _attempts_so_far(self.run_dir / "history.jsonl") if resume else 0
+        self.deployments = _attempts_so_far(RunStore(self.run_dir).history) if resume else 0
         self.skews: dict[str, int] = {}
         self.storage_mode: tuple[str | None, int] = (None, 0)
         self.records_emitted = 0
@@ -346,7 +347,7 @@ class SparkExecutor:
         cause (the executor's Python traceback, not Py4J's wrapper); returns the cause's last line."""
         self.root_cause = root_cause(error)
         with contextlib.suppress(Exception):
-            logs = self.run_dir / "logs"
+            logs = RunStore(self.run_dir).logs
             logs.mkdir(parents=True, exist_ok=True)
             with open(logs / "spark-error.txt", "a", encoding="utf-8") as fh:
                 fh.write(f"--- t={self.now()} ms\n{error}\n")
