@@ -157,7 +157,7 @@ def execute_scenario(
         stats = run_spark(sc, spec, run_dir, resume=resume)
     if stats.get("status") == "failed":
         # the restart strategy (or Spark) gave up: the oracles would only count what never ran
-        raise RunGaveUp(f"the job gave up: {stats.get('reason')}", str(stats.get("root_cause") or ""), stats)
+        raise RunGaveUp(f"the job could not finish: {stats.get('reason')}", str(stats.get("root_cause") or ""), stats)
     verdicts = check_all(
         run_dir,
         spec,

@@ -208,7 +208,10 @@ def _summary(outcomes: list[ScenarioOutcome], console: Console) -> None:
                 console.print("  root cause:", soft_wrap=True)
                 for line in o.root_cause.splitlines()[-12:]:
                     console.print(f"    {line}", soft_wrap=True, markup=False)
-            console.print(f"  details: {Path(o.run_dir) / 'error.txt'}")
+            store = RunStore(Path(o.run_dir))
+            console.print(f"  details: {store.error}")
+            if store.logs.is_dir():
+                console.print(f"  Spark's logs (driver, every executor's stdout/stderr): {store.logs}")
         for line in story(Path(o.run_dir)):
             console.print(f"  {line}", soft_wrap=True, markup=False)
         for v in o.failed_checks:
