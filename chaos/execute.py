@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.errors import InfrastructureError, InputError
-from chaos.injectors.base import Injector, InjectorError
+from chaos.injectors.base import Injector, InjectorError, NotReady
 from chaos.injectors.runtime import CrashTask, DelayBarrier, SkewClock, StorageGateFault
 from chaos.injectors.storage_files import CorruptFile, TruncateFile, pick_checkpoint_file
 from chaos.scenario import Scenario
@@ -87,7 +87,7 @@ def runtime_injector(executor: Any, scope: RunScope, p: PlannedFault, rng: rando
     if f.kind == "crash_task":
         names = executor.task_names()
         if not names:
-            raise InjectorError("no subtask is running")
+            raise NotReady("no subtask is running")
         return CrashTask(executor, str(f.target) if f.target is not None else rng.choice(names))
     if f.kind == "failpoint":
         return None  # the runtime acts at the failpoint itself (Nemesis.on_failpoint)
@@ -104,7 +104,7 @@ def runtime_injector(executor: Any, scope: RunScope, p: PlannedFault, rng: rando
         if f.mode in ("corrupt", "truncate"):
             d = executor.latest_checkpoint_dir()
             if d is None:
-                raise InjectorError("no completed checkpoint to damage yet")
+                raise NotReady("no completed checkpoint to damage yet")
             path = pick_checkpoint_file(d, rng)
             return (CorruptFile if f.mode == "corrupt" else TruncateFile)(scope, path, rng)
         return StorageGateFault(executor, str(f.mode), f.delay_ms or 0)
@@ -120,6 +120,16 @@ def _job(sc: Scenario) -> JobSpec:
         )
     except (UnknownJobError, ValueError) as e:
         raise InputError(f"scenario {sc.name!r}: {e}") from None
+
+
+def _check_rescales(sc: Scenario, spec: JobSpec) -> None:
+    """A rescale step naming an operator the job lacks could never happen: bad input, said before the
+    run rather than as a rescale that "did not happen" after it."""
+    for i, step in enumerate(sc.rescale):
+        try:
+            spec.graph.with_parallelism(step.parallelism).validate()
+        except ValueError as e:
+            raise InputError(f"scenario {sc.name!r}: rescale[{i}].parallelism: {e}") from None
 
 
 def _run_sim(sc: Scenario, spec: JobSpec, run_dir: Path) -> dict[str, Any]:
@@ -149,6 +159,7 @@ def execute_scenario(
     from harness.oracles import check_all
 
     spec = _job(sc)
+    _check_rescales(sc, spec)
     if sc.cluster_kind == "sim":
         stats = _run_sim(sc, spec, run_dir)
     else:
@@ -157,7 +168,9 @@ def execute_scenario(
         stats = run_spark(sc, spec, run_dir, resume=resume)
     if stats.get("status") == "failed":
         # the restart strategy (or Spark) gave up: the oracles would only count what never ran
-        raise RunGaveUp(f"the job could not finish: {stats.get('reason')}", str(stats.get("root_cause") or ""), stats)
+        raise RunGaveUp(
+            f"the job could not finish: {stats.get('reason')}", str(stats.get("root_cause") or ""), stats
+        )
     verdicts = check_all(
         run_dir,
         spec,

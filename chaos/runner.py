@@ -118,7 +118,8 @@ def run_scenario(
         raise
     except Exception as e:
         outcome.error_kind = classify(e)
-        outcome.error = str(e) if outcome.error_kind == "infrastructure" else f"{type(e).__name__}: {e}"
+        # the user's and the environment's errors read as sentences; a bug names its exception type
+        outcome.error = f"{type(e).__name__}: {e}" if outcome.error_kind == "bug" else str(e)
         outcome.root_cause = str(getattr(e, "root_cause", "") or "")
         outcome.stats = dict(getattr(e, "stats", {}) or {})
         text = traceback.format_exc()

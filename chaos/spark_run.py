@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.errors import EnvironmentProblem, InputError
-from chaos.injectors.base import Injector, InjectorError
+from chaos.injectors.base import Injector, InjectorError, NotReady
 from chaos.injectors.network import DisableLink, ProxyRouter, ToxicFault
 from chaos.injectors.process import KillProcess, PauseProcess
 from chaos.scenario import Fault, Scenario
@@ -97,9 +97,7 @@ def _network_injector(router: ProxyRouter, f: Fault, run_id: str, rng: random.Ra
         proxies = [rng.choice(proxies)]
     if not proxies:
         live = ", ".join(sorted(router.proxies)) or "none yet"
-        raise InjectorError(
-            f"no live proxied link matches {f.channel or 'a data channel'!r} (proxied: {live})"
-        )
+        raise NotReady(f"no live proxied link matches {f.channel or 'a data channel'!r} (proxied: {live})")
     if f.toxic == "disable":
         return DisableLink(proxies)
     stream = f.stream or ("upstream" if link.startswith("data:") else "downstream")

@@ -77,6 +77,12 @@ def test_a_job_the_restart_strategy_gave_up_on_is_an_infrastructure_error(tmp_pa
     assert "infrastructure error" in printed and "lost" not in printed
 
 
+def test_a_rescale_of_an_operator_the_job_lacks_is_bad_input(tmp_path):
+    rc, out = _run(tmp_path, rescale=[{"at": "checkpoint:2", "parallelism": {"source": 2, "counter": 3}}])
+    assert rc == 2 and out["error_kind"] == "input" and out["verdicts"] == []
+    assert "rescale[0].parallelism" in out["error"] and "no operator(s) counter" in out["error"]
+
+
 def test_a_fault_whose_injection_fails_did_not_fire(tmp_path):
     rc, out = _run(tmp_path, faults=[{"at": "checkpoint:2", "kind": "crash_task", "target": "count[7]"}])
     fs = _verdict(out, "fault_schedule")
@@ -187,3 +193,51 @@ def test_allure_steps_carry_the_runs_real_durations(tmp_path):
         checks["oracle fault_schedule: FAILED"] == "failed"
         and checks["oracle exactly_once: holds"] == "passed"
     )
+
+
+def test_a_fault_whose_target_is_not_there_yet_waits_for_it():
+    """A storage fault due before any checkpoint completed fires once one has, not 'could not act'."""
+    from chaos.injectors.base import NotReady
+    from chaos.scenario import Scenario
+    from chaos.schedule import Nemesis, plan
+
+    sc = Scenario.model_validate(
+        {**BASE, "faults": [{"at": "time:5ms", "kind": "storage", "mode": "corrupt"}]}
+    )
+    events: list[tuple[str, dict]] = []
+    ready = {"now": False}
+
+    class Corrupt:
+        instant = True
+
+        def describe(self):
+            return {"target": "chk-1/_metadata"}
+
+        def start(self):
+            pass
+
+        def stop(self):
+            pass
+
+    def factory(p, rng):
+        if not ready["now"]:
+            raise NotReady("no completed checkpoint to damage yet")
+        return Corrupt()
+
+    nemesis = Nemesis(plan(sc), factory, lambda t, **f: events.append((t, f)))
+    for t in range(5, 40):
+        nemesis.on_time(t)
+    assert events == [] and nemesis.awaiting(("records",)), "retrying, and the gate waits for it"
+    ready["now"] = True
+    nemesis.on_time(41)
+    assert [t for t, _ in events] == ["fault_start", "fault_end"] and "error" not in events[0][1]["details"]
+
+    never = Nemesis(
+        plan(sc),
+        lambda p, rng: (_ for _ in ()).throw(NotReady("no link yet")),
+        lambda t, **f: events.append((t, f)),
+    )
+    never.on_time(10)
+    events.clear()
+    never.heal_all()  # the run ended: the fault is recorded as not fired, with why
+    assert events[0][1]["details"]["error"] == "its target never became available: no link yet"
