@@ -278,6 +278,21 @@ class SparkCluster:
         )
         return path
 
+    def _launch_gateway(self) -> None:
+        """Start the driver JVM as pyspark would, but with its stdout and stderr in
+        ``logs_dir/driver.log``: the JVM's own notices (not only log4j's lines) stay off the terminal."""
+        from pyspark import SparkConf, SparkContext
+        from pyspark.java_gateway import launch_gateway
+
+        assert self.logs_dir is not None
+        conf = SparkConf()
+        for k, v in self._conf().items():
+            conf.set(k, v)
+        with open(self.logs_dir / "driver.log", "ab") as out:  # the JVM keeps its own descriptor
+            gateway = launch_gateway(conf, popen_kwargs={"stdout": out, "stderr": out})
+        SparkContext._gateway = gateway
+        SparkContext._jvm = gateway.jvm
+
     def _redirect_driver_log(self) -> None:
         """A gateway JVM reused from an earlier run of this process keeps its logging: point it at
         this run's file too."""
@@ -331,6 +346,8 @@ class SparkCluster:
         for k, v in self._conf().items():
             builder = builder.config(k, v)
         try:
+            if owns_gateway and self.logs_dir is not None:
+                self._launch_gateway()
             self.spark = builder.getOrCreate()
         except Exception as e:
             # the text first: a py4j error asks the gateway for it, and stop() shuts the gateway down
