@@ -9,6 +9,7 @@ function), unless it sets its own with ``allure.epic``/``allure.feature``/``allu
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import allure
 import pytest
@@ -90,3 +91,27 @@ def java() -> None:
         check_java()
     except SparkEnvironmentError as e:
         pytest.skip(str(e))
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Wall time per suite folder (setup + call + teardown of its tests), so CI shows where time goes.
+    The project's own: the public pytest plugin prints nothing about statechaos's suites."""
+    totals: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for reports in terminalreporter.stats.values():
+        for rep in reports:
+            nodeid = getattr(rep, "nodeid", "")
+            duration = getattr(rep, "duration", None)
+            if not nodeid or duration is None:
+                continue
+            parts = nodeid.split("::")[0].split("/")
+            suite = "/".join(parts[:2]) if len(parts) > 2 else parts[0]
+            totals[suite] = totals.get(suite, 0.0) + duration
+            if getattr(rep, "when", "call") == "call" or getattr(rep, "outcome", "") == "skipped":
+                counts[suite] = counts.get(suite, 0) + 1
+    if not totals:
+        return
+    terminalreporter.write_sep("=", "wall time per suite")
+    for suite, secs in sorted(totals.items(), key=lambda kv: -kv[1]):
+        terminalreporter.write_line(f"{secs:8.1f} s  {counts.get(suite, 0):5d} tests  {suite}")
+    terminalreporter.write_line(f"{sum(totals.values()):8.1f} s  {sum(counts.values()):5d} tests  total")

@@ -9,12 +9,15 @@ which the categories file sorts into "Oracle failures" and "Infrastructure error
 
 from __future__ import annotations
 
+import contextlib
 import json
 import platform
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from harness.run_store import RunStore
 
 __all__ = [
     "CATEGORIES",
@@ -23,6 +26,9 @@ __all__ = [
     "failure_attachments",
     "failure_message",
     "history_steps",
+    "run_step",
+    "run_environment",
+    "verdict_steps",
     "state_diff",
     "write_allure_results",
     "write_categories",
@@ -78,71 +84,101 @@ def write_environment(alluredir: Path, extra: dict[str, Any] | None = None) -> N
     path.write_text("".join(f"{k}={v}\n" for k, v in sorted(existing.items())))
 
 
+def _step(
+    name: str, start: int, stop: int | None = None, status: str = "passed", **extra: Any
+) -> dict[str, Any]:
+    return {"name": name, "status": status, "start": start, "stop": start if stop is None else stop, **extra}
+
+
 def history_steps(history: Path) -> list[dict[str, Any]]:
-    """Allure steps for the events a reader cares about: faults, checkpoints, restores, rescales."""
+    """Allure steps for the events a reader cares about, with their times in the run (ms since its
+    start; simulated on sim): fault windows (start to heal), checkpoints, restarts, restores, rescales
+    and a held end of input. A fault that could not act is a *broken* step."""
     steps: list[dict[str, Any]] = []
     if not history.is_file():
         return steps
     open_faults: dict[Any, dict[str, Any]] = {}
-    restores: dict[Any, int] = {}
+    restores: set[Any] = set()
     for line in history.read_text().splitlines():
         if not line.strip():
             continue
         e = json.loads(line)
-        t, typ = e.get("t", 0), e["type"]
+        t, typ = int(e.get("t", 0)), e["type"]
         if typ == "fault_start":
-            step = {
-                "name": f"fault: {e.get('kind')} on {e.get('target')}",
-                "status": "passed",
-                "start": t,
-                "stop": t,
-            }
+            error = (e.get("details") or {}).get("error")
+            step = _step(
+                f"fault: {e.get('kind')} on {e.get('target')}",
+                t,
+                status="broken" if error else "passed",
+                statusDetails={"message": f"could not act: {error}"} if error else {},
+            )
             open_faults[e.get("fault_id")] = step
             steps.append(step)
         elif typ == "fault_end" and e.get("fault_id") in open_faults:
-            open_faults.pop(e.get("fault_id"))["stop"] = t
+            step = open_faults.pop(e.get("fault_id"))
+            step["stop"] = t
+            if e.get("error") and step["status"] == "passed":
+                step["status"], step["statusDetails"] = "broken", {"message": f"could not act: {e['error']}"}
         elif typ == "checkpoint_completed":
-            steps.append(
-                {
-                    "name": f"checkpoint {e.get('checkpoint_id')} completed",
-                    "status": "passed",
-                    "start": t,
-                    "stop": t,
-                }
-            )
+            steps.append(_step(f"checkpoint {e.get('checkpoint_id')} completed", t))
         elif typ == "checkpoint_aborted":
             steps.append(
-                {
-                    "name": f"checkpoint {e.get('checkpoint_id')} aborted: {e.get('reason')}",
-                    "status": "skipped",
-                    "start": t,
-                    "stop": t,
-                }
+                _step(f"checkpoint {e.get('checkpoint_id')} aborted: {e.get('reason')}", t, status="skipped")
+            )
+        elif typ == "job_restart":
+            steps.append(
+                _step(f"job restart (attempt {e.get('attempt')}): {e.get('reason')}", t, status="broken")
             )
         elif typ == "restore":
             key = (e.get("attempt"), e.get("checkpoint_id"))
             if key not in restores:
-                restores[key] = len(steps)
+                restores.add(key)
                 cid = e.get("checkpoint_id")
                 what = "start with empty state" if cid is None else f"restore from checkpoint {cid}"
-                steps.append(
-                    {
-                        "name": f"{what} (attempt {e.get('attempt')})",
-                        "status": "passed",
-                        "start": t,
-                        "stop": t,
-                    }
-                )
+                steps.append(_step(f"{what} (attempt {e.get('attempt')})", t))
         elif typ == "rescale":
-            steps.append(
-                {
-                    "name": f"rescale {e.get('from')} -> {e.get('to')}",
-                    "status": "passed",
-                    "start": t,
-                    "stop": t,
-                }
-            )
+            steps.append(_step(f"rescale {e.get('from')} -> {e.get('to')}", t))
+        elif typ == "input_held":
+            steps.append(_step(f"input ended; held for {', '.join(e.get('waiting', []))}", t))
+        elif typ == "input_released" and steps:
+            held = next((s for s in reversed(steps) if s["name"].startswith("input ended")), None)
+            if held is not None:
+                held["stop"] = t
     return steps
+
+
+def run_step(outcome: Any) -> dict[str, Any]:
+    """The "run scenario" step with the run's real wall-clock duration, holding its history steps;
+    *broken* when the run ended in an error (Spark or the restart strategy gave up, bad input)."""
+    run_dir = Path(outcome.run_dir)
+    start = int(getattr(outcome, "started_ms", 0) or 0)
+    stop = start + int(outcome.seconds * 1000)
+    children = history_steps(RunStore(run_dir).history)
+    for s in children:  # history time is relative to the run; anchor it at the run's start
+        s["start"] += start
+        s["stop"] += start
+    sim = outcome.cluster == "sim"
+    name = f"run scenario {outcome.name} on {outcome.cluster} (seed {outcome.seed})"
+    if sim:
+        name += "; steps in simulated time"
+    step = _step(name, start, stop, status="broken" if outcome.error else "passed", steps=children)
+    if outcome.error:
+        step["statusDetails"] = {"message": f"{outcome.error_kind} error: {outcome.error}"}
+    return step
+
+
+def verdict_steps(verdicts: Iterable[dict[str, Any]], at: int) -> list[dict[str, Any]]:
+    """One step per check: holds (passed), FAILED (failed) or unknown (broken)."""
+    from harness.oracles.verdict import status_of
+
+    status = {"holds": ("holds", "passed"), "fails": ("FAILED", "failed"), "unknown": ("unknown", "broken")}
+    out = []
+    for v in verdicts:
+        word, st = status[status_of(v)]
+        out.append(
+            _step(f"oracle {v['oracle']}: {word}", at, status=st, statusDetails={"message": v["summary"]})
+        )
+    return out
 
 
 STATE_ORACLES = ("restored_state", "rescale")
@@ -232,11 +268,12 @@ def _attach(alluredir: Path, name: str, data: bytes, mime: str, ext: str) -> dic
 
 
 RUN_FILES = (
-    ("scenario.yaml", "scenario", "text/yaml", "yaml"),
-    ("history.jsonl", "history (JSON lines)", "application/x-ndjson", "jsonl"),
-    ("timeline.png", "timeline", "image/png", "png"),
+    ("scenario", "scenario", "text/yaml", "yaml"),
+    ("history", "history (JSON lines)", "application/x-ndjson", "jsonl"),
+    ("plot", "timeline", "image/png", "png"),
 )
-"""Files of a run directory attached to its Allure result: (file, attachment name, MIME type, ext)."""
+"""Files of a run directory attached to its Allure result: (RunStore attribute, attachment name, MIME
+type, ext)."""
 
 
 def run_attachments(
@@ -247,13 +284,13 @@ def run_attachments(
         _attach(alluredir, name, text.encode(), "text/plain", "txt")
         for name, text in failure_attachments(run_dir, verdicts)
     ]
-    for fname, label, mime, ext in RUN_FILES:
-        p = run_dir / fname
+    for attr, label, mime, ext in RUN_FILES:
+        p = getattr(RunStore(run_dir), attr)
         if p.is_file():
             out.append(_attach(alluredir, label, p.read_bytes(), mime, ext))
     out.append(_attach(alluredir, "replay command", replay.encode(), "text/plain", "txt"))
-    if (run_dir / "error.txt").is_file():
-        out.append(_attach(alluredir, "error", (run_dir / "error.txt").read_bytes(), "text/plain", "txt"))
+    if RunStore(run_dir).error.is_file():
+        out.append(_attach(alluredir, "error", RunStore(run_dir).error.read_bytes(), "text/plain", "txt"))
     return out
 
 
@@ -266,32 +303,15 @@ def write_allure_results(outcomes: Iterable[Any], alluredir: Path) -> None:
     write_categories(alluredir)
     for o in outcomes:
         run_dir = Path(o.run_dir)
-        now_ms = (
-            int((run_dir / "outcome.json").stat().st_mtime * 1000)
-            if (run_dir / "outcome.json").exists()
-            else 0
-        )
-        start = now_ms - int(o.seconds * 1000)
+        start = int(getattr(o, "started_ms", 0) or 0)
+        now_ms = start + int(o.seconds * 1000)
         if o.error:
-            status, message = "broken", o.error
+            status, message = "broken", f"{o.error_kind} error: {o.error}"
         elif o.passed:
             status, message = "passed", None
         else:
             status, message = "failed", failure_message(o.verdicts)
-        steps = history_steps(run_dir / "history.jsonl")
-        for s in steps:  # history time is relative to the run; anchor it at the run's start
-            s["start"] += start
-            s["stop"] += start
-        steps.extend(
-            {
-                "name": f"oracle {v['oracle']}: {'holds' if v['passed'] else 'FAILED'}",
-                "status": "passed" if v["passed"] else "failed",
-                "statusDetails": {"message": v["summary"]},
-                "start": now_ms,
-                "stop": now_ms,
-            }
-            for v in o.verdicts
-        )
+        steps = [run_step(o), *verdict_steps(o.verdicts, now_ms)]
         result = {
             "uuid": str(uuid.uuid4()),
             "historyId": f"statechaos-run:{o.name}",
@@ -300,7 +320,7 @@ def write_allure_results(outcomes: Iterable[Any], alluredir: Path) -> None:
             "status": status,
             "statusDetails": {
                 "message": message,
-                "trace": (run_dir / "error.txt").read_text() if (run_dir / "error.txt").is_file() else None,
+                "trace": RunStore(run_dir).error.read_text() if RunStore(run_dir).error.is_file() else None,
             },
             "stage": "finished",
             "start": start,
@@ -317,10 +337,19 @@ def write_allure_results(outcomes: Iterable[Any], alluredir: Path) -> None:
             "attachments": run_attachments(alluredir, run_dir, replay_command(run_dir), o.verdicts),
         }
         (alluredir / f"{result['uuid']}-result.json").write_text(json.dumps(result, indent=2))
-    write_environment(
-        alluredir,
-        {
-            "cluster": ", ".join(sorted({o.cluster for o in outcomes})),
-            "seed": ", ".join(str(s) for s in sorted({o.seed for o in outcomes})),
-        },
-    )
+    write_environment(alluredir, run_environment(outcomes))
+
+
+def run_environment(outcomes: Iterable[Any]) -> dict[str, str]:
+    """The clusters (with the Spark master each run really used) and seeds of these runs."""
+    clusters, seeds = set(), set()
+    for o in outcomes:
+        master = ""
+        with contextlib.suppress(Exception):
+            first = RunStore(Path(o.run_dir)).history.read_text().split("\n", 1)[0]
+            master = (json.loads(first).get("config") or {}).get("master") or ""
+        clusters.add(f"{o.cluster} ({master})" if master and master != o.cluster else o.cluster)
+        seeds.add(int(o.seed))
+    if not clusters:
+        return {}
+    return {"cluster": ", ".join(sorted(clusters)), "seed": ", ".join(map(str, sorted(seeds)))}

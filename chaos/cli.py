@@ -18,15 +18,15 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from chaos.errors import EXIT_BAD_INPUT, EXIT_OK, InputError, classify, exit_code_for
 from chaos.scenario import ScenarioError, load_scenarios
-
-EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+from harness.run_store import RunStore
 
 console = Console(stderr=False, highlight=False)
 err = Console(stderr=True, highlight=False)
 
 
-class UsageError(Exception):
+class UsageError(InputError):
     """Bad input or environment: reported in one message, exit code 2."""
 
 
@@ -126,12 +126,20 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from chaos.timeline import plot_timeline
 
     run_dir = Path(args.run_dir)
-    history = run_dir / "history.jsonl"
+    history = RunStore(run_dir).history
     if not history.is_file():
         raise UsageError(f"{run_dir}: not a run directory (no history.jsonl)")
-    out = Path(args.output) if args.output else run_dir / "timeline.png"
+    out = Path(args.output) if args.output else RunStore(run_dir).plot
     plot_timeline(history, out)
     console.print(f"timeline written to {out}")
+    return EXIT_OK
+
+
+def _cmd_coverage(args: argparse.Namespace) -> int:
+    from chaos.scenario_coverage import print_coverage, scenario_coverage
+
+    files, names = scenario_coverage([Path(p) for p in args.paths], console)
+    print_coverage(files, names, console, Path(args.json) if args.json else None)
     return EXIT_OK
 
 
@@ -199,6 +207,15 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("-o", "--output", help="PNG path (default: RUN_DIR/timeline.png)")
     rep.set_defaults(fn=_cmd_report)
 
+    cv = sub.add_parser(
+        "coverage", help="run the sim scenarios under coverage.py: runtime and state-model lines none reaches"
+    )
+    cv.add_argument(
+        "paths", nargs="*", default=["scenarios"], help="scenario files or folders (default: scenarios/)"
+    )
+    cv.add_argument("--json", metavar="FILE", help="write the per-file report as JSON")
+    cv.set_defaults(fn=_cmd_coverage)
+
     b = sub.add_parser("bench", help="benchmarks: ratios against baselines measured in the same run")
     b.add_argument("--quick", action="store_true", help="small sizes, a few minutes in all")
     b.add_argument("--json", metavar="FILE")
@@ -222,13 +239,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted: everything the run started was stopped and removed")
         return 130
-    except Exception as e:  # environment and damaged-input errors from lower layers
-        from chaos.errors import classify
-
+    except Exception as e:  # input, environment and infrastructure errors from lower layers
         kind = classify(e)
-        if kind == "input":
-            err.print(f"[red]error:[/red] {e}", soft_wrap=True)
-            return EXIT_BAD_INPUT
+        if kind != "bug":
+            err.print(f"[red]{kind} error:[/red] {e}", soft_wrap=True)
+            return exit_code_for(kind)
         raise
 
 

@@ -1,36 +1,75 @@
-"""Which failures are the user's input or environment (exit 2) rather than a bug (a traceback)."""
+"""Which failures are the user's input or environment (exit 2), the system under test giving up
+(infrastructure, exit 2, its own category in reports) or a statechaos bug (a traceback)."""
 
 from __future__ import annotations
 
-__all__ = ["EnvironmentProblem", "classify"]
+from reference_impl.errors import (
+    EnvironmentFault,
+    ErrorKind,
+    InfrastructureError,
+    InputError,
+    StatechaosError,
+    kind_of,
+)
+
+__all__ = [
+    "EnvironmentProblem",
+    "ErrorKind",
+    "InfrastructureError",
+    "InputError",
+    "StatechaosError",
+    "classify",
+    "EXIT_OK",
+    "EXIT_CHECK_FAILED",
+    "EXIT_BAD_INPUT",
+    "exit_code_for",
+]
+
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 
-class EnvironmentProblem(RuntimeError):
+class EnvironmentProblem(EnvironmentFault, RuntimeError):
     """The machine lacks something a run needs (Java, a Docker engine, free task slots, ...)."""
 
 
-def _input_error_types() -> tuple[type[BaseException], ...]:
+def _foreign_kinds() -> list[tuple[type[BaseException], ErrorKind]]:
+    """Exceptions outside the root that still mean bad input or environment."""
     from reference_impl.serializers import SerializerError
     from reference_impl.snapshot import StateRestoreError
 
-    types: list[type[BaseException]] = [
-        EnvironmentProblem,
-        SerializerError,
-        StateRestoreError,
-        FileNotFoundError,
-        PermissionError,
-        IsADirectoryError,
-        NotADirectoryError,
+    out: list[tuple[type[BaseException], ErrorKind]] = [
+        (SerializerError, ErrorKind.INPUT),
+        (StateRestoreError, ErrorKind.INPUT),
+        (FileNotFoundError, ErrorKind.INPUT),
+        (PermissionError, ErrorKind.INPUT),
+        (IsADirectoryError, ErrorKind.INPUT),
+        (NotADirectoryError, ErrorKind.INPUT),
     ]
     try:
-        from reference_impl.checkpoint import CheckpointError  # type: ignore[attr-defined]
+        from reference_impl.checkpoint import CheckpointError
 
-        types.append(CheckpointError)
+        out.append((CheckpointError, ErrorKind.INPUT))
     except ImportError:
         pass
-    return tuple(types)
+    try:
+        from harness.spark.cluster import SparkEnvironmentError
+
+        out.append((SparkEnvironmentError, ErrorKind.ENVIRONMENT))
+    except ImportError:  # pragma: no cover - harness without the Spark extra
+        pass
+    return out
 
 
 def classify(exc: BaseException) -> str:
-    """``"input"`` for bad input or environment, ``"bug"`` for anything else."""
-    return "input" if isinstance(exc, _input_error_types()) else "bug"
+    """``input``, ``environment``, ``infrastructure`` or ``bug`` (see ``reference_impl.errors``)."""
+    if isinstance(exc, StatechaosError):
+        return str(kind_of(exc))
+    for t, kind in _foreign_kinds():
+        if isinstance(exc, t):
+            return str(kind)
+    return str(ErrorKind.BUG)
+
+
+def exit_code_for(kind: str) -> int:
+    """Input, environment and infrastructure errors exit 2 (the run proved nothing); a bug is 1."""
+    return EXIT_BAD_INPUT if kind in ("input", "environment", "infrastructure") else EXIT_CHECK_FAILED

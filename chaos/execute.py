@@ -13,8 +13,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-from chaos.errors import EnvironmentProblem
-from chaos.injectors.base import Injector, InjectorError
+from chaos.errors import InfrastructureError, InputError
+from chaos.injectors.base import Injector, InjectorError, NotReady
 from chaos.injectors.runtime import CrashTask, DelayBarrier, SkewClock, StorageGateFault
 from chaos.injectors.storage_files import CorruptFile, TruncateFile, pick_checkpoint_file
 from chaos.scenario import Scenario
@@ -22,6 +22,7 @@ from chaos.schedule import Nemesis, PlannedFault, plan
 from chaos.scope import RunScope
 from harness.coordinator import CheckpointConfig
 from harness.jobs import JobSpec
+from harness.run_store import RunStore
 
 __all__ = [
     "execute_scenario",
@@ -29,6 +30,8 @@ __all__ = [
     "checkpoint_config",
     "rescale_requests",
     "liveness_bound_ms",
+    "alignment_bound_ms",
+    "RunGaveUp",
 ]
 
 
@@ -51,7 +54,7 @@ def rescale_requests(sc: Scenario) -> list[Any]:
     for i, step in enumerate(sc.rescale):
         kind = step.at.kind
         if kind not in ("checkpoint", "time_ms", "records"):
-            raise EnvironmentProblem(
+            raise InputError(
                 f"scenario {sc.name!r}: rescale[{i}].at: a rescale fires at checkpoint:N, time:T or records:N, "
                 f"not {kind}"
             )
@@ -69,13 +72,23 @@ def liveness_bound_ms(sc: Scenario) -> int:
     return max(10_000 if sc.cluster_kind == "sim" else 30_000, 20 * sc.checkpoint.interval_ms)
 
 
+def alignment_bound_ms(sc: Scenario) -> int:
+    """How long a subtask may stay blocked in an alignment after its checkpoint was aborted: one
+    checkpoint interval on the simulator (the abort reaches every task in the same step; a task must
+    not wait for the next checkpoint's barrier instead), and at least 5 s on Spark (the abort travels
+    to the executors over the network)."""
+    if sc.cluster_kind == "sim":
+        return int(sc.checkpoint.interval_ms)
+    return max(5_000, 2 * sc.checkpoint.interval_ms)
+
+
 def runtime_injector(executor: Any, scope: RunScope, p: PlannedFault, rng: random.Random) -> Injector | None:
     """The injector for faults the runtime performs through executor hooks (every cluster)."""
     f = p.fault
     if f.kind == "crash_task":
         names = executor.task_names()
         if not names:
-            raise InjectorError("no subtask is running")
+            raise NotReady("no subtask is running")
         return CrashTask(executor, str(f.target) if f.target is not None else rng.choice(names))
     if f.kind == "failpoint":
         return None  # the runtime acts at the failpoint itself (Nemesis.on_failpoint)
@@ -92,7 +105,7 @@ def runtime_injector(executor: Any, scope: RunScope, p: PlannedFault, rng: rando
         if f.mode in ("corrupt", "truncate"):
             d = executor.latest_checkpoint_dir()
             if d is None:
-                raise InjectorError("no completed checkpoint to damage yet")
+                raise NotReady("no completed checkpoint to damage yet")
             path = pick_checkpoint_file(d, rng)
             return (CorruptFile if f.mode == "corrupt" else TruncateFile)(scope, path, rng)
         return StorageGateFault(executor, str(f.mode), f.delay_ms or 0)
@@ -107,7 +120,7 @@ def scenario_spec(sc: Scenario) -> JobSpec:
     try:
         return scenario_job(sc, sc.base_dir)
     except (UnknownJobError, ValueError) as e:
-        raise EnvironmentProblem(f"scenario {sc.name!r}: {e}") from None
+        raise InputError(f"scenario {sc.name!r}: {e}") from None
 
 
 def record_input(spec: JobSpec, run_dir: Path) -> None:
@@ -124,7 +137,7 @@ def _run_sim(sc: Scenario, spec: JobSpec, run_dir: Path) -> dict[str, Any]:
     from chaos.scenario_job import checks_for
     from harness.sim import SimConfig, SimExecutor
 
-    scope = RunScope(run_id=run_dir.name, paths=[run_dir / "checkpoints"])
+    scope = RunScope(run_id=run_dir.name, paths=[RunStore(run_dir).checkpoints])
     ex = SimExecutor(
         spec.graph,
         run_dir,
@@ -156,40 +169,60 @@ def execute_scenario(
         from chaos.spark_run import run_spark
 
         stats = run_spark(sc, spec, run_dir, resume=resume)
+    if stats.get("status") == "failed":
+        # the restart strategy (or Spark) gave up: the oracles would only count what never ran
+        raise RunGaveUp(
+            f"the job could not finish: {stats.get('reason')}", str(stats.get("root_cause") or ""), stats
+        )
     config = {
-        "checkpoint_integrity": IntegrityConfig(retained=sc.checkpoint.retained),
-        "liveness": LivenessConfig(bound_ms=liveness_bound_ms(sc)),
+        "checkpoint_integrity": IntegrityConfig(
+            retained=sc.checkpoint.retained, max_concurrent=sc.checkpoint.max_concurrent
+        ),
+        "liveness": LivenessConfig(bound_ms=liveness_bound_ms(sc), alignment_bound_ms=alignment_bound_ms(sc)),
     }
     verdicts = check_all(run_dir, spec, checks_for(sc, spec.graph), config)
     return [v.to_dict() for v in verdicts] + [_schedule_verdict(sc, run_dir)], stats
 
 
+class RunGaveUp(InfrastructureError):
+    """The system under test gave up on the job; ``stats`` are the run's statistics so far."""
+
+    def __init__(self, message: str, root_cause: str, stats: dict[str, Any]) -> None:
+        super().__init__(message, root_cause)
+        self.stats = stats
+
+
 def _schedule_verdict(sc: Scenario, run_dir: Path) -> dict[str, Any]:
-    """A scenario whose faults never fired proved nothing: say so instead of passing quietly."""
+    """A scenario whose faults never acted proved nothing: say so instead of passing quietly. A fault
+    whose injection failed (at its start or while it lasted) did not fire."""
     from harness.history import read_history
     from harness.oracles import Verdict
 
     planned = plan(sc)
-    fired = {e["fault_id"]: e for e in read_history(run_dir / "history.jsonl") if e["type"] == "fault_start"}
-    problems = [
-        f"fault {p.describe()} never fired: the run ended before its trigger (make the run longer)"
-        for p in planned
-        if p.fault_id not in fired
-    ]
-    rescales = sum(1 for e in read_history(run_dir / "history.jsonl") if e["type"] == "rescale")
+    events = list(read_history(RunStore(run_dir).history))
+    started = {e["fault_id"]: e for e in events if e["type"] == "fault_start"}
+    errors: dict[int, str] = {}
+    for e in events:
+        if e["type"] == "fault_start" and (e.get("details") or {}).get("error"):
+            errors.setdefault(e["fault_id"], str(e["details"]["error"]))
+        elif e["type"] == "fault_end" and e.get("error"):
+            errors.setdefault(e["fault_id"], str(e["error"]))
+    problems = []
+    for p in planned:
+        if p.fault_id not in started:
+            problems.append(f"fault {p.describe()} never fired: the run ended before its trigger was reached")
+        elif p.fault_id in errors:
+            problems.append(f"fault {p.describe()} did not fire: its injection failed: {errors[p.fault_id]}")
+    rescales = sum(1 for e in events if e["type"] == "rescale")
     if rescales < len(sc.rescale):
         problems.append(
             f"only {rescales} of {len(sc.rescale)} rescale steps happened: the run ended before the others' "
-            "triggers (make the run longer)"
+            "triggers were reached"
         )
-    problems += [
-        f"fault #{i} {e['kind']} could not be injected: {e['details']['error']}"
-        for i, e in sorted(fired.items())
-        if (e.get("details") or {}).get("error")
-    ]
     return Verdict.of(
         "fault_schedule",
         problems,
-        f"all {len(planned)} planned faults fired",
-        "{n} planned faults did not take effect",
+        f"all {len(planned)} planned faults fired and acted"
+        + (f"; all {len(sc.rescale)} rescale steps happened" if sc.rescale else ""),
+        "{n} planned faults or rescales did not take effect",
     ).to_dict()

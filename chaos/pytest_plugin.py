@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 from chaos.scenario import Scenario, ScenarioError, load_scenario, load_scenarios, parse_scenario
+from harness.run_store import RunStore
 
 __all__ = [
     "ScenarioInfrastructureError",
@@ -38,8 +39,6 @@ __all__ = [
     "pytest_addoption",
     "pytest_generate_tests",
 ]
-
-_USED = pytest.StashKey[dict[str, set[str]]]()
 
 
 class ScenarioInfrastructureError(RuntimeError):
@@ -72,7 +71,6 @@ def pytest_configure(config: pytest.Config) -> None:
         "unless --cluster overrides it",
     ):
         config.addinivalue_line("markers", line)
-    config.stash[_USED] = {"cluster": set(), "seed": set()}
 
 
 def _alluredir(config: pytest.Config) -> Path | None:
@@ -94,18 +92,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     d = _alluredir(session.config)
     if not d:
         return
-    from chaos.allure_results import write_categories, write_environment
+    from chaos.allure_results import run_environment, write_categories, write_environment
+    from chaos.runner import RUNS
 
-    used = session.config.stash.get(_USED, {"cluster": set(), "seed": set()})
-    opt = session.config.getoption
     write_categories(d)
-    write_environment(
-        d,
-        {
-            "cluster": ", ".join(sorted(used["cluster"])) or opt("--cluster") or "per test",
-            "seed": ", ".join(sorted(used["seed"], key=int)) or opt("--seed") or "per scenario",
-        },
-    )
+    # the clusters (with their real Spark masters) and seeds the session's chaos runs used; nothing
+    # when no chaos run happened, rather than a placeholder
+    write_environment(d, run_environment(RUNS))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -218,7 +211,39 @@ def _replay_text(outcome: Any, node: pytest.Item | None) -> str:
 
 
 class _OracleFailed(AssertionError):
-    """Raised inside an Allure step only to mark that step failed."""
+    """Marks an Allure step failed (a check that does not hold)."""
+
+
+class _Broken(RuntimeError):
+    """Marks an Allure step broken (an error, a fault that could not act, a check that cannot decide)."""
+
+
+def _timed_step(step: dict[str, Any]) -> None:
+    """Report ``step`` (and its children) to allure-pytest with its own start and stop times: a step
+    made after the run with ``allure.step`` would last microseconds instead of the run's seconds."""
+    import allure_commons
+    from allure_commons.utils import uuid4
+
+    uid = uuid4()
+    allure_commons.plugin_manager.hook.start_step(uuid=uid, title=step["name"], params={})
+    item = None
+    for plugin in allure_commons.plugin_manager.get_plugins():
+        logger = getattr(plugin, "allure_logger", None)
+        if logger is not None and hasattr(logger, "get_item"):
+            item = logger.get_item(uid) or item
+    for child in step.get("steps", []):
+        _timed_step(child)
+    message = (step.get("statusDetails") or {}).get("message") or step["name"]
+    exc: BaseException | None = {"failed": _OracleFailed, "broken": _Broken}.get(
+        step["status"], lambda m: None
+    )(message)
+    allure_commons.plugin_manager.hook.stop_step(
+        uuid=uid, exc_type=type(exc) if exc else None, exc_val=exc, exc_tb=None
+    )
+    if item is not None:
+        item.start, item.stop = int(step["start"]), int(step["stop"])
+        if step["status"] == "skipped":
+            item.status = "skipped"
 
 
 def attach_outcome(outcome: Any, node: pytest.Item | None = None) -> None:
@@ -230,7 +255,7 @@ def attach_outcome(outcome: Any, node: pytest.Item | None = None) -> None:
         import allure
     except ImportError:  # pragma: no cover - allure-pytest is a dependency
         return
-    from chaos.allure_results import RUN_FILES, failure_attachments, history_steps
+    from chaos.allure_results import RUN_FILES, failure_attachments, run_step, verdict_steps
 
     run_dir = Path(outcome.run_dir)
     for label_type, value, add in (
@@ -242,26 +267,19 @@ def attach_outcome(outcome: Any, node: pytest.Item | None = None) -> None:
             add(value)
     allure.dynamic.parameter("seed", outcome.seed)
     allure.dynamic.parameter("cluster", outcome.cluster)
-    with allure.step(f"run scenario {outcome.name} on {outcome.cluster} (seed {outcome.seed})"):
-        for step in history_steps(run_dir / "history.jsonl"):
-            with allure.step(step["name"]):
-                pass
-    for v in outcome.verdicts:
-        try:
-            with allure.step(f"oracle {v['oracle']}: {'holds' if v['passed'] else 'FAILED'}"):
-                if not v["passed"]:
-                    raise _OracleFailed(v["summary"])
-        except _OracleFailed:
-            pass
+    end = int(getattr(outcome, "started_ms", 0)) + int(outcome.seconds * 1000)
+    for step in [run_step(outcome), *verdict_steps(outcome.verdicts, end)]:
+        _timed_step(step)
     text = allure.attachment_type.TEXT
     for name, body in failure_attachments(run_dir, outcome.verdicts):
         allure.attach(body, name=name, attachment_type=text)
-    if outcome.error and (run_dir / "error.txt").is_file():
-        allure.attach.file(str(run_dir / "error.txt"), name="error", attachment_type=text)
+    if outcome.error and RunStore(run_dir).error.is_file():
+        allure.attach.file(str(RunStore(run_dir).error), name="error", attachment_type=text)
     kinds = {"yaml": allure.attachment_type.YAML, "jsonl": text, "png": allure.attachment_type.PNG}
-    for fname, name, _mime, ext in RUN_FILES:
-        if (run_dir / fname).is_file():
-            allure.attach.file(str(run_dir / fname), name=name, attachment_type=kinds[ext])
+    for attr, name, _mime, ext in RUN_FILES:
+        path = getattr(RunStore(run_dir), attr)
+        if path.is_file():
+            allure.attach.file(str(path), name=name, attachment_type=kinds[ext])
     allure.attach(_replay_text(outcome, node), name="replay command", attachment_type=text)
 
 
@@ -340,8 +358,6 @@ def run_scenario(
     from chaos.runner import replay_command
     from chaos.runner import run_scenario as _run
 
-    used = request.config.stash.get(_USED, {"cluster": set(), "seed": set()})
-
     def run(
         scenario: str | Path | Scenario | dict[str, Any],
         cluster: str | None = None,
@@ -363,8 +379,6 @@ def run_scenario(
             n += 1
             run_dir = base / f"{sc.name}-seed{sc.seed}-{n}"
         outcome = _run(sc, run_dir, source=source)
-        used["cluster"].add(sc.cluster)
-        used["seed"].add(str(sc.seed))
         attach_outcome(outcome, request.node)
         if outcome.error and not allow_error:
             raise ScenarioInfrastructureError(
@@ -437,26 +451,3 @@ def run_scope(tmp_path: Path) -> Iterator[Any]:
     from chaos.scope import RunScope
 
     yield RunScope(run_id=f"pytest-{tmp_path.name}", paths=[tmp_path])
-
-
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    """Wall time per suite folder (setup + call + teardown of its tests), so CI shows where time goes."""
-    totals: dict[str, float] = {}
-    counts: dict[str, int] = {}
-    for reports in terminalreporter.stats.values():
-        for rep in reports:
-            nodeid = getattr(rep, "nodeid", "")
-            duration = getattr(rep, "duration", None)
-            if not nodeid or duration is None:
-                continue
-            parts = nodeid.split("::")[0].split("/")
-            suite = "/".join(parts[:2]) if len(parts) > 2 else parts[0]
-            totals[suite] = totals.get(suite, 0.0) + duration
-            if getattr(rep, "when", "call") == "call" or getattr(rep, "outcome", "") == "skipped":
-                counts[suite] = counts.get(suite, 0) + 1
-    if not totals:
-        return
-    terminalreporter.write_sep("=", "wall time per suite")
-    for suite, secs in sorted(totals.items(), key=lambda kv: -kv[1]):
-        terminalreporter.write_line(f"{secs:8.1f} s  {counts.get(suite, 0):5d} tests  {suite}")
-    terminalreporter.write_line(f"{sum(totals.values()):8.1f} s  {sum(counts.values()):5d} tests  total")

@@ -12,6 +12,7 @@ from chaos.schedule import PlannedFault
 from harness.history import read_history
 from harness.job import JobGraph
 from harness.jobmaster import RescaleRequest
+from harness.run_store import RunStore
 
 __all__ = ["resume_point"]
 
@@ -20,7 +21,7 @@ def resume_point(
     run_dir: Path, graph: JobGraph, rescales: list[RescaleRequest], planned: list[PlannedFault]
 ) -> tuple[JobGraph, list[RescaleRequest], list[PlannedFault]]:
     """(graph at its current parallelism, rescale steps still to do, faults still to inject)."""
-    history = run_dir / "history.jsonl"
+    history = RunStore(run_dir).history
     if not history.is_file():
         raise EnvironmentProblem(f"{run_dir}: no history.jsonl, so there is no run to resume")
     fired: set[int] = set()

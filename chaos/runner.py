@@ -23,11 +23,16 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from chaos.errors import EXIT_CHECK_FAILED, EXIT_OK, exit_code_for
 from chaos.scenario import Scenario, load_scenario
+from harness.oracles.verdict import status_of
+from harness.run_store import RunStore
 
 __all__ = ["ScenarioOutcome", "run_scenario", "run_scenarios", "replay", "replay_command"]
 
-SCENARIO_FILE = "scenario.yaml"
+
+RUNS: list[ScenarioOutcome] = []
+"""Every run this process made (the pytest plugin lists their clusters and seeds in Allure's environment)."""
 
 
 @dataclass
@@ -41,21 +46,38 @@ class ScenarioOutcome:
     seed: int
     verdicts: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
-    error_kind: str | None = None  # "input" (bad input/environment) or "bug"
+    error_kind: str | None = None  # input | environment | infrastructure | bug (reference_impl.errors)
+    root_cause: str = ""  # an infrastructure error: the first real error behind it
+    started_ms: int = 0  # wall clock (ms since the epoch) when the run started
     seconds: float = 0.0
     stats: dict[str, Any] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
-        return self.error is None and all(v["passed"] for v in self.verdicts)
+        """Only when the run completed and every requested check holds (unknown is not a pass)."""
+        return (
+            self.error is None and bool(self.verdicts) and all(status_of(v) == "holds" for v in self.verdicts)
+        )
 
     @property
     def failed_checks(self) -> list[dict[str, Any]]:
-        return [v for v in self.verdicts if not v["passed"]]
+        """Checks that do not hold: failed or unknown."""
+        return [v for v in self.verdicts if status_of(v) != "holds"]
+
+    @property
+    def result(self) -> str:
+        """One word: passed, failed (a check fails), unknown (a check could not decide), or the error
+        kind (input, environment, infrastructure, bug)."""
+        if self.error:
+            return str(self.error_kind or "bug")
+        if self.passed:
+            return "passed"
+        return "failed" if any(status_of(v) == "fails" for v in self.verdicts) else "unknown"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["passed"] = self.passed
+        d["result"] = self.result
         d["replay"] = replay_command(Path(self.run_dir))
         return d
 
@@ -85,11 +107,12 @@ def run_scenario(
 
     run_dir.mkdir(parents=True, exist_ok=True)
     if not resume:
-        (run_dir / SCENARIO_FILE).write_text(
+        RunStore(run_dir).scenario.write_text(
             yaml.safe_dump(sc.model_dump(mode="json", exclude_unset=True), sort_keys=False)
         )
         _keep_job_module(sc, run_dir)
     outcome = ScenarioOutcome(sc.name, source, str(run_dir), sc.cluster, sc.seed)
+    outcome.started_ms = int(time.time() * 1000)
     t0 = time.perf_counter()
     try:
         verdicts, stats = execute_scenario(sc, run_dir, resume=resume)
@@ -98,18 +121,23 @@ def run_scenario(
     except KeyboardInterrupt:
         raise
     except Exception as e:
-        outcome.error = f"{type(e).__name__}: {e}"
         outcome.error_kind = classify(e)
-        (run_dir / "error.txt").write_text(traceback.format_exc())
+        # the user's and the environment's errors read as sentences; a bug names its exception type
+        outcome.error = f"{type(e).__name__}: {e}" if outcome.error_kind == "bug" else str(e)
+        outcome.root_cause = str(getattr(e, "root_cause", "") or "")
+        outcome.stats = dict(getattr(e, "stats", {}) or {})
+        text = traceback.format_exc()
+        if outcome.root_cause:
+            text = f"root cause:\n{outcome.root_cause}\n\n{text}"
+        RunStore(run_dir).error.write_text(text)
     outcome.seconds = round(time.perf_counter() - t0, 2)
-    (run_dir / "outcome.json").write_text(json.dumps(outcome.to_dict(), indent=2, default=str))
+    RunStore(run_dir).outcome.write_text(json.dumps(outcome.to_dict(), indent=2, default=str))
+    RUNS.append(outcome)
     try:
         from chaos.timeline import plot_timeline
 
-        if (run_dir / "history.jsonl").is_file():
-            plot_timeline(
-                run_dir / "history.jsonl", run_dir / "timeline.png", title=f"{sc.name} (seed {sc.seed})"
-            )
+        if RunStore(run_dir).history.is_file():
+            plot_timeline(RunStore(run_dir).history, RunStore(run_dir).plot)
     except Exception as e:  # a plot must never hide a verdict
         (run_dir / "timeline-error.txt").write_text(f"{type(e).__name__}: {e}\n")
     return outcome
@@ -203,44 +231,97 @@ def _preload(code: Path, as_file: Path) -> None:
     module.__file__ = str(as_file)
     sys.modules[name] = module
     spec.loader.exec_module(module)
+_MARK = {"holds": "[green]✓[/green]", "fails": "[red]✗[/red]", "unknown": "[yellow]?[/yellow]"}
+_RESULT = {
+    "passed": "[green]passed[/green]",
+    "failed": "[red]FAILED[/red]",
+    "unknown": "[yellow]UNKNOWN[/yellow]",
+}
+
+
+_STORY_LINES = 8
+
+
+def story(run_dir: Path) -> list[str]:
+    """What the chaos did to a run and how the job reacted, in statechaos's words (a SIGKILLed
+    executor reads as the injected fault it is, not as Spark's "ERROR Lost executor")."""
+    from harness.history import read_history
+
+    path = RunStore(Path(run_dir)).history
+    if not path.is_file():
+        return []
+    out = []
+    for e in read_history(path):
+        t = f"t={int(e['t']) / 1000:.2f}s"
+        if e["type"] == "fault_start":
+            d = e.get("details") or {}
+            how = f" ({d['signal']})" if d.get("signal") else ""
+            if d.get("error"):
+                out.append(f"{t} fault #{e['fault_id']} {e['kind']} could not act: {d['error']}")
+            else:
+                out.append(
+                    f"{t} fault #{e['fault_id']} {e['kind']}{how} on {e.get('target') or 'the job'} "
+                    f"[{e.get('trigger')}]"
+                )
+        elif e["type"] == "job_restart":
+            out.append(
+                f"{t} job restarted (attempt {e['attempt']}, latest checkpoint {e.get('checkpoint_id')}): "
+                f"{e['reason']}"
+            )
+        elif e["type"] == "rescale":
+            out.append(f"{t} rescaled {e['from']} -> {e['to']} from checkpoint {e.get('checkpoint_id')}")
+        elif e["type"] == "input_held":
+            out.append(f"{t} input ended; held for {', '.join(e['waiting'])}")
+    if len(out) > _STORY_LINES:
+        out = out[: _STORY_LINES - 1] + [f"... and {len(out) - _STORY_LINES + 1} more (history.jsonl)"]
+    return out
 
 
 def _summary(outcomes: list[ScenarioOutcome], console: Console) -> None:
+    """One row per scenario naming every check with its verdict (✓ holds, ✗ fails, ? unknown), then
+    what did not hold, with its evidence, and where each run's directory is."""
     table = Table(title="statechaos run")
     for col in ("scenario", "cluster", "seed", "checks", "result", "seconds"):
         table.add_column(col, overflow="fold")
     for o in outcomes:
-        if o.error:
-            result = f"[red]error[/red] ({o.error_kind})"
-        elif o.passed:
-            result = "[green]passed[/green]"
-        else:
-            result = "[red]FAILED[/red]: " + ", ".join(v["oracle"] for v in o.failed_checks)
-        passed = sum(v["passed"] for v in o.verdicts)
-        table.add_row(
-            o.name, o.cluster, str(o.seed), f"{passed}/{len(o.verdicts)}", result, f"{o.seconds:.1f}"
-        )
+        result = _RESULT.get(o.result, f"[red]{o.result} error[/red]")
+        checks = "\n".join(f"{_MARK[status_of(v)]} {v['oracle']}" for v in o.verdicts) or "not judged"
+        table.add_row(o.name, o.cluster, str(o.seed), checks, result, f"{o.seconds:.1f}")
     console.print(table)
     for o in outcomes:
         if o.passed:
+            console.print(f"\n[bold]{o.name}[/bold]: run directory {o.run_dir}", soft_wrap=True)
+            for line in story(Path(o.run_dir)):
+                console.print(f"  {line}", soft_wrap=True, markup=False)
             continue
         console.print(f"\n[bold red]{o.name}[/bold red] ({o.source})")
         if o.error:
-            console.print(f"  error: {o.error}", soft_wrap=True)
-            console.print(f"  details: {Path(o.run_dir) / 'error.txt'}")
+            console.print(f"  {o.error_kind} error: {o.error}", soft_wrap=True)
+            if o.root_cause:
+                console.print("  root cause:", soft_wrap=True)
+                for line in o.root_cause.splitlines()[-12:]:
+                    console.print(f"    {line}", soft_wrap=True, markup=False)
+            store = RunStore(Path(o.run_dir))
+            console.print(f"  details: {store.error}")
+            if store.logs.is_dir():
+                console.print(f"  Spark's logs (driver, every executor's stdout/stderr): {store.logs}")
+        for line in story(Path(o.run_dir)):
+            console.print(f"  {line}", soft_wrap=True, markup=False)
         for v in o.failed_checks:
-            console.print(f"  [red]✗ {v['oracle']}[/red]: {v['summary']}", soft_wrap=True)
+            console.print(f"  {_MARK[status_of(v)]} {v['oracle']}: {v['summary']}", soft_wrap=True)
             for line in v.get("details", [])[:5]:
-                console.print(f"      {line}", soft_wrap=True)
+                console.print(f"      {line}", soft_wrap=True, markup=False)
+        console.print(f"  run directory: {o.run_dir}", soft_wrap=True)
         console.print(f"  replay: {replay_command(Path(o.run_dir))}", soft_wrap=True)
 
 
 def _exit_code(outcomes: list[ScenarioOutcome]) -> int:
-    if any(o.error and o.error_kind == "input" for o in outcomes):
-        return 2
-    if any(o.error for o in outcomes):
-        return 1
-    return 0 if all(o.passed for o in outcomes) else 1
+    """0 every check of every run holds; 2 an input, environment or infrastructure error (the run
+    proved nothing); 1 a check failed or could not decide, or a statechaos bug."""
+    codes = [exit_code_for(o.error_kind or "bug") for o in outcomes if o.error]
+    if codes:
+        return max(codes)
+    return EXIT_OK if all(o.passed for o in outcomes) else EXIT_CHECK_FAILED
 
 
 def run_scenarios(
@@ -297,9 +378,9 @@ def replay(run_dir: Path, runs_dir: Path, console: Console, json_path: Path | No
     """Run a recorded scenario again: same scenario (after its overrides), same seed, same schedule."""
     from chaos.cli import UsageError
 
-    src = run_dir / SCENARIO_FILE
+    src = RunStore(run_dir).scenario
     if not src.is_file():
-        raise UsageError(f"{run_dir}: not a run directory (no {SCENARIO_FILE})")
+        raise UsageError(f"{run_dir}: not a run directory (no {src.name})")
     sc = load_scenario(src, base_dir=_job_base_dir(run_dir, console))
     _check_input(run_dir, sc)
     console.print(f"replaying {sc.name} (seed {sc.seed}) from {run_dir}")
@@ -330,9 +411,9 @@ def resume(run_dir: Path, console: Console, json_path: Path | None = None) -> in
     checkpoint of its storage, finishes it in the same run directory, and the oracles judge the whole."""
     from chaos.cli import UsageError
 
-    src = run_dir / SCENARIO_FILE
+    src = RunStore(run_dir).scenario
     if not src.is_file():
-        raise UsageError(f"{run_dir}: not a run directory (no {SCENARIO_FILE})")
+        raise UsageError(f"{run_dir}: not a run directory (no {src.name})")
     sc = load_scenario(src, base_dir=_job_base_dir(run_dir, console))
     if sc.cluster_kind == "sim":
         raise UsageError(f"{run_dir}: a sim run has no driver to replace; use statechaos replay")

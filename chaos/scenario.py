@@ -24,6 +24,7 @@ from pydantic import (
 
 from harness.failpoints import FAILPOINTS  # the runtime owns its failpoint names
 from harness.oracles import ORACLES  # the oracle registry owns the check names
+from reference_impl.errors import InputError
 
 __all__ = [
     "FAULT_KINDS",
@@ -93,14 +94,17 @@ def _check_toxic_attributes(toxic: str, attributes: dict[str, Any]) -> None:
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
 
 
-class ScenarioError(ValueError):
+class ScenarioError(InputError, ValueError):
     """A scenario file is malformed. ``problems`` holds (line, field, message) triples."""
 
     def __init__(self, path: str, problems: list[tuple[int | None, str, str]]) -> None:
         self.path = path
         self.problems = problems
-        lines = [
-            f"{path}:{line if line is not None else '?'}: {field or '<top>'}: {msg}"
+        lines = [  # file:line: field: problem, leaving out only the parts that do not exist
+            ":".join([path, *([str(line)] if line is not None else [])])
+            + ": "
+            + (f"{field}: " if field else "")
+            + msg
             for line, field, msg in problems
         ]
         super().__init__("invalid scenario\n  " + "\n  ".join(lines))

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos.injectors.base import Injector, InjectorError
+from chaos.injectors.base import Injector, InjectorError, NotReady
 from chaos.scenario import Fault, Scenario
 
 __all__ = ["PlannedFault", "plan", "Nemesis", "DEFAULT_RANDOM_WINDOW_MS", "FailpointAction"]
@@ -36,7 +36,8 @@ class PlannedFault:
     fired_at: int | None = None
     injector: Injector | None = field(default=None, repr=False)
     after_ms: int = 0  # the trigger's after_ms: fire this long after the condition is reached
-    due_at: int | None = None  # when a reached trigger with after_ms fires
+    due_at: int | None = None  # when a reached trigger with after_ms fires (or a not-ready one retries)
+    not_ready: str | None = None  # why the last attempt found no target yet
 
     def describe(self) -> str:
         after = f"+{self.after_ms}ms" if self.after_ms else ""
@@ -144,14 +145,18 @@ class Nemesis:
     # ---------------------------------------------------------------- firing and healing
 
     def _fire(self, p: PlannedFault, target_override: str | None = None) -> None:
-        p.fired = True
-        p.fired_at = self.now_ms
         rng = random.Random(p.rng_seed)
         try:
             injector = self.factory(p, rng)
-        except InjectorError as e:  # nothing to act on right now (no checkpoint yet, target gone)
+        except NotReady as e:  # the target is not there yet: try again on the next tick
+            p.due_at = self.now_ms + 1
+            p.not_ready = str(e)
+            return
+        except InjectorError as e:  # nothing to act on (target gone, refused)
+            p.fired, p.fired_at = True, self.now_ms
             self._failed(p, target_override, str(e))
             return
+        p.fired, p.fired_at = True, self.now_ms
         p.injector = injector
         details = injector.describe() if injector else {}
         target = details.get("target") or target_override or p.fault.target
@@ -207,6 +212,9 @@ class Nemesis:
         """Heal every active fault (end of run, Ctrl-C): nothing stays paused, cut or damaged-by-toxic."""
         errors = []
         for p in self.planned:
+            if not p.fired and p.not_ready is not None:  # reached, but its target never appeared
+                p.fired = True
+                self._failed(p, None, f"its target never became available: {p.not_ready}")
             if p.fired and not p.healed:
                 try:
                     self._heal(p)
@@ -214,6 +222,20 @@ class Nemesis:
                     errors.append(e)
         if errors:
             raise errors[0]
+
+    def awaiting(self, kinds: tuple[str, ...]) -> list[str]:
+        """What the end-of-input gate keeps the job going for: planned faults not fired yet whose
+        trigger is of one of ``kinds`` (or already reached and waiting for its ``after_ms``), and
+        faults with a ``duration_ms`` still active (their window must not be cut short by the end)."""
+        out = [
+            p.describe() for p in self.planned if not p.fired and (p.kind in kinds or p.due_at is not None)
+        ]
+        out += [
+            f"{p.describe()} until healed"
+            for p in self.planned
+            if p.fired and not p.healed and p.fault.duration_ms is not None
+        ]
+        return out
 
     @property
     def pending(self) -> list[PlannedFault]:

@@ -12,14 +12,15 @@ import random
 from pathlib import Path
 from typing import Any
 
-from chaos.errors import EnvironmentProblem
-from chaos.injectors.base import Injector, InjectorError
+from chaos.errors import EnvironmentProblem, InputError
+from chaos.injectors.base import Injector, InjectorError, NotReady
 from chaos.injectors.network import DisableLink, ProxyRouter, ToxicFault
 from chaos.injectors.process import KillProcess, PauseProcess
 from chaos.scenario import Fault, Scenario
 from chaos.schedule import Nemesis, PlannedFault, plan
 from chaos.scope import RunScope
 from harness.jobs import JobSpec
+from harness.run_store import RunStore
 
 __all__ = ["run_spark", "spark_master"]
 
@@ -41,7 +42,7 @@ def spark_master(sc: Scenario, slots: int) -> str:
     try:
         return parse_master(sc.cluster, slots)
     except ValueError as e:  # e.g. a local-cluster[W,C,M] with too few slots for the barrier stage
-        raise EnvironmentProblem(f"scenario {sc.name!r}: cluster: {e}") from None
+        raise InputError(f"scenario {sc.name!r}: cluster: {e}") from None
 
 
 def _executor_target(cluster: Any, target: str | None, rng: random.Random) -> tuple[str, int]:
@@ -96,9 +97,7 @@ def _network_injector(router: ProxyRouter, f: Fault, run_id: str, rng: random.Ra
         proxies = [rng.choice(proxies)]
     if not proxies:
         live = ", ".join(sorted(router.proxies)) or "none yet"
-        raise InjectorError(
-            f"no live proxied link matches {f.channel or 'a data channel'!r} (proxied: {live})"
-        )
+        raise NotReady(f"no live proxied link matches {f.channel or 'a data channel'!r} (proxied: {live})")
     if f.toxic == "disable":
         return DisableLink(proxies)
     stream = f.stream or ("upstream" if link.startswith("data:") else "downstream")
@@ -182,7 +181,12 @@ def _run_spark(
         stack.callback(router.close)
         network = TaskNetwork(**hosts, router=router.route)
     try:
-        cluster = SparkCluster(master, app_name=f"statechaos-{sc.name}-{sc.seed}", **spark_kwargs).start()
+        cluster = SparkCluster(
+            master,
+            app_name=f"statechaos-{sc.name}-{sc.seed}",
+            logs_dir=RunStore(run_dir).logs,
+            **spark_kwargs,
+        ).start()
     except SparkEnvironmentError as e:
         raise EnvironmentProblem(str(e)) from None
     stack.callback(cluster.stop)
@@ -194,7 +198,7 @@ def _run_spark(
     scope = RunScope(
         run_id=run_dir.name,
         pids=cluster.owned_pids,
-        paths=[run_dir / "checkpoints"],
+        paths=[RunStore(run_dir).checkpoints],
         compose_project=docker.stack.project if docker else None,
     )
     graph, rescales, planned = spec.graph, rescale_requests(sc), plan(sc)

@@ -13,6 +13,7 @@ from typing import Any
 from harness.coordinator import CheckpointConfig, CheckpointCoordinator
 from harness.history import HistoryWriter
 from harness.job import JobGraph
+from harness.run_store import RunStore
 from harness.sinks import committed_files, write_fence
 from reference_impl.checkpoint import (
     CompletedCheckpoint,
@@ -20,13 +21,15 @@ from reference_impl.checkpoint import (
     NoIntactCheckpointError,
     RestoreReport,
 )
+from reference_impl.errors import InfrastructureError
 from reference_impl.rescale import SubtaskAssignment, assign_state
 
 __all__ = ["RestorePlan", "JobMaster", "JobFailure", "RescaleRequest", "RescaleSchedule", "RunSummary"]
 
 
-class JobFailure(RuntimeError):
-    """The job cannot go on (restart budget spent, unrestorable state); the message says why."""
+class JobFailure(InfrastructureError, RuntimeError):
+    """The job cannot go on (restart budget spent, unrestorable state); the message says why and
+    ``root_cause`` holds the first real error behind it."""
 
 
 @dataclass
@@ -95,6 +98,7 @@ class RunSummary:
     time_ms: int
     parallelism: dict[str, int] = field(default_factory=dict)
     simulated: bool = True  # time_ms is simulated time (sim) or wall time (Spark)
+    root_cause: str = ""  # a failed run: the first real error behind it (e.g. an executor's traceback)
 
     def to_stats(self) -> dict[str, Any]:
         return {
@@ -105,7 +109,7 @@ class RunSummary:
             "records_emitted": self.records_emitted,
             "sim_time_ms" if self.simulated else "wall_ms": self.time_ms,
             "final_parallelism": self.parallelism,
-        }
+        } | ({"root_cause": self.root_cause} if self.root_cause else {})
 
 
 @dataclass
@@ -136,7 +140,7 @@ class JobMaster:
     ) -> None:
         self.job_id = graph.name
         self.run_dir = Path(run_dir)
-        self.checkpoint_root = self.run_dir / "checkpoints"
+        self.checkpoint_root = RunStore(self.run_dir).checkpoints
         self.storage = FileSystemCheckpointStorage(self.checkpoint_root)
         self.config = checkpoint
         self.history = history
@@ -162,7 +166,7 @@ class JobMaster:
         if self.keep_restore_evidence:
             self._keep_evidence(chk)
         if report.skipped:
-            fenced = write_fence(self.run_dir / "output", chk.checkpoint_id, attempt)
+            fenced = write_fence(RunStore(self.run_dir).output, chk.checkpoint_id, attempt)
             if fenced:
                 self.history.emit("sink_fence", restored_from=chk.checkpoint_id, txns=fenced, attempt=attempt)
         for op, p in graph.parallelism().items():
@@ -249,7 +253,7 @@ class JobMaster:
     def end_run(self, status: str, reason: str, attempts: int) -> None:
         """The last history event, with what the sink committed; closes the history."""
         committed = 0
-        for f in committed_files(self.run_dir / "output"):
+        for f in committed_files(RunStore(self.run_dir).output):
             with open(f, encoding="utf-8") as fh:
                 committed += sum(1 for _ in fh)
         self.history.emit(

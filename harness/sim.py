@@ -22,9 +22,11 @@ from typing import Any
 from harness.coordinator import CheckpointConfig, CheckpointCoordinator, JobFailedError
 from harness.failpoints import Failpoints, InjectedCrash
 from harness.history import HistoryWriter
+from harness.input_gate import EndOfInputGate, hold_limit_ms
 from harness.items import CheckpointBarrier, is_control
 from harness.job import JobGraph, task_name
 from harness.jobmaster import JobFailure, JobMaster, RescaleRequest, RescaleSchedule, RestorePlan, RunSummary
+from harness.run_store import RunStore
 from harness.storage_gate import GatedStorage
 from harness.tasks import SourceTask, StreamTask, TaskEnv
 from reference_impl.checkpoint import StateFileHandle
@@ -132,7 +134,7 @@ class SimExecutor:
         self.hooks = hooks
         self.rescales = RescaleSchedule(list(rescales or []))
         self.clock = ManualClock(0)
-        self.history = HistoryWriter(self.run_dir / "history.jsonl", self.clock.now_ms)
+        self.history = HistoryWriter(RunStore(self.run_dir).history, self.clock.now_ms)
         self.master = JobMaster(
             graph, self.run_dir, checkpoint, self.history, max_restarts=self.cfg.max_restarts
         )
@@ -155,6 +157,7 @@ class SimExecutor:
         self.records_emitted = 0
         self.completed = 0
         self.final_after: int | None = None
+        self._gate: EndOfInputGate | None = None  # built on first use: hooks are attached after __init__
         self._last_stats = 0
         self._reported: dict[str, tuple[int, int]] = {}  # task -> counts already in the history
 
@@ -431,6 +434,7 @@ class SimExecutor:
             and not self.stopping
             and self.sources
             and all(s.exhausted() for s in self.sources)
+            and not self._input_held()
         ):
             # bounded input is exhausted: a checkpoint triggered from now on covers every record
             self.final_after = self.coord.next_id
@@ -439,6 +443,13 @@ class SimExecutor:
         if self.now - self._last_stats >= self.cfg.stats_every_ms:
             self._emit_stats()
             self._last_stats = self.now
+
+    def _input_held(self) -> bool:
+        """Keep the job going after its input ended while a planned fault or rescale is still to come."""
+        if self._gate is None:
+            limit = hold_limit_ms(self.master.config.interval_ms, 10_000)
+            self._gate = EndOfInputGate(self.hooks, self.rescales, self.history.emit, limit)
+        return self._gate.holds(self.now)
 
     def run(self) -> RunSummary:
         """Run until the bounded job has committed everything, or fails; always writes ``run_end``."""

@@ -10,6 +10,7 @@ history and the failpoints.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from harness.barriers import Alignment, BarrierAligner
 from harness.failpoints import Failpoints
 from harness.items import CancelCheckpointMarker, CheckpointBarrier, EndOfInput
 from harness.job import JobGraph, RuntimeContext, StageSpec, apply_chain, task_name  # task_name re-exported
+from harness.run_store import RunStore
 from harness.sinks import SINK_STATE, TwoPhaseCommitFileSink
 from reference_impl.checkpoint import StateFileHandle
 from reference_impl.checkpoint.format import encode_subtask_state
@@ -151,7 +153,7 @@ class _TaskBase:
     def _write_restored_file(self, checkpoint_id: int | None, path: str | None) -> None:
         """Record what this subtask actually holds after restore: the restored-state oracle compares it
         with the checkpoint (read independently) and with a sequential model."""
-        d = self.env.run_dir / "restored"
+        d = RunStore(self.env.run_dir).restored
         d.mkdir(parents=True, exist_ok=True)
         fname = f"a{self.env.attempt:04d}-{self.operator}-{self.subtask}.state"
         (d / fname).write_bytes(encode_subtask_state(self._subtask_snapshot()))
@@ -281,6 +283,7 @@ class StreamTask(_TaskBase):
             self.keyed, self.op_state, env.clock, self.stage.name, subtask, self.stage.parallelism, self.max_p
         )
         self.aligner = BarrierAligner(num_inputs)
+        self._aligning: tuple[int, int] | None = None  # (checkpoint id, since ms) of a blocking alignment
         self.num_inputs = num_inputs
         last = stage_index == len(env.graph.stages) - 1
         self.partition = (
@@ -294,7 +297,7 @@ class StreamTask(_TaskBase):
         )
         self.sink = (
             TwoPhaseCommitFileSink(
-                env.run_dir / "output",
+                RunStore(env.run_dir).output,
                 subtask,
                 env.emit,
                 failpoint=self._hit,
@@ -348,17 +351,44 @@ class StreamTask(_TaskBase):
             for r in out:
                 self.env.output.send(self.partition(r), r)
 
+    def _track_alignment(self, outcome: str) -> None:
+        """Record how long a blocking alignment held channels back, when it ends (``alignment`` event:
+        ``liveness`` bounds how long a task stays blocked after an abort). An alignment that completed
+        within the same millisecond held nothing back and is not recorded."""
+        current = None if self.aligner.current is None else self.aligner.current.checkpoint_id
+        if self._aligning is not None and self._aligning[0] != current:
+            cid, since = self._aligning
+            self._aligning = None
+            blocked = max(0, self.env.clock.now_ms() - since)
+            if blocked == 0 and outcome == "aligned":
+                return
+            self.env.emit(
+                "alignment",
+                checkpoint_id=cid,
+                operator=self.operator,
+                subtask=self.subtask,
+                blocked_ms=blocked,
+                outcome=outcome,
+            )
+        if current is not None and self._aligning is None and self.aligner.blocked_channels():
+            self._aligning = (current, self.env.clock.now_ms())
+
     def on_control(self, channel: int, item: Any) -> None:
         if isinstance(item, CheckpointBarrier):
-            if self.aligner.on_barrier(channel, item.checkpoint_id) is Alignment.ALIGNED:
+            aligned = self.aligner.on_barrier(channel, item.checkpoint_id) is Alignment.ALIGNED
+            self._track_alignment("aligned" if aligned else "superseded")
+            if aligned:
                 self._snapshot(item)
             self._forward_cancellations()
         elif isinstance(item, CancelCheckpointMarker):
             self.aligner.on_cancel(item.checkpoint_id)
+            self._track_alignment("cancelled")
             self._forward_cancellations()
         elif isinstance(item, EndOfInput):
             pending = self.aligner.current
-            if self.aligner.on_end_of_input(channel) is Alignment.ALIGNED and pending is not None:
+            aligned = self.aligner.on_end_of_input(channel) is Alignment.ALIGNED
+            self._track_alignment("aligned")
+            if aligned and pending is not None:
                 self._snapshot(CheckpointBarrier(pending.checkpoint_id, self.env.clock.now_ms()))
             if len(self.aligner.finished) == self.num_inputs and not self.finished:
                 self.finished = True
@@ -393,9 +423,14 @@ class StreamTask(_TaskBase):
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
         self.aligner.on_cancel(checkpoint_id)
+        self._track_alignment("cancelled")
         self._forward_cancellations()
 
     def close(self) -> None:
+        if self._aligning is not None:  # still blocked when the task ends (run end, failover)
+            self.aligner.current = None
+            with contextlib.suppress(Exception):  # the history may be unreachable (a lost driver link)
+                self._track_alignment("closed")
         try:
             self.function.close()
         finally:

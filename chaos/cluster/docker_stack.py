@@ -36,6 +36,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from chaos.scope import PROJECT_LABEL
+from reference_impl.errors import EnvironmentFault
 
 __all__ = [
     "COMPOSE_DIR",
@@ -64,7 +65,7 @@ SERVICES = {
 _PROJECT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
 
-class DockerStackError(RuntimeError):
+class DockerStackError(EnvironmentFault, RuntimeError):
     """The stack could not be built, started, made healthy or removed; the message says why."""
 
 

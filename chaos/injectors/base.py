@@ -6,11 +6,17 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
-__all__ = ["Injector", "InjectorError"]
+__all__ = ["Injector", "InjectorError", "NotReady"]
 
 
 class InjectorError(RuntimeError):
     """An injector could not act (target gone, API refused, ...)."""
+
+
+class NotReady(InjectorError):
+    """The fault's target does not exist *yet* (a link not dialed, no checkpoint completed, tasks
+    being redeployed): the schedule tries again on the next tick instead of recording a failure,
+    so whether the fault fires does not depend on how fast the job got there."""
 
 
 class Injector(ABC):

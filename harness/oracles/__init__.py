@@ -4,6 +4,7 @@ output, restored-state files, checkpoint copies), so they work the same for ever
 
 from __future__ import annotations
 
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,12 @@ from harness.oracles.rescale import check_rescale
 from harness.oracles.restored_state import check_restored_state
 from harness.oracles.sequence import check_sequence
 from harness.oracles.ttl import check_ttl
-from harness.oracles.verdict import Verdict
+from harness.oracles.verdict import Status, Verdict, status_of
 
 __all__ = [
     "Verdict",
+    "Status",
+    "status_of",
     "RunArtifacts",
     "Oracle",
     "ORACLES",
@@ -42,8 +45,8 @@ def check_all(
     run_dir: Path, spec: JobSpec, checks: list[str], config: dict[str, Any] | None = None
 ) -> list[Verdict]:
     """Run the named oracles over a finished run, each with its typed config from ``config`` (by
-    oracle name; default settings otherwise); an oracle that crashes is a failed verdict naming the
-    exception, never a silent pass."""
+    oracle name; default settings otherwise); an oracle that crashes gives an unknown verdict naming
+    the exception, never a silent pass."""
     art = RunArtifacts.load(run_dir)
     config = config or {}
     out = []
@@ -52,6 +55,11 @@ def check_all(
             raise ValueError(f"unknown oracle {name!r}; expected one of {', '.join(ORACLES)}")
         try:
             out.append(ORACLES[name].run(art, spec, config.get(name)))
-        except Exception as e:  # an oracle that cannot decide has not passed
-            out.append(Verdict(name, False, f"oracle error: {type(e).__name__}: {e}"))
+        except Exception as e:  # an oracle that crashed has decided nothing: unknown, never a pass
+            tb = traceback.format_exception(e)[-6:]
+            out.append(
+                Verdict.unknown(
+                    name, f"the oracle crashed: {type(e).__name__}: {e}", [ln.rstrip() for ln in tb]
+                )
+            )
     return out

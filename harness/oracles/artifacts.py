@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from harness.history import read_history
+from harness.run_store import RunStore
 from harness.sinks import committed_files
 from reference_impl.checkpoint.format import decode_subtask_state
 from reference_impl.inspect import CheckpointView, inspect_checkpoint
@@ -140,7 +141,7 @@ class RunArtifacts:
     @classmethod
     def load(cls, run_dir: Path) -> RunArtifacts:
         run_dir = Path(run_dir)
-        hist = run_dir / "history.jsonl"
+        hist = RunStore(run_dir).history
         if not hist.is_file():
             raise FileNotFoundError(f"{run_dir}: no history.jsonl: not a run directory")
         return cls(run_dir, list(read_history(hist)))
@@ -159,7 +160,7 @@ class RunArtifacts:
     @cached_property
     def committed(self) -> list[CommittedRecord]:
         out = []
-        for f in committed_files(self.run_dir / "output"):
+        for f in committed_files(RunStore(self.run_dir).output):
             m = _TXN.match(f.stem)
             cid = int(m.group(1)) if m else -1
             with open(f, encoding="utf-8") as fh:
@@ -173,7 +174,7 @@ class RunArtifacts:
     @cached_property
     def committed_columns(self) -> CommittedColumns | None:
         """:attr:`committed` as columns when every record is flat ``[key, int, ...]``, else None."""
-        return read_committed_columns(committed_files(self.run_dir / "output"))
+        return read_committed_columns(committed_files(RunStore(self.run_dir).output))
 
     def restored_state(self, event: dict[str, Any]) -> SubtaskStateSnapshot:
         p = self.run_dir / event["restored_state_file"]

@@ -1,10 +1,14 @@
 """Checkpoint integrity: completed ids only grow; every ``_metadata`` left in storage references only
 existing, intact files (unless a storage fault damaged it on purpose); the newest retained
-checkpoints still exist; aborted checkpoints leave nothing behind; no restore used a checkpoint
-after it was damaged, and no intact checkpoint was skipped as damaged."""
+checkpoints still exist, and no more than ``retained`` completed checkpoints remain; aborted
+checkpoints leave nothing behind; no restore used a checkpoint after it was damaged, and no intact
+checkpoint was skipped as damaged. The coordinator's contract, from its decisions in the history: a
+completed checkpoint subsumes only older pending ones, and no more than ``max_concurrent``
+checkpoints are pending at once (savepoints aside)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,18 +16,62 @@ from harness.jobs import JobSpec
 from harness.oracles.artifacts import RunArtifacts
 from harness.oracles.registry import register_oracle
 from harness.oracles.verdict import Verdict
+from harness.run_store import RunStore
 from reference_impl.checkpoint import CheckpointError, validate_checkpoint
 
 __all__ = ["check_checkpoint_integrity", "IntegrityConfig"]
 
+_SUBSUMED = re.compile(r"subsumed by checkpoint (\d+)")
+# events after which a new coordinator starts (the old one's pending checkpoints are gone with it)
+_NEW_COORDINATOR = ("job_restart", "rescale", "driver_replaced", "job_failover")
 
-def check_checkpoint_integrity(art: RunArtifacts, spec: JobSpec, retained: int = 1) -> Verdict:
+
+def _coordinator_problems(art: RunArtifacts, max_concurrent: int) -> list[str]:
+    """Subsumption and concurrency, replayed from the coordinator's events in history order."""
     problems: list[str] = []
+    completed_at: dict[int, int] = {}
+    pending: dict[int, str] = {}  # id -> kind
+    for e in art.events:
+        kind = e["type"]
+        if kind in _NEW_COORDINATOR:
+            pending.clear()
+        elif kind == "checkpoint_triggered":
+            pending[int(e["checkpoint_id"])] = str(e.get("kind") or "checkpoint")
+            regular = [c for c, k in pending.items() if k != "savepoint"]
+            if len(regular) > max_concurrent:
+                problems.append(
+                    f"t={e['t']}: checkpoints {sorted(regular)} pending at once, over max_concurrent "
+                    f"{max_concurrent}"
+                )
+        elif kind == "checkpoint_completed":
+            completed_at[int(e["checkpoint_id"])] = int(e["t"])
+            pending.pop(int(e["checkpoint_id"]), None)
+        elif kind == "checkpoint_aborted":
+            cid = int(e["checkpoint_id"])
+            pending.pop(cid, None)
+            m = _SUBSUMED.search(str(e.get("reason") or ""))
+            if m is None:
+                continue
+            by = int(m.group(1))
+            if by <= cid:
+                problems.append(
+                    f"checkpoint {cid} was aborted as subsumed by checkpoint {by}: a completed checkpoint "
+                    "subsumes only older ones"
+                )
+            elif by not in completed_at:
+                problems.append(f"checkpoint {cid} was aborted as subsumed by {by}, which never completed")
+    return problems
+
+
+def check_checkpoint_integrity(
+    art: RunArtifacts, spec: JobSpec, retained: int = 1, max_concurrent: int = 1
+) -> Verdict:
+    problems: list[str] = _coordinator_problems(art, max_concurrent)
     completed = [int(e["checkpoint_id"]) for e in art.of_type("checkpoint_completed")]
     for a, b in zip(completed, completed[1:], strict=False):
         if b <= a:
             problems.append(f"checkpoint {b} completed after checkpoint {a}: ids must only grow")
-    root = art.run_dir / "checkpoints" / spec.graph.name
+    root = RunStore(art.run_dir).checkpoints / spec.graph.name
     damage_time: dict[str, int] = {}  # checkpoint directory name -> when a fault first damaged it
     for t, p in art.damaged_paths():
         damage_time.setdefault(Path(p).parent.name, t)
@@ -43,6 +91,12 @@ def check_checkpoint_integrity(art: RunArtifacts, spec: JobSpec, retained: int =
     for cid in sorted(set(completed))[-retained:]:
         if cid not in on_disk:
             problems.append(f"checkpoint {cid} is among the newest {retained} retained but vanished")
+    kept = sorted(cid for cid, d in on_disk.items() if (d / "_metadata").is_file())
+    if len(kept) > retained:
+        problems.append(
+            f"{len(kept)} completed checkpoints remain in storage ({', '.join(map(str, kept))}), "
+            f"over the {retained} retained"
+        )
     for e in art.of_type("restore"):
         if e.get("checkpoint_id") is None:
             continue
@@ -71,6 +125,7 @@ def check_checkpoint_integrity(art: RunArtifacts, spec: JobSpec, retained: int =
 @dataclass(frozen=True)
 class IntegrityConfig:
     retained: int = 1  # how many completed checkpoints the run keeps
+    max_concurrent: int = 1  # how many regular checkpoints may be pending at once
 
 
 register_oracle("checkpoint_integrity", check_checkpoint_integrity, IntegrityConfig)

@@ -1,5 +1,7 @@
 """Liveness: the job ends as finished, and after the last fault heals it finishes or completes a new
-checkpoint within a bound."""
+checkpoint within a bound; after a checkpoint is aborted (declined, expired, subsumed) no subtask
+stays blocked in its alignment longer than ``alignment_bound_ms`` (time while a fault that can hold
+a task back is active aside: a paused executor or a cut link cannot deliver the abort)."""
 
 from __future__ import annotations
 
@@ -13,8 +15,58 @@ from harness.oracles.verdict import Verdict
 __all__ = ["check_liveness", "LivenessConfig"]
 
 
-def check_liveness(art: RunArtifacts, spec: JobSpec, bound_ms: int = 10_000) -> Verdict:
+# faults that cannot keep an abort notification from a task, nor keep the task from acting on it
+_NOT_HOLDING = ("delay_barrier", "clock_skew", "crash_task")
+
+
+def _fault_windows(art: RunArtifacts) -> list[tuple[int, int]]:
+    start: dict[int, int] = {}
+    out = []
+    for e in art.of_type("fault_start", "fault_end"):
+        if e.get("kind") in _NOT_HOLDING:
+            continue
+        if e["type"] == "fault_start":
+            start[e["fault_id"]] = int(e["t"])
+        elif e["fault_id"] in start:
+            out.append((start.pop(e["fault_id"]), int(e["t"])))
+    end = int(art.run_end["t"]) if art.run_end else max((int(e["t"]) for e in art.events), default=0)
+    return out + [(t, end) for t in start.values()]
+
+
+def _overlap(a: int, b: int, windows: list[tuple[int, int]]) -> int:
+    """How much of [a, b] some window covers (windows may overlap each other)."""
+    covered, at = 0, a
+    for s, e in sorted(windows):
+        s, e = max(s, at), min(e, b)
+        if e > s:
+            covered += e - s
+            at = e
+    return covered
+
+
+def _blocked_after_abort(art: RunArtifacts, bound_ms: int) -> list[str]:
+    aborted = {int(e["checkpoint_id"]): int(e["t"]) for e in art.of_type("checkpoint_aborted")}
+    windows = _fault_windows(art)
     problems = []
+    for e in art.of_type("alignment"):
+        cid = int(e["checkpoint_id"])
+        if cid not in aborted:
+            continue
+        end = int(e["t"])
+        since = max(aborted[cid], end - int(e["blocked_ms"]))
+        held = end - since - _overlap(since, end, windows)
+        if held > bound_ms:
+            problems.append(
+                f"{e['operator']}[{e['subtask']}] stayed blocked in the alignment of checkpoint {cid} "
+                f"{held} ms after it was aborted at t={aborted[cid]} (bound {bound_ms} ms; ended: {e['outcome']})"
+            )
+    return problems
+
+
+def check_liveness(
+    art: RunArtifacts, spec: JobSpec, bound_ms: int = 10_000, alignment_bound_ms: int = 10_000
+) -> Verdict:
+    problems = _blocked_after_abort(art, alignment_bound_ms)
     end = art.run_end
     if end is None:
         problems.append("the history has no run_end: the run never ended cleanly")
@@ -50,6 +102,7 @@ def check_liveness(art: RunArtifacts, spec: JobSpec, bound_ms: int = 10_000) -> 
 @dataclass(frozen=True)
 class LivenessConfig:
     bound_ms: int = 10_000  # progress must resume within this long after the last fault heals
+    alignment_bound_ms: int = 10_000  # no subtask stays blocked in alignment longer after an abort
 
 
 register_oracle("liveness", check_liveness, LivenessConfig)

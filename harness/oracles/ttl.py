@@ -17,9 +17,8 @@ __all__ = ["check_ttl"]
 def check_ttl(art: RunArtifacts, spec: JobSpec) -> Verdict:
     cfg = spec.contract.oracle_config.get("ttl")
     if cfg is None:
-        return Verdict(
+        return Verdict.unknown(
             "ttl",
-            False,
             f"job {spec.graph.name!r} declares no TTL reads to verify "
             "(JobBuilder.oracle_config('ttl', TtlReads(...)), as job ttl_verify does)",
         )
@@ -33,7 +32,7 @@ def check_ttl(art: RunArtifacts, spec: JobSpec) -> Verdict:
         ]
         or [0]
     )
-    problems, reads, ambiguous = [], 0, 0
+    problems, reads, ambiguous, at_expiry = [], 0, 0, 0
     for c in art.committed:
         key, seq, observed, last_value, last_ts, now = c.record
         reads += 1
@@ -42,6 +41,7 @@ def check_ttl(art: RunArtifacts, spec: JobSpec) -> Verdict:
                 problems.append(f"key {key!r} seq {seq}: read {observed!r} before any write")
             continue
         expiry = last_ts + ttl
+        at_expiry += now == expiry  # the boundary: expired exactly now (Flink: expiry <= now)
         if abs(now - expiry) < skew or (skew and now == expiry):
             ambiguous += 1
             ok = observed in (None, last_value)
@@ -63,6 +63,7 @@ def check_ttl(art: RunArtifacts, spec: JobSpec) -> Verdict:
         f"{reads} TTL reads match the update-history model{extra}",
         "{n} TTL reads disagree with the update-history model",
         reads=reads,
+        at_expiry=at_expiry,
         ambiguous=ambiguous,
         skew_ms=skew,
     )

@@ -60,6 +60,8 @@ from typing import Any
 
 import psutil
 
+from reference_impl.errors import EnvironmentFault
+
 __all__ = [
     "SparkEnvironmentError",
     "SparkCluster",
@@ -73,7 +75,7 @@ _LOCAL_CLUSTER = re.compile(r"^local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s
 _EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 
 
-class SparkEnvironmentError(RuntimeError):
+class SparkEnvironmentError(EnvironmentFault, RuntimeError):
     """Spark cannot run here (no suitable Java, the cluster does not come up); says what to do."""
 
 
@@ -172,8 +174,12 @@ class SparkCluster:
         keep_work_dir: bool = False,
         driver_host: str = "127.0.0.1",
         executor_python: str | None = None,
+        logs_dir: Path | None = None,
     ) -> None:
         self.master = master
+        # the driver JVM's log lines go to logs_dir/driver.log (not the terminal), and executors'
+        # stdout/stderr are copied to logs_dir/executors/ before the work dir is removed
+        self.logs_dir = None if logs_dir is None else Path(logs_dir).resolve()
         # Where the driver listens and what executors dial; loopback unless executors run elsewhere
         # (containers: an address of the host that they reach).
         self.driver_host = driver_host
@@ -243,7 +249,69 @@ class SparkCluster:
         if py_files:
             conf["spark.submit.pyFiles"] = ",".join(py_files)
         conf.update(self.extra_conf)
+        if self.logs_dir is not None:
+            opt = f"-Dlog4j2.configurationFile={self._log4j_config().as_uri()}"
+            conf["spark.driver.extraJavaOptions"] = (
+                f"{conf.get('spark.driver.extraJavaOptions', '')} {opt}".strip()
+            )
         return conf
+
+    def _log4j_config(self) -> Path:
+        """A log4j2 configuration writing every driver log line to ``logs_dir/driver.log``."""
+        assert self.logs_dir is not None
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        path = self.logs_dir / "log4j2.properties"
+        path.write_text(
+            "\n".join(
+                [
+                    f"rootLogger.level = {self.log_level.lower()}",
+                    "rootLogger.appenderRef.file.ref = file",
+                    "appender.file.type = File",
+                    "appender.file.name = file",
+                    f"appender.file.fileName = {self.logs_dir / 'driver.log'}",
+                    "appender.file.append = true",
+                    "appender.file.layout.type = PatternLayout",
+                    "appender.file.layout.pattern = %d{HH:mm:ss.SSS} %p %c{1}: %m%n%ex",
+                    "",
+                ]
+            )
+        )
+        return path
+
+    def _launch_gateway(self) -> None:
+        """Start the driver JVM as pyspark would, but with its stdout and stderr in
+        ``logs_dir/driver.log``: the JVM's own notices (not only log4j's lines) stay off the terminal."""
+        from pyspark import SparkConf, SparkContext
+        from pyspark.java_gateway import launch_gateway
+
+        assert self.logs_dir is not None
+        conf = SparkConf()
+        for k, v in self._conf().items():
+            conf.set(k, v)
+        with open(self.logs_dir / "driver.log", "ab") as out:  # the JVM keeps its own descriptor
+            gateway = launch_gateway(conf, popen_kwargs={"stdout": out, "stderr": out})
+        SparkContext._gateway = gateway
+        SparkContext._jvm = gateway.jvm
+
+    def _redirect_driver_log(self) -> None:
+        """A gateway JVM reused from an earlier run of this process keeps its logging: point it at
+        this run's file too."""
+        if self.logs_dir is None or self.sc is None:
+            return
+        with contextlib.suppress(Exception):  # best effort: logging must never fail a run
+            jvm = self.sc._jvm
+            ctx = jvm.org.apache.logging.log4j.LogManager.getContext(False)
+            ctx.setConfigLocation(jvm.java.net.URI(self._log4j_config().as_uri()))
+
+    def _keep_executor_logs(self) -> None:
+        """Copy each executor's stdout and stderr (``work/<app>/<id>/``) into ``logs_dir/executors``."""
+        if self.logs_dir is None or self._work_dir is None or not self._work_dir.is_dir():
+            return
+        for f in self._work_dir.glob("*/std*"):
+            dest = self.logs_dir / "executors" / f.parent.name / f.name
+            with contextlib.suppress(OSError):
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(f, dest)
 
     def _zip_project(self) -> str:
         """Zip reference_impl and harness (never chaos) for executors whose Python lacks them."""
@@ -278,6 +346,8 @@ class SparkCluster:
         for k, v in self._conf().items():
             builder = builder.config(k, v)
         try:
+            if owns_gateway and self.logs_dir is not None:
+                self._launch_gateway()
             self.spark = builder.getOrCreate()
         except Exception as e:
             # the text first: a py4j error asks the gateway for it, and stop() shuts the gateway down
@@ -295,6 +365,7 @@ class SparkCluster:
                 f"free memory, and that {self.driver_host} is usable (SPARK_LOCAL_IP={self.driver_host})"
             ) from None
         self.sc = self.spark.sparkContext
+        self._redirect_driver_log()
         self.sc.setLogLevel(self.log_level)
         self.app_id = self.sc.applicationId
         port = self.sc.getConf().get("spark.driver.port")
@@ -358,6 +429,7 @@ class SparkCluster:
             self._shutdown_gateway()
         procs.update(self._snapshot())
         self._kill(procs, hard=False)
+        self._keep_executor_logs()
         if self._work_dir is not None and not self.keep_work_dir:
             shutil.rmtree(self._work_dir, ignore_errors=True)
         if self._tmp is not None:

@@ -11,6 +11,7 @@ the chaos hooks live here, in the driver; tasks reach them over the coordinator 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from dataclasses import dataclass
@@ -19,10 +20,13 @@ from typing import Any
 
 from harness.coordinator import CheckpointConfig, CheckpointCoordinator, JobFailedError
 from harness.history import HistoryWriter
+from harness.input_gate import EndOfInputGate, hold_limit_ms
 from harness.job import JobGraph, task_name
 from harness.jobmaster import JobFailure, JobMaster, RescaleRequest, RescaleSchedule, RunSummary
+from harness.run_store import RunStore
 from harness.spark.cluster import SparkCluster
 from harness.spark.network import Endpoint, TaskNetwork, coordinator_link
+from harness.spark.root_cause import root_cause
 from harness.spark.task_runner import run_subtask
 from harness.spark.transport import CoordinatorServer
 from reference_impl.checkpoint import StateFileHandle
@@ -99,7 +103,7 @@ class SparkExecutor:
         # resume: this driver replaces one that died; it goes on with the same history and storage
         self.resume = resume
         self.history = HistoryWriter(
-            self.run_dir / "history.jsonl", lambda: int((time.monotonic() - self._t0) * 1000), append=resume
+            RunStore(self.run_dir).history, lambda: int((time.monotonic() - self._t0) * 1000), append=resume
         )
         prior = self.history.last_event if resume else None
         if prior is not None:  # history time goes on from where the dead driver stopped
@@ -110,7 +114,7 @@ class SparkExecutor:
         self.server = CoordinatorServer(self.network.coordinator_bind)
         self.coord: CheckpointCoordinator | None = None
         self.dep: _Deployment | None = None
-        self.deployments = _attempts_so_far(self.run_dir / "history.jsonl") if resume else 0
+        self.deployments = _attempts_so_far(RunStore(self.run_dir).history) if resume else 0
         self.skews: dict[str, int] = {}
         self.storage_mode: tuple[str | None, int] = (None, 0)
         self.records_emitted = 0
@@ -118,6 +122,8 @@ class SparkExecutor:
         self.final_after: int | None = None
         self.finishing = False
         self.stopping_for_rescale = False
+        self._gate: EndOfInputGate | None = None  # built on first use: hooks may be attached later
+        self.root_cause = ""  # the first real error behind the last stage Spark gave up on
 
     def now(self) -> int:
         return int((time.monotonic() - self._t0) * 1000)
@@ -336,6 +342,7 @@ class SparkExecutor:
                         dep is not None
                         and self.final_after is None
                         and len(dep.exhausted) == dep.graph.source.parallelism
+                        and not self._input_held(now)
                     ):
                         self.final_after = self.coord.next_id
                         if not self.coord.pending:
@@ -346,12 +353,33 @@ class SparkExecutor:
                 return "rescale"
             text = str(result["error"])
             if JOB_CODE_FAILED in text:  # no restart can fix this: fail now, with the executor's traceback
+                self._record_failure(result["error"])
                 tb = text[text.index(JOB_CODE_FAILED) :].split("\n\tat ")[0]
                 raise JobFailure(tb.strip())
-            return "failed:" + _short(result["error"])
+            return "failed:" + self._record_failure(result["error"])
         if self.stopping_for_rescale:
             return "rescale"
         return "finished"
+
+    def _record_failure(self, error: BaseException) -> str:
+        """Spark gave up on the stage: keep its whole error in ``logs/spark-error.txt`` and the root
+        cause (the executor's Python traceback, not Py4J's wrapper); returns the cause's last line."""
+        self.root_cause = root_cause(error)
+        with contextlib.suppress(Exception):
+            logs = RunStore(self.run_dir).logs
+            logs.mkdir(parents=True, exist_ok=True)
+            with open(logs / "spark-error.txt", "a", encoding="utf-8") as fh:
+                fh.write(f"--- t={self.now()} ms\n{error}\n")
+        last = [ln for ln in self.root_cause.splitlines() if ln.strip()]
+        return last[-1].strip()[:300] if last else _short(error)
+
+    def _input_held(self, now: int) -> bool:
+        """Keep the job going after its input ended while a planned fault or rescale is still to come
+        (a fast machine must not finish before a scenario's triggers)."""
+        if self._gate is None:
+            limit = hold_limit_ms(self.master.config.interval_ms, 30_000)
+            self._gate = EndOfInputGate(self.hooks, self.rescales, self.history.emit, limit)
+        return self._gate.holds(now)
 
     def _fail_deployment(self, reason: str) -> None:
         """Too many checkpoint failures: fail every task, so Spark relaunches the stage."""
@@ -434,6 +462,7 @@ class SparkExecutor:
             self.now(),
             graph.parallelism(),
             simulated=False,
+            root_cause=self.root_cause if status == "failed" else "",
         )
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from harness.failpoints import Failpoints, InjectedCrash
 from harness.items import CheckpointBarrier, from_wire, to_wire
 from harness.job import JobGraph
+from harness.run_store import RunStore
 from harness.spark.network import Endpoint, advertised_host, data_link
 from harness.spark.transport import CoordinatorClient, InputGate, OutputChannel, TransportError
 from harness.storage_gate import GatedStorage
@@ -198,7 +199,8 @@ def run_subtask(
             gate.accept(timeout_s=60)
         clock = SkewedClock(SystemClock(), int(skew or 0))
         storage = GatedStorage(
-            FileSystemCheckpointStorage(Path(run_dir) / "checkpoints"), sleep=lambda ms: time.sleep(ms / 1000)
+            FileSystemCheckpointStorage(RunStore(Path(run_dir)).checkpoints),
+            sleep=lambda ms: time.sleep(ms / 1000),
         )
 
         def emit(type: str, **fields: Any) -> None:  # noqa: A002
@@ -223,7 +225,7 @@ def run_subtask(
         restored = None
         chk = None
         if chk_path is not None:
-            chk = load_metadata(Path(run_dir) / "checkpoints" / chk_path)
+            chk = load_metadata(RunStore(Path(run_dir)).checkpoints / chk_path)
             if op in chk.operators:
                 a = assign_state(chk, op, task.parallelism)[sub]
                 restored = restore_subtask(chk, a, graph.max_parallelism)

@@ -110,7 +110,7 @@ def test_failing_examples_show_oracle_diff_plot_and_replay_in_allure(tmp_path):
         pytest.skip(infra["statusDetails"]["message"])
     assert infra["status"] == "broken" and "task slots" in infra["statusDetails"]["message"]
     assert _category(alluredir, infra) == "Infrastructure errors"
-    assert b"EnvironmentProblem" in _attachment(alluredir, infra, "error")
+    assert b"InputError" in _attachment(alluredir, infra, "error")
 
     env_props = (alluredir / "environment.properties").read_text()
     assert "spark.version=" in env_props and "cluster=" in env_props and "seed=" in env_props

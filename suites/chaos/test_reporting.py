@@ -75,6 +75,7 @@ def test_allure_results_for_a_failed_oracle(tmp_path):
     labels = {(lb["name"], lb["value"]) for lb in result["labels"]}
     assert ("epic", "chaos") in labels and ("story", "x") in labels
     steps = [s["name"] for s in result["steps"]]
+    steps += [c["name"] for s in result["steps"] for c in s.get("steps", [])]  # inside "run scenario"
     assert "fault: pause_executor on executor:1" in steps and "checkpoint 1 completed" in steps
     assert any(s.startswith("restore from checkpoint 1") for s in steps) and any(
         "rescale" in s for s in steps
@@ -138,11 +139,11 @@ def test_an_unknown_job_exits_2_naming_it(tmp_path, capsys):
 
 
 def test_a_local_cluster_too_small_for_the_barrier_stage_is_an_input_error():
-    from chaos.errors import EnvironmentProblem, classify
+    from chaos.errors import InputError, classify
     from chaos.scenario import Scenario
     from chaos.spark_run import spark_master
 
     sc = Scenario.model_validate({"name": "x", "cluster": "local-cluster[1,2,512]"})
-    with pytest.raises(EnvironmentProblem, match=r"2 task slots, but the job needs 5") as e:
+    with pytest.raises(InputError, match=r"2 task slots, but the job needs 5") as e:
         spark_master(sc, 5)
     assert classify(e.value) == "input"

@@ -4,6 +4,7 @@ the same scenario passes on the unbroken runtime."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import allure
@@ -170,6 +171,87 @@ def _retention_deletes_the_newest(mp):
     mp.setattr(storage.FileSystemCheckpointStorage, "retain", retain)
 
 
+def _retention_keeps_one_too_many(mp):
+    orig = storage.FileSystemCheckpointStorage.retain
+    mp.setattr(
+        storage.FileSystemCheckpointStorage, "retain", lambda self, job_id, n: orig(self, job_id, n + 1)
+    )
+
+
+def _completion_subsumes_newer_checkpoints(mp):
+    orig = coordinator.CheckpointCoordinator._complete
+
+    def _complete(self, p, now_ms):
+        for newer in sorted(c for c in self.pending if c > p.checkpoint_id):
+            self._abort(newer, now_ms, f"subsumed by checkpoint {p.checkpoint_id}", failure=False)
+        orig(self, p, now_ms)
+
+    mp.setattr(coordinator.CheckpointCoordinator, "_complete", _complete)
+
+
+def _coordinator_exceeds_max_concurrent(mp):
+    orig = coordinator.CheckpointCoordinator.tick
+
+    def tick(self, now_ms):
+        cfg = self.config
+        self.config = dataclasses.replace(cfg, max_concurrent=cfg.max_concurrent + 1)
+        try:
+            return orig(self, now_ms)
+        finally:
+            self.config = cfg
+
+    mp.setattr(coordinator.CheckpointCoordinator, "tick", tick)
+
+
+def _abort_does_not_release_alignment(mp):
+    def notify_checkpoint_aborted(self, checkpoint_id):
+        self._forward_cancellations()  # forgets to cancel its own alignment
+
+    mp.setattr(tasks.StreamTask, "notify_checkpoint_aborted", notify_checkpoint_aborted)
+
+
+def _ttl_expires_one_ms_late(mp):
+    import reference_impl.state.handles as handles
+    import reference_impl.ttl as ttl
+
+    def late(ts, ttl_ms, now):  # off by one: still alive at last write + ttl
+        return ttl.expiration_timestamp(ts, ttl_ms) < now
+
+    for module in (ttl, heap, handles):
+        mp.setattr(module, "is_expired", late)
+
+
+# checkpoints overlap: barriers held back on a channel while the next checkpoint is triggered
+CONCURRENT = {
+    "checkpoint": {"interval_ms": 20, "max_concurrent": 3, "retained": 2},
+    "faults": [
+        {"at": f"checkpoint:{n}", "kind": "delay_barrier", "channel": "source[0]->count[1]", "delay_ms": 50}
+        for n in (1, 3, 5)
+    ],
+}
+# checkpoint 2 expires while count[1] waits for a barrier held back on one of its channels
+EXPIRY = {
+    "checkpoint": {
+        "interval_ms": 40,
+        "timeout_ms": 60,
+        "min_pause_ms": 200,
+        "tolerable_failures": 5,
+        "retained": 2,
+    },
+    "faults": [
+        {"at": "checkpoint:1", "kind": "delay_barrier", "channel": "source[0]->count[1]", "delay_ms": 400}
+    ],
+}
+
+# new checks of the coordinator's contract: each variant must be caught by exactly this check
+ONLY = {
+    "retention keeps one checkpoint too many": "checkpoint_integrity",
+    "a completed checkpoint subsumes newer pending ones": "checkpoint_integrity",
+    "an abort leaves the subtask blocked in alignment": "liveness",
+    "the coordinator exceeds max_concurrent": "checkpoint_integrity",
+    "TTL state still visible at the expiry instant": "ttl",
+}
+
 VARIANTS = {
     "sink commits before the checkpoint completes": (
         _sink_commits_at_precommit,
@@ -246,6 +328,26 @@ VARIANTS = {
     "routing by Python's hash instead of key groups": (_routing_by_python_hash, {}),
     "checkpoint ids restart at 1 after a failover": (_checkpoint_ids_restart_at_one, {"faults": CRASHES}),
     "retention deletes the newest checkpoints": (_retention_deletes_the_newest, {"faults": CRASHES}),
+    "retention keeps one checkpoint too many": (_retention_keeps_one_too_many, {"faults": CRASHES}),
+    "a completed checkpoint subsumes newer pending ones": (
+        _completion_subsumes_newer_checkpoints,
+        CONCURRENT,
+    ),
+    "an abort leaves the subtask blocked in alignment": (_abort_does_not_release_alignment, EXPIRY),
+    # reads exactly at the expiry instant (scenarios/ttl-expiry-instant-sim.yaml's shape)
+    "TTL state still visible at the expiry instant": (
+        _ttl_expires_one_ms_late,
+        {
+            "job": "ttl_verify",
+            "job_options": {"ttl_ms": 4},
+            "keys": 40,
+            "checks": ["ttl", "exactly_once", "restored_state"],
+        },
+    ),
+    "the coordinator exceeds max_concurrent": (
+        _coordinator_exceeds_max_concurrent,
+        {**CONCURRENT, "checkpoint": {"interval_ms": 20, "max_concurrent": 1, "retained": 2}},
+    ),
 }
 
 
@@ -259,3 +361,7 @@ def test_a_broken_runtime_is_caught(sim_run, monkeypatch, name):
     caught = failed(broken)
     allure.dynamic.parameter("caught by", ", ".join(sorted(caught)) or "nothing")
     assert caught, f"no oracle caught: {name}"
+    if name in ONLY:
+        assert caught == {ONLY[name]}, f"{name}: caught by {caught}, expected only {ONLY[name]}"
+        why = next(v for v in broken.verdicts if v["oracle"] == ONLY[name])
+        allure.attach("\n".join([why["summary"], *why["details"]]), "evidence", allure.attachment_type.TEXT)

@@ -1,0 +1,70 @@
+"""Holds back the end of a bounded input until every planned fault and rescale has had its trigger
+(and every fault with a duration has healed).
+
+A scenario's faults fire at checkpoint N, at a time or at a failpoint; a fast machine can finish the
+whole input before those are reached, and the run then proves nothing (or, worse, passes or fails
+depending on the machine's speed). So when the sources are exhausted the executor asks this gate
+before it starts the final checkpoint that ends the job: while a planned trigger is still reachable
+the job keeps running — idle sources, periodic checkpoints, time going on — so checkpoint, time and
+failpoint triggers are reached whatever the speed. Record-count triggers cannot be reached once the
+input has ended and are not waited for. A hold is bounded (``limit_ms`` after the input ended), so a
+trigger that can never come (a failpoint on a path the job does not take) ends as "never fired" in
+the fault-schedule verdict rather than as a hung run.
+
+Executor-agnostic: the sim executor and the Spark driver ask it the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+__all__ = ["EndOfInputGate", "TriggerSource", "hold_limit_ms"]
+
+REACHABLE_AFTER_INPUT = ("time_ms", "checkpoint", "failpoint")
+
+
+class TriggerSource(Protocol):
+    """What the gate asks the fault scheduler: descriptions of planned triggers not reached yet."""
+
+    def awaiting(self, kinds: tuple[str, ...]) -> list[str]: ...
+
+
+class EndOfInputGate:
+    """``holds(now_ms)``: keep the job going although its input has ended? Records the hold in the
+    history (``input_held``, ``input_released``) so a reader sees why a run went on."""
+
+    def __init__(self, hooks: Any, rescales: Any, emit: Any, limit_ms: int) -> None:
+        self.hooks, self.rescales, self.emit, self.limit_ms = hooks, rescales, emit, int(limit_ms)
+        self.since: int | None = None
+        self.released = False
+
+    def _waiting(self) -> list[str]:
+        out: list[str] = []
+        awaiting = getattr(self.hooks, "awaiting", None)
+        if awaiting is not None:
+            out += awaiting(REACHABLE_AFTER_INPUT)
+        for req in getattr(self.rescales, "requests", []):
+            if not req.done and req.kind in REACHABLE_AFTER_INPUT:
+                out.append(f"rescale at {req.kind}={req.value}")
+        if self.rescales is not None and getattr(self.rescales, "busy", False):
+            out.append("a rescale in progress")
+        return out
+
+    def holds(self, now_ms: int) -> bool:
+        if self.released:
+            return False
+        waiting = self._waiting()
+        if waiting and self.since is None:
+            self.since = now_ms
+            self.emit("input_held", waiting=waiting, limit_ms=self.limit_ms)
+        if waiting and now_ms - (self.since or now_ms) < self.limit_ms:
+            return True
+        if self.since is not None:
+            self.emit("input_released", waiting=waiting, held_ms=now_ms - self.since)
+        self.released = True
+        return False
+
+
+def hold_limit_ms(interval_ms: int, floor_ms: int) -> int:
+    """How long a run may go on after its input ended: 50 checkpoint intervals, at least ``floor_ms``."""
+    return max(floor_ms, 50 * int(interval_ms))

@@ -1,0 +1,67 @@
+"""The layout of a run directory, named once: every module that reads or writes a run's files goes
+through :class:`RunStore` instead of spelling file names.
+
+::
+
+    RUN_DIR/
+      scenario.yaml     the scenario as run (after overrides): ``statechaos replay`` runs it again
+      history.jsonl     the run's events (docs/runtime-contract.md)
+      checkpoints/      checkpoint storage (one folder per job)
+      output/           the exactly-once sink's pending and committed transactions
+      restored/         what each subtask actually restored (for the restored-state oracle)
+      outcome.json      verdicts, error, statistics
+      error.txt         the traceback (and root cause) of a run that ended in an error
+      timeline.png      the timeline plot
+      logs/             Spark: driver.log, executors/<id>/stdout|stderr, spark-error.txt
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["RunStore"]
+
+
+@dataclass(frozen=True)
+class RunStore:
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    @property
+    def scenario(self) -> Path:
+        return self.root / "scenario.yaml"
+
+    @property
+    def history(self) -> Path:
+        return self.root / "history.jsonl"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def output(self) -> Path:
+        return self.root / "output"
+
+    @property
+    def restored(self) -> Path:
+        return self.root / "restored"
+
+    @property
+    def outcome(self) -> Path:
+        return self.root / "outcome.json"
+
+    @property
+    def error(self) -> Path:
+        return self.root / "error.txt"
+
+    @property
+    def plot(self) -> Path:
+        return self.root / "timeline.png"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
