@@ -130,7 +130,7 @@ def record_input(spec: JobSpec, run_dir: Path) -> None:
 
     describe = getattr(spec.source, "describe_input", None)
     if describe is not None:
-        (run_dir / "input.json").write_text(json.dumps(describe(), indent=2, sort_keys=True, default=str))
+        RunStore(run_dir).input.write_text(json.dumps(describe(), indent=2, sort_keys=True, default=str))
 
 
 def _run_sim(sc: Scenario, spec: JobSpec, run_dir: Path) -> dict[str, Any]:

@@ -143,10 +143,6 @@ def run_scenario(
     return outcome
 
 
-JOB_DIR = "job"  # a copy of the user's job module, which replay imports if the original changed
-JOB_FILE = "job.json"  # where the module came from, and its digest
-
-
 def _keep_job_module(sc: Scenario, run_dir: Path) -> None:
     """Copy the user's job module (a file or its top-level package) into the run directory, so
     ``replay`` runs the very code this run ran, even after the file changes or moves."""
@@ -164,7 +160,7 @@ def _keep_job_module(sc: Scenario, run_dir: Path) -> None:
         return
     top = sys.modules.get(module.__name__.split(".")[0], module)
     src = Path(str(top.__file__)).resolve()
-    dest = run_dir / JOB_DIR
+    dest = RunStore(run_dir).job_copy
     dest.mkdir(exist_ok=True)
     if src.name == "__init__.py":
         shutil.copytree(
@@ -177,7 +173,7 @@ def _keep_job_module(sc: Scenario, run_dir: Path) -> None:
     else:
         shutil.copy2(src, dest / src.name)
         root = src.parent
-    (run_dir / JOB_FILE).write_text(json.dumps({"base_dir": str(root), "digest": _digest(dest)}, indent=2))
+    RunStore(run_dir).job_origin.write_text(json.dumps({"base_dir": str(root), "digest": _digest(dest)}, indent=2))
 
 
 def _digest(folder: Path) -> str:
@@ -192,7 +188,7 @@ def _digest(folder: Path) -> str:
 def _job_base_dir(run_dir: Path, console: Console) -> Path | None:
     """Where a replay imports the job module from: its original folder while the module there is
     the one the run ran (so paths relative to it still work), else the run's own copy."""
-    meta, copy = run_dir / JOB_FILE, run_dir / JOB_DIR
+    meta, copy = RunStore(run_dir).job_origin, RunStore(run_dir).job_copy
     if not meta.is_file() or not copy.is_dir():
         return None
     info = json.loads(meta.read_text())
@@ -391,7 +387,7 @@ def _check_input(run_dir: Path, sc: Scenario) -> None:
     """A replay must read the input the run read: the files ``input.json`` names, unchanged."""
     from chaos.cli import UsageError
 
-    recorded = run_dir / "input.json"
+    recorded = RunStore(run_dir).input
     if not recorded.is_file():
         return
     from chaos.execute import scenario_spec

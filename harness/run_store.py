@@ -5,6 +5,8 @@ through :class:`RunStore` instead of spelling file names.
 
     RUN_DIR/
       scenario.yaml     the scenario as run (after overrides): ``statechaos replay`` runs it again
+      input.json        what the job read (files with their SHA-256, generator settings)
+      job/, job.json    a copy of a user's job module and where it came from (for replay)
       history.jsonl     the run's events (docs/runtime-contract.md)
       checkpoints/      checkpoint storage (one folder per job)
       output/           the exactly-once sink's pending and committed transactions
@@ -33,6 +35,18 @@ class RunStore:
     @property
     def scenario(self) -> Path:
         return self.root / "scenario.yaml"
+
+    @property
+    def input(self) -> Path:
+        return self.root / "input.json"
+
+    @property
+    def job_copy(self) -> Path:
+        return self.root / "job"
+
+    @property
+    def job_origin(self) -> Path:
+        return self.root / "job.json"
 
     @property
     def history(self) -> Path:

@@ -4,7 +4,8 @@ groups, and (2) for every keyed stage, the fault-free reference's state at the s
 sequentially (``harness.reference_run``) on exactly the input before that checkpoint's source
 offsets. An aligned checkpoint's state is a function of that input prefix alone, whatever the
 interleaving, for a deterministic job; a job whose state depends on interleaving or processing time
-says so, and then (2) is skipped and the verdict says "model comparison skipped".
+says so, and then (2) is skipped: the verdict is *unknown* (not a pass) and says "model comparison
+skipped".
 
 TTL state is compared on the run's own clock: values are compared without their timestamps (the
 reference's clock stands still, so nothing expires in it), and an entry the reference holds but the
@@ -18,7 +19,7 @@ from typing import Any
 from harness.jobs import JobSpec
 from harness.oracles.artifacts import RunArtifacts
 from harness.oracles.registry import register_oracle
-from harness.oracles.verdict import Verdict
+from harness.oracles.verdict import Status, Verdict
 from harness.reference_run import ReferenceRun
 from reference_impl.keygroups import KeyGroupRange
 from reference_impl.snapshot import TtlValue
@@ -121,18 +122,27 @@ def check_restored_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
                 f", the fault-free reference fed the input before the checkpoint's offsets has "
                 f"{m if k in want else '<absent>'!r}"
             )
-    skipped = f"; model comparison skipped: {skip_model}" if skip_model else ""
-    return Verdict.of(
+    verdict = Verdict.of(
         "restored_state",
         problems,
         f"{checked} subtask restores equal their checkpoint"
-        + (f", {compared} equal the fault-free reference at the same cut" if not skip_model else "")
-        + skipped,
+        + (f", {compared} equal the fault-free reference at the same cut" if not skip_model else ""),
         "{n} differences between restored state and checkpoint/reference",
         restores=checked,
         model_compared=compared,
         model_skipped=skip_model,
     )
+    if skip_model and verdict.passed:
+        # half the property was not checked: that is not a pass, and the verdict says what was skipped
+        return Verdict(
+            "restored_state",
+            False,
+            f"unknown: {verdict.summary}; model comparison skipped: {skip_model}",
+            [],
+            verdict.data,
+            status=Status.UNKNOWN,
+        )
+    return verdict
 
 
 register_oracle("restored_state", check_restored_state)

@@ -61,9 +61,15 @@ def test_an_oracle_that_crashes_is_unknown_and_the_run_does_not_pass(tmp_path, m
 
 
 def test_a_check_that_cannot_apply_is_unknown(tmp_path):
-    rc, out = _run(tmp_path, checks=["ttl", "exactly_once"])  # keyed_count has no TTL state
-    assert _verdict(out, "ttl")["status"] == "unknown" and "no TTL state" in _verdict(out, "ttl")["summary"]
-    assert (rc, out["result"]) == (1, "unknown")
+    """``validate`` refuses a check the job cannot support; an oracle asked anyway says unknown."""
+    from chaos.execute import scenario_spec
+    from chaos.scenario import load_scenario
+
+    rc, out = _run(tmp_path, checks=["exactly_once"])
+    assert rc == 0
+    spec = scenario_spec(load_scenario(_scenario(tmp_path, checks=["exactly_once"])))
+    (ttl,) = oracles.check_all(out["run_dir"], spec, ["ttl"])  # keyed_count has no TTL state
+    assert ttl.status == "unknown" and "no TTL reads" in ttl.summary and not ttl.passed
 
 
 def test_a_job_the_restart_strategy_gave_up_on_is_an_infrastructure_error(tmp_path, capsys):
@@ -77,17 +83,27 @@ def test_a_job_the_restart_strategy_gave_up_on_is_an_infrastructure_error(tmp_pa
     assert "infrastructure error" in printed and "lost" not in printed
 
 
-def test_a_rescale_of_an_operator_the_job_lacks_is_bad_input(tmp_path):
-    rc, out = _run(tmp_path, rescale=[{"at": "checkpoint:2", "parallelism": {"source": 2, "counter": 3}}])
-    assert rc == 2 and out["error_kind"] == "input" and out["verdicts"] == []
-    assert "rescale[0].parallelism" in out["error"] and "no operator(s) counter" in out["error"]
+def test_a_rescale_of_an_operator_the_job_lacks_is_bad_input(tmp_path, capsys):
+    rc = main(
+        ["validate", str(_scenario(tmp_path, rescale=[{"at": "checkpoint:2", "parallelism": {"counter": 3}}]))]
+    )
+    printed = capsys.readouterr()
+    assert rc == 2
+    assert "rescale[0].parallelism" in printed.err + printed.out and "counter" in printed.err + printed.out
 
 
-def test_a_fault_whose_injection_fails_did_not_fire(tmp_path):
-    rc, out = _run(tmp_path, faults=[{"at": "checkpoint:2", "kind": "crash_task", "target": "count[7]"}])
+def test_a_fault_whose_injection_fails_did_not_fire(tmp_path, monkeypatch):
+    from chaos.injectors.base import InjectorError
+    from chaos.injectors.runtime import CrashTask
+
+    def refuse(self):
+        raise InjectorError(f"planted: {self.target} cannot be crashed")
+
+    monkeypatch.setattr(CrashTask, "start", refuse)
+    rc, out = _run(tmp_path, faults=[{"at": "checkpoint:2", "kind": "crash_task", "target": "count[1]"}])
     fs = _verdict(out, "fault_schedule")
     assert fs["status"] == "fails" and rc == 1
-    assert any("did not fire" in d and "no subtask 'count[7]'" in d for d in fs["details"]), fs["details"]
+    assert any("did not fire" in d and "planted: count[1]" in d for d in fs["details"]), fs["details"]
 
 
 def test_a_trigger_later_than_the_input_still_fires(tmp_path):

@@ -185,6 +185,7 @@ def test_a_job_whose_state_depends_on_interleaving_is_skipped_not_passed(tmp_pat
         del JOBS["test-interleaving"]
     assert "model comparison skipped: the sums arrive in any order" in v["summary"]
     assert v["data"]["model_compared"] == 0 and v["data"]["model_skipped"]
+    assert v["status"] == "unknown" and not v["passed"]
 
 
 def test_same_module_name_in_two_folders_resolves_to_each_folders_own(tmp_path):
