@@ -118,7 +118,7 @@ def _run_spark(
     from chaos.toxiproxy.launch import toxiproxy_client, toxiproxy_server
     from harness.spark.cluster import SparkCluster, SparkEnvironmentError
     from harness.spark.executor import SparkExecutor
-    from harness.spark.network import TaskNetwork
+    from harness.spark.network import OWN_ADDRESS, TaskNetwork
 
     slots = _slots(sc, spec)
     master = spark_master(sc, slots)
@@ -130,9 +130,9 @@ def _run_spark(
         docker = stack.enter_context(docker_cluster_for(run_dir, slots))
         master, spark_kwargs = docker.master_url, docker.spark_kwargs()
     router: ProxyRouter | None = None
-    # docker: tasks in different containers listen on every interface; the coordinator on the address
-    # of the host that containers reach
-    hosts = {"coordinator_bind": docker.driver_host, "data_bind": "0.0.0.0"} if docker else {}
+    # docker: tasks in different containers listen on their own container's address on the run's
+    # network; the coordinator on the network's gateway, the host's address that containers reach
+    hosts = {"coordinator_bind": docker.driver_host, "data_bind": OWN_ADDRESS} if docker else {}
     network = TaskNetwork(**hosts)
     net_faults = [f for f in sc.faults if f.kind == "network"]
     if net_faults:

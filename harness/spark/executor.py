@@ -24,19 +24,22 @@ from harness.jobmaster import JobFailure, JobMaster, RescaleRequest, RescaleSche
 from harness.spark.cluster import SparkCluster
 from harness.spark.network import Endpoint, TaskNetwork, coordinator_link
 from harness.spark.task_runner import run_subtask
-from harness.spark.transport import CoordinatorServer
+from harness.spark.transport import REJECTED, CoordinatorServer, RunSecret
 from reference_impl.checkpoint import StateFileHandle
 
 __all__ = ["SparkExecutor"]
 
 
-def _stage_body(graph: JobGraph, run_dir: str, coordinators: dict[str, Endpoint]) -> Any:
+def _stage_body(graph: JobGraph, run_dir: str, coordinators: dict[str, Endpoint], secret: RunSecret) -> Any:
+    """The barrier stage's function. The run's secret travels inside it (Spark ships the closure to
+    the executors), never on a command line, in a log or in a file."""
+
     def body(it: Any) -> Any:
         from pyspark import BarrierTaskContext
 
         list(it)
         ctx = BarrierTaskContext.get()
-        yield run_subtask(graph, run_dir, coordinators, ctx.partitionId(), ctx, ctx.taskAttemptId())
+        yield run_subtask(graph, run_dir, coordinators, secret, ctx.partitionId(), ctx, ctx.taskAttemptId())
 
     return body
 
@@ -69,6 +72,7 @@ class SparkExecutor:
         failpoints_on: bool = False,
         network: TaskNetwork | None = None,
         resume: bool = False,
+        tls: bool = False,
     ) -> None:
         graph.validate()
         self.graph = graph
@@ -93,7 +97,9 @@ class SparkExecutor:
         self.master = JobMaster(graph, self.run_dir, checkpoint, self.history, max_restarts=max_restarts)
         self.lock = threading.RLock()
         self.network = network or TaskNetwork()
-        self.server = CoordinatorServer(self.network.coordinator_bind)
+        # a fresh secret per driver: tasks of a dead driver's job cannot talk to its replacement
+        self.secret = RunSecret.generate(self.run_dir.name, tls=tls)
+        self.server = CoordinatorServer(self.secret, self.network.coordinator_bind)
         self.coord: CheckpointCoordinator | None = None
         self.dep: _Deployment | None = None
         self.deployments = _attempts_so_far(self.run_dir / "history.jsonl") if resume else 0
@@ -192,7 +198,12 @@ class SparkExecutor:
     def _handle(self, task: str, msg: Any) -> None:
         kind = msg[0]
         dep = self.dep
-        if kind == "register":
+        if kind == REJECTED:  # a connection to the coordinator that failed the handshake, or stale
+            _, peer, reason = msg
+            self.history.emit("connection_refused", listener="coordinator", peer=peer, task=task, reason=reason)
+        elif kind == "refused":  # a task's input gate refused a connection
+            self.history.emit("connection_refused", listener=f"input gate of {task}", peer=msg[1], reason=msg[2])
+        elif kind == "register":
             assert dep is not None
             if task in dep.registered:  # a new attempt of a task already deployed: Spark relaunched the stage
                 self._new_deployment(dep.graph, f"task {task} restarted by Spark (stage relaunch)")
@@ -268,7 +279,7 @@ class SparkExecutor:
             t: self._route(coordinator_link(t), real)
             for t in (task_name(o, i) for o, i, _ in graph.subtasks())
         }
-        body = _stage_body(graph, str(self.run_dir), coords)
+        body = _stage_body(graph, str(self.run_dir), coords, self.secret)
 
         def run() -> None:
             try:
