@@ -17,7 +17,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from harness.spark.link_auth import HandshakeRefused, Refusal, RunSecret, ServerHandshake, Session
+from harness.spark.link_auth import (
+    HANDSHAKE_TIMEOUT_S,
+    HandshakeRefused,
+    Refusal,
+    RunSecret,
+    ServerHandshake,
+    Session,
+)
 
 __all__ = ["Admission", "Doorkeeper", "MAX_ADMITTING"]
 
@@ -28,10 +35,17 @@ class Admission:
     """One connection a listener accepted and has not admitted yet: TLS (if on), then the handshake,
     driven by ``on_readable`` without ever blocking (the socket is non-blocking until admitted)."""
 
-    def __init__(self, sock: socket.socket, peer: str, secret: RunSecret, tls: ssl.SSLContext | None) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        peer: str,
+        secret: RunSecret,
+        tls: ssl.SSLContext | None,
+        timeout_s: float = HANDSHAKE_TIMEOUT_S,
+    ) -> None:
         sock.setblocking(False)
         self.peer = peer
-        self.handshake = ServerHandshake(secret)
+        self.handshake = ServerHandshake(secret, timeout_s)
         self.sock: socket.socket = (
             tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False) if tls else sock
         )
@@ -84,8 +98,10 @@ class Doorkeeper:
         secret: RunSecret,
         check: Callable[[Session], str | None],
         name: str,
+        handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
     ) -> None:
         self._listener = listener
+        self._timeout_s = handshake_timeout_s
         self._secret = secret
         self._tls = secret.server_context() if secret.tls else None
         self._check = check
@@ -141,7 +157,7 @@ class Doorkeeper:
             return
         try:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            adm = Admission(conn, peer, self._secret, self._tls)
+            adm = Admission(conn, peer, self._secret, self._tls, self._timeout_s)
         except OSError as e:
             conn.close()
             self._refuse(peer, f"{type(e).__name__}: {e}")

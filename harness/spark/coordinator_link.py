@@ -23,7 +23,7 @@ from typing import Any
 from harness.spark.admission import MAX_ADMITTING, Admission
 from harness.spark.data_channels import Endpoint, dial
 from harness.spark.frames import FrameDecoder, FrameSealer, TransportClosed
-from harness.spark.link_auth import HandshakeRefused, Refusal, RunSecret
+from harness.spark.link_auth import HANDSHAKE_TIMEOUT_S, HandshakeRefused, Refusal, RunSecret
 
 __all__ = ["CoordinatorServer", "CoordinatorClient", "CONNECTED", "DISCONNECTED", "REJECTED"]
 
@@ -73,8 +73,10 @@ class CoordinatorServer:
         host: str = "127.0.0.1",
         on_message: Callable[[str, Any], None] | None = None,
         send_timeout_s: float = 10.0,
+        handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
     ) -> None:
         self._secret = secret
+        self._handshake_timeout_s = handshake_timeout_s
         self._tls = secret.server_context() if secret.tls else None
         self._listener = socket.create_server((host, 0), backlog=128)
         self._listener.setblocking(False)
@@ -149,15 +151,20 @@ class CoordinatorServer:
     def _accept(self, sel: selectors.BaseSelector, admitting: set[Admission]) -> None:
         try:
             s, addr = self._listener.accept()
-        except (BlockingIOError, InterruptedError):
+        except OSError:  # BlockingIOError, or a connection reset before we took it
             return
         peer = f"{addr[0]}:{addr[1]}"
         if len(admitting) >= MAX_ADMITTING:
             s.close()
             self._refuse("", peer, f"more than {MAX_ADMITTING} connections mid-handshake")
             return
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        adm = Admission(s, peer, self._secret, self._tls)
+        try:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            adm = Admission(s, peer, self._secret, self._tls, self._handshake_timeout_s)
+        except OSError as e:
+            s.close()
+            self._refuse("", peer, f"{type(e).__name__}: {e}")
+            return
         admitting.add(adm)
         sel.register(adm.sock, selectors.EVENT_READ, adm)
 

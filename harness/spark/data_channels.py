@@ -23,7 +23,7 @@ from typing import Any
 
 from harness.spark.admission import Doorkeeper
 from harness.spark.frames import FrameDecoder, FrameSealer, TransportError
-from harness.spark.link_auth import Refusal, RunSecret, Session, client_handshake
+from harness.spark.link_auth import HANDSHAKE_TIMEOUT_S, Refusal, RunSecret, Session, client_handshake
 
 __all__ = ["InputGate", "OutputChannel", "dial", "Endpoint"]
 
@@ -104,6 +104,7 @@ class InputGate:
         deployment: int,
         host: str = "127.0.0.1",
         backlog: int | None = None,
+        handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
     ) -> None:
         if num_channels < 0:
             raise ValueError(f"num_channels must be >= 0, got {num_channels}")
@@ -111,7 +112,7 @@ class InputGate:
         self.task, self.deployment = task, deployment
         self._listener = socket.create_server((host, 0), backlog=backlog or max(16, num_channels * 2))
         self._listener.setblocking(False)
-        self._door = Doorkeeper(self._listener, secret, self._check, f"input gate {task}")
+        self._door = Doorkeeper(self._listener, secret, self._check, f"input gate {task}", handshake_timeout_s)
         self._channels: dict[int, _InChannel] = {}
         self._claimed: set[int] = set()  # channels admitted (touched by the doorkeeper thread only)
         self._reported = 0

@@ -168,17 +168,20 @@ class ServerHandshake:
         return self.session is None and now >= self.deadline
 
     def feed(self, data: bytes) -> bytes:
-        try:
-            msgs = self._decoder.feed(data, max_messages=1)
-        except Exception as e:
-            raise HandshakeRefused(f"not a handshake frame: {type(e).__name__}: {e}") from None
-        if not msgs:
-            return b""
-        msg = msgs[0]
-        if not self._transcript:
-            return self._on_hello(msg)
-        self._on_proof(msg)
-        return b""
+        reply = b""
+        while self.session is None:
+            try:
+                msgs = self._decoder.feed(data, max_messages=1)
+            except Exception as e:
+                raise HandshakeRefused(f"not a handshake frame: {type(e).__name__}: {e}") from None
+            data = b""
+            if not msgs:
+                break
+            if not self._transcript:
+                reply = self._on_hello(msgs[0])
+            else:
+                self._on_proof(msgs[0])
+        return reply
 
     def _on_hello(self, msg: Any) -> bytes:
         ok = (
