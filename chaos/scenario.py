@@ -330,6 +330,9 @@ class Scenario(_Strict):
     # liveness: progress must resume within this long after the last fault heals (default: see
     # chaos.execute.liveness_bound_ms)
     recovery_bound_ms: Duration | None = None
+    # Spark clusters: encrypt the run's links with TLS (a per-run self-signed certificate) on top of
+    # the handshake every link always has; for networks other hosts share. No effect on sim (no sockets)
+    tls: bool = False
 
     _check_p = field_validator("parallelism", mode="before")(
         classmethod(lambda cls, v: _check_parallelism(v))

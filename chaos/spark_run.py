@@ -184,6 +184,7 @@ def _run_spark(
         failpoints_on=any(f.kind == "failpoint" for f in sc.faults),
         network=network,
         resume=resume,
+        tls=sc.tls,
     )
 
     def factory(p: PlannedFault, rng: random.Random) -> Injector | None:

@@ -29,7 +29,7 @@ from chaos.bench.spark_streaming import (
     write_input,
 )
 
-__all__ = ["run", "OurResult", "run_ours", "spark_cluster", "MASTER", "INTERVAL_MS"]
+__all__ = ["run", "OurResult", "run_ours", "spark_cluster", "link_security_cost", "MASTER", "INTERVAL_MS"]
 
 MASTER = "local-cluster[2,1,2048]"  # 2 executors x 1 core: the barrier stage's 2 tasks, one each
 INTERVAL_MS = 1000
@@ -74,6 +74,8 @@ def run_ours(
     interval_ms: int = INTERVAL_MS,
     hooks: Any = None,
     time_limit_s: float = 600.0,
+    authenticate: bool = True,
+    tls: bool = False,
 ) -> OurResult:
     """The built-in ``keyed_count`` job (source 1, count 1) on ``cluster``; timed from submission to
     the final commit. Checks that the committed output holds exactly ``records`` lines."""
@@ -85,7 +87,13 @@ def run_ours(
     spec = build_job("keyed_count", records, keys, 1, 128, {"source": 1, "count": 1})
     run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=workdir))
     ex = SparkExecutor(
-        spec.graph, run_dir, CheckpointConfig(interval_ms=interval_ms), cluster, time_limit_s=time_limit_s
+        spec.graph,
+        run_dir,
+        CheckpointConfig(interval_ms=interval_ms),
+        cluster,
+        time_limit_s=time_limit_s,
+        authenticate=authenticate,
+        tls=tls,
     )
     if hooks is not None:
         hooks.attach(ex)
@@ -115,6 +123,38 @@ def runnable_operators() -> tuple[list[str], dict[str, str]]:
     avail = available_operators()
     pandas_ops = [op for op in OPERATORS if "Pandas" in op]  # the two the issue names; rows-based is slower
     return [op for op in pandas_ops if avail[op] is None], {op: w for op in pandas_ops if (w := avail[op])}
+
+
+def link_security_cost(cluster: Any, work: Path, quick: bool) -> list[Figure]:
+    """What authenticated links (handshake + a tag per frame) and TLS on top cost end to end: the same
+    job with links unauthenticated, authenticated, and authenticated over TLS, interleaved so machine
+    noise falls on all three alike; best of several runs each."""
+    records, keys = (20_000, 1_000) if quick else (200_000, 10_000)
+    modes = {"off": {"authenticate": False}, "auth": {}, "auth+tls": {"tls": True}}
+    best: dict[str, OurResult] = {}
+    for _ in range(2 if quick else 3):
+        for mode, kw in modes.items():
+            r = run_ours(cluster, work, records, keys, **kw)
+            if mode not in best or r.seconds < best[mode].seconds:
+                best[mode] = r
+    off = best["off"]
+    size = {"records": records, "keys": keys, "interval_ms": INTERVAL_MS}
+    return [
+        Figure(
+            name=f"end-to-end keyed count, links {mode} / unauthenticated",
+            value=best[mode].records_per_s,
+            baseline=off.records_per_s,
+            unit="records/s",
+            baseline_name="unauthenticated links",
+            target=0.95 if mode == "auth" else None,
+            size=size,
+            notes=(
+                f"{MASTER}; best of {2 if quick else 3} interleaved runs each: {mode} "
+                f"{best[mode].seconds:.2f} s, unauthenticated {off.seconds:.2f} s"
+            ),
+        )
+        for mode in ("auth", "auth+tls")
+    ]
 
 
 def run(quick: bool) -> list[Figure]:
@@ -164,4 +204,5 @@ def run(quick: bool) -> list[Figure]:
                     ),
                 )
             )
+        figures += link_security_cost(cluster, work, quick)
     return figures

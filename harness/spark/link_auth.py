@@ -37,7 +37,7 @@ from typing import Any
 
 import msgpack
 
-from harness.spark.frames import FrameDecoder, FrameSealer, TransportError, encode_frame
+from harness.spark.frames import MAX_FRAME_BYTES, FrameDecoder, FrameSealer, TransportError, encode_frame
 
 __all__ = [
     "RunSecret",
@@ -68,6 +68,16 @@ class RunSecret:
     def generate(cls, run_id: str, tls: bool = False) -> RunSecret:
         cert, key = _self_signed_certificate() if tls else (None, None)
         return cls(run_id, secrets.token_bytes(32), cert, key)
+
+    @classmethod
+    def unauthenticated(cls, run_id: str) -> RunSecret:
+        """No secret: links open with a bare hello and frames carry no tags. Only for measuring what
+        authentication costs (``chaos.bench``); no scenario or CLI option reaches it."""
+        return cls(run_id, b"")
+
+    @property
+    def authenticated(self) -> bool:
+        return bool(self.key)
 
     @property
     def tls(self) -> bool:
@@ -184,6 +194,8 @@ class ServerHandshake:
         return reply
 
     def _on_hello(self, msg: Any) -> bytes:
+        if not self._secret.authenticated:
+            return self._on_bare_hello(msg)
         ok = (
             isinstance(msg, tuple)
             and len(msg) == 5
@@ -202,6 +214,14 @@ class ServerHandshake:
         self._context = tuple(msg[3])
         self._transcript = _transcript(self._secret.run_id, msg[3], msg[4], nonce_l)
         return encode_frame(("challenge", nonce_l, self._secret.mac(b"listener", self._transcript)))
+
+    def _on_bare_hello(self, msg: Any) -> bytes:
+        if not (isinstance(msg, tuple) and len(msg) == 2 and msg[0] == "hello" and isinstance(msg[1], list)):
+            raise HandshakeRefused(f"expected ('hello', context), got {_brief(msg)}")
+        self._decoder.max_frame = MAX_FRAME_BYTES
+        early = self._decoder.feed(b"")
+        self.session = Session(tuple(msg[1]), FrameSealer(None), self._decoder, early)
+        return b""
 
     def _on_proof(self, msg: Any) -> None:
         if not (isinstance(msg, tuple) and len(msg) == 2 and msg[0] == "proof" and isinstance(msg[1], bytes)):
@@ -222,6 +242,9 @@ def client_handshake(
 ) -> Session:
     """The dialler's side, blocking up to ``timeout_s``: raises :class:`TransportError` if the
     listener does not prove it knows the secret (or closes the connection: it refused us)."""
+    if not secret.authenticated:
+        sock.sendall(encode_frame(("hello", context)))
+        return Session(tuple(context), FrameSealer(None), FrameDecoder(), [])
     nonce_d = secrets.token_bytes(NONCE_BYTES)
     old_timeout = sock.gettimeout()
     deadline = time.monotonic() + timeout_s

@@ -275,3 +275,12 @@ def test_tls_links_carry_data_and_refuse_plaintext():
     with pytest.raises(TransportError, match="handshake"):  # a dialler without TLS cannot pass
         with InputGate(1, tls, TASK, 0) as gate:
             OutputChannel(gate.endpoint, 0, RunSecret(tls.run_id, tls.key), TASK, 0, connect_timeout_s=3)
+
+
+def test_an_authenticated_listener_refuses_an_unauthenticated_dialler():
+    with InputGate(1, SECRET, TASK, 0) as gate:
+        sock, session = dial(gate.endpoint, RunSecret.unauthenticated("run-a"), ["data", 0, TASK, 0], 5, "bare")
+        sock.sendall(session.sealer.seal(("records", [1])))
+        (r,) = _until(lambda: gate.take_refusals())
+        sock.close()
+    assert "expected ('auth'" in r.reason and gate.connected == set()
