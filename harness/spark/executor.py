@@ -209,6 +209,9 @@ class SparkExecutor:
             self.history.emit("connection_refused", listener="coordinator", peer=peer, task=task, reason=reason)
         elif kind == "refused":  # a task's input gate refused a connection
             self.history.emit("connection_refused", listener=f"input gate of {task}", peer=msg[1], reason=msg[2])
+        elif kind == "listening":  # a task's input gate is up: where (the history documents every listener)
+            attempt = None if dep is None else dep.number
+            self.history.emit("listening", listener=f"input gate of {task}", endpoint=msg[1], attempt=attempt)
         elif kind == "register":
             assert dep is not None
             if task in dep.registered:  # a new attempt of a task already deployed: Spark relaunched the stage
@@ -390,6 +393,8 @@ class SparkExecutor:
         return self._run()
 
     def _run(self) -> RunSummary:
+        host, port = self.server.endpoint
+        self.history.emit("listening", listener="coordinator", endpoint=f"{host}:{port}", tls=self.secret.tls)
         status, reason = "finished", "all input processed and committed"
         graph, why = self.graph, None
         try:

@@ -190,6 +190,7 @@ def run_subtask(
         n_inputs = sum(1 for _, down in channels if down == name)
         if n_inputs:
             gate = InputGate(n_inputs, secret, name, deployment, host=bind_host(net))
+            link.send("listening", "{}:{}".format(*gate.endpoint))
         mine = {"task": name, "endpoint": [advertised_host(net), gate.endpoint[1]] if gate else None}
         everyone = {d["task"]: d["endpoint"] for d in map(json.loads, ctx.allGather(json.dumps(mine)))}
         names = [down for up, down in channels if up == name]
