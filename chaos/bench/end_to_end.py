@@ -29,7 +29,16 @@ from chaos.bench.spark_streaming import (
     write_input,
 )
 
-__all__ = ["run", "OurResult", "run_ours", "spark_cluster", "link_security_cost", "MASTER", "INTERVAL_MS"]
+__all__ = [
+    "run",
+    "OurResult",
+    "run_ours",
+    "spark_cluster",
+    "link_security_cost",
+    "transport_tag_cost",
+    "MASTER",
+    "INTERVAL_MS",
+]
 
 MASTER = "local-cluster[2,1,2048]"  # 2 executors x 1 core: the barrier stage's 2 tasks, one each
 INTERVAL_MS = 1000
@@ -130,8 +139,8 @@ def link_security_cost(cluster: Any, work: Path, quick: bool) -> list[Figure]:
     job with links unauthenticated, authenticated, and authenticated over TLS, interleaved so machine
     noise falls on all three alike; best of several runs each. A short checkpoint interval keeps the
     wait for the final checkpoint (which ends the clock) from dwarfing the difference."""
-    records, keys, interval = (100_000, 5_000, 100) if quick else (1_000_000, 50_000, 100)
-    rounds = 2 if quick else 3
+    records, keys, interval = (100_000, 5_000, 100) if quick else (500_000, 25_000, 100)
+    rounds = 2 if quick else 5
     modes = {"off": {"authenticate": False}, "auth": {}, "auth+tls": {"tls": True}}
     best: dict[str, OurResult] = {}
     for _ in range(rounds):
@@ -157,6 +166,60 @@ def link_security_cost(cluster: Any, work: Path, quick: bool) -> list[Figure]:
         )
         for mode in ("auth", "auth+tls")
     ]
+
+
+def transport_tag_cost(quick: bool) -> Figure:
+    """The per-frame part of authentication alone: records through one output channel into an input
+    gate on loopback (batches of 256), tagged vs untagged frames, best of 3 each, interleaved."""
+    import threading
+
+    from harness.spark.transport import InputGate, OutputChannel, RunSecret
+
+    n = 200_000 if quick else 1_000_000
+    record = [12345, 678, "k-00042"]
+
+    def once(secret: RunSecret) -> float:
+        with InputGate(1, secret, "count[0]", 0) as gate:
+            outs: list[OutputChannel] = []
+            t = threading.Thread(target=lambda: outs.append(OutputChannel(gate.endpoint, 0, secret, "count[0]", 0)))
+            t.start()
+            gate.accept(timeout_s=30)
+            t.join()
+            t0 = time.perf_counter()
+
+            def send() -> None:
+                for _ in range(n):
+                    outs[0].send_record(record)
+                outs[0].close()
+
+            sender = threading.Thread(target=send)
+            sender.start()
+            got, done = 0, False
+            while not done:
+                for _, msg in gate.poll((), 1.0, 4096):
+                    if msg[0] == "records":
+                        got += len(msg[1])
+                    else:
+                        done = True
+            sender.join()
+            if got != n:
+                raise RuntimeError(f"transport bench received {got} of {n} records")
+            return n / (time.perf_counter() - t0)
+
+    tagged, bare = 0.0, 0.0
+    for _ in range(3):
+        bare = max(bare, once(RunSecret.unauthenticated("bench")))
+        tagged = max(tagged, once(RunSecret.generate("bench")))
+    return Figure(
+        name="transport: tagged frames / untagged frames",
+        value=tagged,
+        baseline=bare,
+        unit="records/s",
+        baseline_name="untagged frames",
+        target=0.95,
+        size={"records": n, "batch": 256},
+        notes="one channel on loopback, sender and gate in one process; HMAC-SHA256 per frame, both ends",
+    )
 
 
 def run(quick: bool) -> list[Figure]:
@@ -207,4 +270,5 @@ def run(quick: bool) -> list[Figure]:
                 )
             )
         figures += link_security_cost(cluster, work, quick)
+    figures.append(transport_tag_cost(quick))
     return figures
