@@ -284,3 +284,12 @@ def test_an_authenticated_listener_refuses_an_unauthenticated_dialler():
         (r,) = _until(lambda: gate.take_refusals())
         sock.close()
     assert "expected ('auth'" in r.reason and gate.connected == set()
+
+
+def test_before_authentication_a_client_cannot_make_a_listener_buffer_much():
+    with CoordinatorServer(SECRET) as server:
+        s = socket.create_connection(server.endpoint)
+        s.sendall((200 * 1024 * 1024).to_bytes(4, "big") + b"x" * 2048)
+        _until(lambda: server.refused)
+        s.close()
+    assert "announces 209715200 bytes (limit 1024)" in server.refused[0].reason
