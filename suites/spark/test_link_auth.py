@@ -27,13 +27,17 @@ SECRET = RunSecret.generate("run-a")
 TASK = "count[0]"
 
 
-def _events(server: CoordinatorServer, wait_s: float = 1.0) -> list:
-    out, deadline = [], time.monotonic() + wait_s
+def _events(server: CoordinatorServer, wait_s: float = 1.0, until=None) -> list:
+    """What the server delivers within ``wait_s``, or (with ``until``) until ``until(events)`` holds
+    and then 0.3 s more (so anything wrongly delivered later is caught too)."""
+    out, deadline = [], time.monotonic() + (wait_s if until is None else 30.0)
     while time.monotonic() < deadline:
         try:
             out.append(server.get(timeout_s=0.05))
         except queue.Empty:
             pass
+        if until is not None and until(out):
+            until, deadline = None, time.monotonic() + 0.3
     return out
 
 
@@ -103,7 +107,7 @@ def test_foreign_clients_are_refused_by_the_coordinator_and_nothing_reaches_it()
         s = socket.create_connection(server.endpoint)
         s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         good.send(("ack", 0, 1, "count", 0, None, {}))
-        events = _events(server, 1.5)
+        events = _events(server, until=lambda ev: sum(m[0] == REJECTED for _, m in ev) >= 4)
         s.close()
     delivered = [(t, m) for t, m in events if m[0] != REJECTED]
     assert delivered == [("count[0]", (CONNECTED, 0)), ("count[0]", ("ack", 0, 1, "count", 0, None, {}))]
@@ -211,7 +215,10 @@ def test_a_recorded_attempt_replayed_is_refused():
         handshake += len(encode_frame(("proof", b"\0" * 32)))
         _until(lambda: server.connected() == {"count[0]": 1})
         sock.sendall(recorded[handshake:])
-        events = _events(server, 1.5)
+        events = _events(
+            server,
+            until=lambda ev: any(m[0] == REJECTED for _, m in ev) and any(m[0] == "_disconnected" and m[1] == 1 for _, m in ev),
+        )
         s.close()
         sock.close()
     acks = [m for _, m in events if m[0] == "ack"]
