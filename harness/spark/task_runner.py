@@ -251,6 +251,8 @@ def run_subtask(
         if output is not None:
             output.close()
         if gate is not None:
+            with contextlib.suppress(Exception):  # the link may be gone; the history then misses them
+                _report_refusals(link, gate)
             gate.close()
         client.close()
 
