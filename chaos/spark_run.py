@@ -119,6 +119,7 @@ def _run_spark(
     from harness.spark.cluster import SparkCluster, SparkEnvironmentError
     from harness.spark.executor import SparkExecutor
     from harness.spark.network import OWN_ADDRESS, TaskNetwork
+    from harness.spark.transport import TransportError
 
     slots = _slots(sc, spec)
     master = spark_master(sc, slots)
@@ -171,21 +172,24 @@ def _run_spark(
         from chaos.resume import resume_point
 
         graph, rescales, planned = resume_point(run_dir, graph, rescales, planned)
-    ex = SparkExecutor(
-        graph,
-        run_dir,
-        checkpoint_config(sc),
-        cluster,
-        seed=sc.seed,
-        rescales=rescales,
-        max_restarts=sc.max_restarts,
-        time_limit_s=sc.timeout_s,
-        run_info={"scenario": sc.name, "records": sc.records, "keys": sc.keys, "checks": sc.checks},
-        failpoints_on=any(f.kind == "failpoint" for f in sc.faults),
-        network=network,
-        resume=resume,
-        tls=sc.tls,
-    )
+    try:
+        ex = SparkExecutor(
+            graph,
+            run_dir,
+            checkpoint_config(sc),
+            cluster,
+            seed=sc.seed,
+            rescales=rescales,
+            max_restarts=sc.max_restarts,
+            time_limit_s=sc.timeout_s,
+            run_info={"scenario": sc.name, "records": sc.records, "keys": sc.keys, "checks": sc.checks},
+            failpoints_on=any(f.kind == "failpoint" for f in sc.faults),
+            network=network,
+            resume=resume,
+            tls=sc.tls,
+        )
+    except TransportError as e:  # tls: true without openssl
+        raise EnvironmentProblem(f"scenario {sc.name!r}: {e}") from None
 
     def factory(p: PlannedFault, rng: random.Random) -> Injector | None:
         f = p.fault

@@ -127,7 +127,7 @@ def _self_signed_certificate() -> tuple[bytes, bytes]:
     with tempfile.TemporaryDirectory(prefix="statechaos-tls-") as d:
         cert, key = Path(d) / "cert.pem", Path(d) / "key.pem"
         cmd = [exe, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-        cmd += ["-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", "/CN=statechaos-run"]
+        cmd += ["-keyout", str(key), "-out", str(cert), "-days", "30", "-subj", "/CN=statechaos-run"]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         if done.returncode != 0:
             raise TransportError(f"openssl could not make the run's certificate: {done.stderr.strip()[-500:]}")

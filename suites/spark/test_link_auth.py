@@ -300,3 +300,11 @@ def test_before_authentication_a_client_cannot_make_a_listener_buffer_much():
         _until(lambda: server.refused)
         s.close()
     assert "announces 209715200 bytes (limit 1024)" in server.refused[0].reason
+
+
+def test_tls_without_openssl_says_what_is_missing(monkeypatch):
+    import harness.spark.link_auth as link_auth
+
+    monkeypatch.setattr(link_auth.shutil, "which", lambda name: None)
+    with pytest.raises(TransportError, match="tls: true needs the openssl command"):
+        RunSecret.generate("run-x", tls=True)
