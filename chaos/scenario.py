@@ -366,6 +366,9 @@ class Scenario(_Strict):
         """This scenario, looking up its job module in ``base_dir`` first."""
         self._base_dir = base_dir
         return self
+    # Spark clusters: encrypt the run's links with TLS (a per-run self-signed certificate) on top of
+    # the handshake every link always has; for networks other hosts share. No effect on sim (no sockets)
+    tls: bool = False
 
     _check_p = field_validator("parallelism", mode="before")(
         classmethod(lambda cls, v: _check_parallelism(v))

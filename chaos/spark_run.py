@@ -148,7 +148,8 @@ def _run_spark(
     from chaos.toxiproxy.launch import toxiproxy_client, toxiproxy_server
     from harness.spark.cluster import SparkCluster, SparkEnvironmentError
     from harness.spark.executor import SparkExecutor
-    from harness.spark.network import TaskNetwork
+    from harness.spark.network import OWN_ADDRESS, TaskNetwork
+    from harness.spark.transport import TransportError
 
     slots = _slots(sc, spec)
     master = spark_master(sc, slots)
@@ -160,9 +161,9 @@ def _run_spark(
         docker = stack.enter_context(docker_cluster_for(run_dir, slots))
         master, spark_kwargs = docker.master_url, docker.spark_kwargs()
     router: ProxyRouter | None = None
-    # docker: tasks in different containers listen on every interface; the coordinator on the address
-    # of the host that containers reach
-    hosts = {"coordinator_bind": docker.driver_host, "data_bind": "0.0.0.0"} if docker else {}
+    # docker: tasks in different containers listen on their own container's address on the run's
+    # network; the coordinator on the network's gateway, the host's address that containers reach
+    hosts = {"coordinator_bind": docker.driver_host, "data_bind": OWN_ADDRESS} if docker else {}
     network = TaskNetwork(**hosts)
     net_faults = [f for f in sc.faults if f.kind == "network"]
     if net_faults:
@@ -206,20 +207,24 @@ def _run_spark(
         from chaos.resume import resume_point
 
         graph, rescales, planned = resume_point(run_dir, graph, rescales, planned)
-    ex = SparkExecutor(
-        graph,
-        run_dir,
-        checkpoint_config(sc),
-        cluster,
-        seed=sc.seed,
-        rescales=rescales,
-        max_restarts=sc.max_restarts,
-        time_limit_s=sc.timeout_s,
-        run_info={"scenario": sc.name, "records": sc.records, "keys": sc.keys, "checks": checks_for(sc, graph)},
-        failpoints_on=any(f.kind == "failpoint" for f in sc.faults),
-        network=network,
-        resume=resume,
-    )
+    try:
+        ex = SparkExecutor(
+            graph,
+            run_dir,
+            checkpoint_config(sc),
+            cluster,
+            seed=sc.seed,
+            rescales=rescales,
+            max_restarts=sc.max_restarts,
+            time_limit_s=sc.timeout_s,
+            run_info={"scenario": sc.name, "records": sc.records, "keys": sc.keys, "checks": checks_for(sc, graph)},
+            failpoints_on=any(f.kind == "failpoint" for f in sc.faults),
+            network=network,
+            resume=resume,
+            tls=sc.tls,
+        )
+    except TransportError as e:  # tls: true without openssl
+        raise EnvironmentProblem(f"scenario {sc.name!r}: {e}") from None
 
     def factory(p: PlannedFault, rng: random.Random) -> Injector | None:
         f = p.fault

@@ -28,7 +28,7 @@ from harness.spark.cluster import SparkCluster
 from harness.spark.network import Endpoint, TaskNetwork, coordinator_link
 from harness.spark.root_cause import root_cause
 from harness.spark.task_runner import run_subtask
-from harness.spark.transport import CoordinatorServer
+from harness.spark.transport import REJECTED, CoordinatorServer, RunSecret
 from reference_impl.checkpoint import StateFileHandle
 
 __all__ = ["SparkExecutor", "JOB_CODE_FAILED"]
@@ -37,7 +37,11 @@ __all__ = ["SparkExecutor", "JOB_CODE_FAILED"]
 JOB_CODE_FAILED = "statechaos: the job's code cannot be loaded on the executor"
 
 
-def _stage_body(graph: JobGraph, run_dir: str, coordinators: dict[str, Endpoint]) -> Any:
+def _stage_body(graph: JobGraph, run_dir: str, coordinators: dict[str, Endpoint], secret: RunSecret) -> Any:
+    """The barrier stage's function. The run's secret travels inside it (Spark ships the closure to
+    the executors), never on a command line, in a log or in a file. The job travels pickled, with the
+    user's modules registered by value, so it is loaded on the executor where a failure can be told
+    apart (its code cannot load there) from the job's own failures."""
     from pyspark import cloudpickle
 
     blob = cloudpickle.dumps(graph)  # user modules registered by value travel inside
@@ -54,7 +58,7 @@ def _stage_body(graph: JobGraph, run_dir: str, coordinators: dict[str, Endpoint]
             raise RuntimeError(f"{JOB_CODE_FAILED}\n{traceback.format_exc()}") from None
         list(it)
         ctx = BarrierTaskContext.get()
-        yield run_subtask(g, run_dir, coordinators, ctx.partitionId(), ctx, ctx.taskAttemptId())
+        yield run_subtask(g, run_dir, coordinators, secret, ctx.partitionId(), ctx, ctx.taskAttemptId())
 
     return body
 
@@ -87,6 +91,8 @@ class SparkExecutor:
         failpoints_on: bool = False,
         network: TaskNetwork | None = None,
         resume: bool = False,
+        tls: bool = False,
+        authenticate: bool = True,
     ) -> None:
         graph.validate()
         self.graph = graph
@@ -111,7 +117,14 @@ class SparkExecutor:
         self.master = JobMaster(graph, self.run_dir, checkpoint, self.history, max_restarts=max_restarts)
         self.lock = threading.RLock()
         self.network = network or TaskNetwork()
-        self.server = CoordinatorServer(self.network.coordinator_bind)
+        # a fresh secret per driver: tasks of a dead driver's job cannot talk to its replacement
+        # (authenticate=False only lets chaos.bench measure what authentication costs)
+        self.secret = (
+            RunSecret.generate(self.run_dir.name, tls=tls)
+            if authenticate
+            else RunSecret.unauthenticated(self.run_dir.name)
+        )
+        self.server = CoordinatorServer(self.secret, self.network.coordinator_bind)
         self.coord: CheckpointCoordinator | None = None
         self.dep: _Deployment | None = None
         self.deployments = _attempts_so_far(RunStore(self.run_dir).history) if resume else 0
@@ -212,7 +225,15 @@ class SparkExecutor:
     def _handle(self, task: str, msg: Any) -> None:
         kind = msg[0]
         dep = self.dep
-        if kind == "register":
+        if kind == REJECTED:  # a connection to the coordinator that failed the handshake, or stale
+            _, peer, reason = msg
+            self.history.emit("connection_refused", listener="coordinator", peer=peer, task=task, reason=reason)
+        elif kind == "refused":  # a task's input gate refused a connection
+            self.history.emit("connection_refused", listener=f"input gate of {task}", peer=msg[1], reason=msg[2])
+        elif kind == "listening":  # a task's input gate is up: where (the history documents every listener)
+            attempt = None if dep is None else dep.number
+            self.history.emit("listening", listener=f"input gate of {task}", endpoint=msg[1], attempt=attempt)
+        elif kind == "register":
             assert dep is not None
             if task in dep.registered:  # a new attempt of a task already deployed: Spark relaunched the stage
                 self._new_deployment(dep.graph, f"task {task} restarted by Spark (stage relaunch)")
@@ -288,7 +309,7 @@ class SparkExecutor:
             t: self._route(coordinator_link(t), real)
             for t in (task_name(o, i) for o, i, _ in graph.subtasks())
         }
-        body = _stage_body(graph, str(self.run_dir), coords)
+        body = _stage_body(graph, str(self.run_dir), coords, self.secret)
 
         def run() -> None:
             try:
@@ -419,6 +440,8 @@ class SparkExecutor:
         return self._run()
 
     def _run(self) -> RunSummary:
+        host, port = self.server.endpoint
+        self.history.emit("listening", listener="coordinator", endpoint=f"{host}:{port}", tls=self.secret.tls)
         status, reason = "finished", "all input processed and committed"
         graph, why = self.graph, None
         try:

@@ -14,9 +14,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Endpoint", "Router", "TaskNetwork", "coordinator_link", "data_link", "advertised_host"]
+__all__ = [
+    "Endpoint",
+    "Router",
+    "TaskNetwork",
+    "coordinator_link",
+    "data_link",
+    "advertised_host",
+    "bind_host",
+    "OWN_ADDRESS",
+]
 
 Endpoint = tuple[str, int]
+# data_bind value: listen on this host's own address (a container's address on the run's network),
+# the narrowest interface peers in other containers can reach; never every interface (0.0.0.0)
+OWN_ADDRESS = "own-address"
 # (link name, real endpoint) -> the endpoint the dialling side should connect to
 Router = Callable[[str, Endpoint], Endpoint]
 
@@ -37,7 +49,7 @@ class TaskNetwork:
 
     coordinator_bind: str = "127.0.0.1"
     coordinator_host: str | None = None  # what tasks dial; None: the bind address
-    data_bind: str = "127.0.0.1"  # where tasks' input gates listen ("0.0.0.0" across containers)
+    data_bind: str = "127.0.0.1"  # where tasks' input gates listen (OWN_ADDRESS across containers)
     data_host: str | None = None  # what peers dial; None: the bind address, or this host's own address
     router: Router | None = None
 
@@ -49,12 +61,19 @@ class TaskNetwork:
         return {"bind": self.data_bind, "host": self.data_host, "routed": self.router is not None}
 
 
+def bind_host(settings: dict[str, Any]) -> str:
+    """The address a task's input gate listens on: the configured one, or with ``OWN_ADDRESS`` this
+    host's own address (a container's IP on its network)."""
+    bind = str(settings.get("bind") or "127.0.0.1")
+    return socket.gethostbyname(socket.gethostname()) if bind == OWN_ADDRESS else bind
+
+
 def advertised_host(settings: dict[str, Any]) -> str:
     """The address a task advertises for its input gate: the configured one, the bind address, or, when
-    bound to every interface, this host's own address (a container's IP on its network)."""
+    bound to every interface, this host's own address."""
     if settings.get("host"):
         return str(settings["host"])
-    bind = str(settings.get("bind") or "127.0.0.1")
+    bind = bind_host(settings)
     if bind not in ("0.0.0.0", ""):
         return bind
     return socket.gethostbyname(socket.gethostname())

@@ -18,8 +18,8 @@ from harness.failpoints import Failpoints, InjectedCrash
 from harness.items import CheckpointBarrier, from_wire, to_wire
 from harness.job import JobGraph
 from harness.run_store import RunStore
-from harness.spark.network import Endpoint, advertised_host, data_link
-from harness.spark.transport import CoordinatorClient, InputGate, OutputChannel, TransportError
+from harness.spark.network import Endpoint, advertised_host, bind_host, data_link
+from harness.spark.transport import CoordinatorClient, InputGate, OutputChannel, RunSecret, TransportError
 from harness.storage_gate import GatedStorage
 from harness.tasks import SourceTask, StreamTask, TaskEnv, task_name
 from reference_impl.checkpoint import FileSystemCheckpointStorage, StateFileHandle, load_metadata
@@ -168,15 +168,17 @@ def run_subtask(
     graph: JobGraph,
     run_dir: str,
     coordinators: dict[str, Endpoint],
+    secret: RunSecret,
     partition: int,
     ctx: Any,
     spark_attempt: int,
 ) -> dict[str, Any]:
     """The body of barrier task ``partition``. Returns a small summary (the stage's output).
-    ``coordinators`` maps each task to the endpoint of its coordinator link (a proxy, when routed)."""
+    ``coordinators`` maps each task to the endpoint of its coordinator link (a proxy, when routed);
+    every link opens with the handshake under the run's ``secret``."""
     op, sub, stage = graph.subtasks()[partition]
     name = task_name(op, sub)
-    client = CoordinatorClient(tuple(coordinators[name]), name, spark_attempt)
+    client = CoordinatorClient(tuple(coordinators[name]), name, spark_attempt, secret)
     link = _Link(client)
     gate: InputGate | None = None
     output: _Output | None = None
@@ -188,15 +190,18 @@ def run_subtask(
         channels = graph.channels()
         n_inputs = sum(1 for _, down in channels if down == name)
         if n_inputs:
-            gate = InputGate(n_inputs, host=net["bind"])
+            gate = InputGate(n_inputs, secret, name, deployment, host=bind_host(net))
+            link.send("listening", "{}:{}".format(*gate.endpoint))
         mine = {"task": name, "endpoint": [advertised_host(net), gate.endpoint[1]] if gate else None}
         everyone = {d["task"]: d["endpoint"] for d in map(json.loads, ctx.allGather(json.dumps(mine)))}
         names = [down for up, down in channels if up == name]
         if names:
             ends = [_route(link, net, name, n, tuple(everyone[n])) for n in names]
-            output = _Output([OutputChannel(e, sub, batch_records=256) for e in ends], names)
+            outs = [OutputChannel(e, sub, secret, n, deployment, batch_records=256) for e, n in zip(ends, names, strict=True)]
+            output = _Output(outs, names)
         if gate is not None:
             gate.accept(timeout_s=60)
+            _report_refusals(link, gate)
         clock = SkewedClock(SystemClock(), int(skew or 0))
         storage = GatedStorage(
             FileSystemCheckpointStorage(RunStore(Path(run_dir)).checkpoints),
@@ -248,8 +253,16 @@ def run_subtask(
         if output is not None:
             output.close()
         if gate is not None:
+            with contextlib.suppress(Exception):  # the link may be gone; the history then misses them
+                _report_refusals(link, gate)
             gate.close()
         client.close()
+
+
+def _report_refusals(link: _Link, gate: InputGate) -> None:
+    """Connections the gate refused go to the driver, for the history."""
+    for r in gate.take_refusals():
+        link.send("refused", r.peer, r.reason)
 
 
 def _route(link: _Link, net: dict[str, Any], up: str, down: str, real: Endpoint) -> Endpoint:
@@ -337,5 +350,7 @@ def _loop(
             output.flush()
         now = time.monotonic()
         if now - last_stats > 0.2:
+            if gate is not None:
+                _report_refusals(link, gate)
             link.send("stats", task.records_in - n_in, task.records_out - n_out)
             n_in, n_out, last_stats = task.records_in, task.records_out, now

@@ -4,6 +4,8 @@ moves the real endpoint, and removes every proxy at the end; the server a run st
 
 from __future__ import annotations
 
+import contextlib
+import queue
 import socket
 import socketserver
 import threading
@@ -110,3 +112,57 @@ def test_a_proxy_server_the_run_started_is_stopped_after(monkeypatch):
         assert started
     left = {p.pid for p in psutil.Process().children(recursive=True) if p.is_running()} - before
     assert not left
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["handshake", "tls"])
+def test_the_links_handshake_passes_a_slicing_and_delaying_proxy(tls):
+    """Toxiproxy sits transparently in front of links: the run's handshake (and TLS) get through a
+    proxy that cuts every frame into a few bytes and delays them."""
+    from harness.spark.transport import (
+        CoordinatorClient,
+        CoordinatorServer,
+        InputGate,
+        OutputChannel,
+        RunSecret,
+    )
+
+    secret = RunSecret.generate("run-2", tls=tls)
+    with toxiproxy_server() as url, CoordinatorServer(secret) as server, InputGate(1, secret, "c[0]", 0) as gate:
+        client = toxiproxy_client(url)
+        router = _LinkRouter(client, "run-2", {"coord:", "data:"})
+        try:
+            via_coord = router.route("coord:c[0]", server.endpoint)
+            via_data = router.route("data:s[0]->c[0]", gate.endpoint)
+            for stream in ("upstream", "downstream"):
+                fault = ToxicFault(
+                    router.proxies_for("coord:") + router.proxies_for("data:"),
+                    "slicer",
+                    {"average_size": 3, "size_variation": 2, "delay": 100},
+                    stream,
+                    1.0,
+                    "run-2",
+                )
+                fault.start()
+            task = CoordinatorClient(via_coord, "c[0]", 0, secret, connect_timeout_s=20)
+            task.send(("ack", 0, 1, "c", 0, None, {}))
+            deadline = time.monotonic() + 20
+            got = []
+            while time.monotonic() < deadline and ("c[0]", ("ack", 0, 1, "c", 0, None, {})) not in got:
+                with contextlib.suppress(queue.Empty):
+                    got.append(server.get(timeout_s=0.2))
+            assert ("c[0]", ("ack", 0, 1, "c", 0, None, {})) in got
+            outs = []
+            t = threading.Thread(target=lambda: outs.append(OutputChannel(via_data, 0, secret, "c[0]", 0)))
+            t.start()
+            gate.accept(timeout_s=20)
+            t.join()
+            outs[0].send_records(range(100))
+            outs[0].close()
+            msgs = []
+            while not msgs or msgs[-1][1][0] not in ("eof", "error"):
+                msgs += gate.poll((), 1.0)
+            assert [r for _, m in msgs if m[0] == "records" for r in m[1]] == list(range(100))
+            assert msgs[-1] == (0, ("eof",)) and gate.refused == [] and server.refused == []
+            task.close()
+        finally:
+            router.close()

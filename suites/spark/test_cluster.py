@@ -22,11 +22,12 @@ from harness.spark.cluster import (
     parse_master,
     sweep_stale_work_dirs,
 )
-from harness.spark.transport import CoordinatorServer
+from harness.spark.transport import CoordinatorServer, RunSecret
 
 pytestmark = pytest.mark.spark
 
 N = 2  # tasks of the barrier stage = task slots of local-cluster[2,1,1024]
+SECRET = RunSecret.generate("cluster-test")  # shipped to the tasks inside the stage closure
 
 
 def test_parse_master():
@@ -66,10 +67,12 @@ def _exchange_task(it):
 
     ctx = BarrierTaskContext.get()
     me = ctx.partitionId()
-    with InputGate(N) as gate:
+    with InputGate(N, SECRET, f"x[{me}]", 0) as gate:
         infos = ctx.allGather(json.dumps({"task": me, "endpoint": list(gate.endpoint)}))
         peers = sorted((json.loads(s) for s in infos), key=lambda d: d["task"])
-        outs = [OutputChannel(tuple(p["endpoint"]), me, batch_records=2) for p in peers]
+        outs = [
+            OutputChannel(tuple(p["endpoint"]), me, SECRET, f"x[{p['task']}]", 0, batch_records=2) for p in peers
+        ]
         for dst, out in enumerate(outs):
             for i in range(5):
                 out.send_record([me, dst, i])
@@ -109,7 +112,7 @@ def _blocking_task(endpoint):
         # Python's TaskContext has no stage attempt number; the task attempt id (TID) is unique in the
         # app and grows, so a relaunched task always has a higher one: it is the coordinator attempt.
         me, tid = ctx.partitionId(), ctx.taskAttemptId()
-        with CoordinatorClient(tuple(endpoint), f"block[{me}]", tid) as client:
+        with CoordinatorClient(tuple(endpoint), f"block[{me}]", tid, SECRET) as client:
             client.send(("started", me, ctx.stageId(), tid))
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
@@ -128,7 +131,7 @@ def _blocking_task(endpoint):
 
 def test_executor_sigkill_relaunches_barrier_stage_and_stop_reaps_everything(cluster):
     executors = cluster.wait_for_executors(N, timeout_s=60)
-    with CoordinatorServer() as server:
+    with CoordinatorServer(SECRET) as server:
         rdd = cluster.sc.parallelize(range(N), N).barrier().mapPartitions(_blocking_task(server.endpoint))
         result: queue.Queue = queue.Queue()
 

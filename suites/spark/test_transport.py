@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+from harness.spark.data_channels import dial
+from harness.spark.link_auth import RunSecret
 from harness.spark.transport import (
     CONNECTED,
     DISCONNECTED,
@@ -22,6 +24,33 @@ from harness.spark.transport import (
     TransportError,
     encode_frame,
 )
+
+SECRET = RunSecret.generate("transport-test")
+TASK = "count[0]"
+
+
+def _gate(n: int, deployment: int = 0) -> InputGate:
+    return InputGate(n, SECRET, TASK, deployment)
+
+
+def _out(endpoint, idx: int, **kw) -> OutputChannel:
+    return OutputChannel(endpoint, idx, SECRET, TASK, 0, **kw)
+
+
+def _raw_channels(gate: InputGate, idxs) -> list:
+    """Authenticated raw sockets for channels ``idxs`` (sock, sealer): the test writes frames itself."""
+    got: dict = {}
+
+    def mk():
+        for i in idxs:
+            sock, session = dial(gate.endpoint, SECRET, ["data", gate.deployment, TASK, i], 10, "test")
+            got[i] = (sock, session.sealer)
+
+    t = threading.Thread(target=mk)
+    t.start()
+    gate.accept(timeout_s=10)
+    t.join()
+    return [got[i] for i in idxs]
 
 
 def _drain(gate: InputGate, blocked=(), until_eof: set[int] | None = None, timeout_s: float = 10.0):
@@ -47,7 +76,7 @@ def _connect_all(gate: InputGate, n: int, **kw) -> list[OutputChannel]:
 
     def mk():
         for i in range(n):
-            outs.append(OutputChannel(gate.endpoint, i, **kw))
+            outs.append(_out(gate.endpoint, i, **kw))
 
     t = threading.Thread(target=mk)
     t.start()
@@ -57,7 +86,7 @@ def _connect_all(gate: InputGate, n: int, **kw) -> list[OutputChannel]:
 
 
 def test_ordering_across_batches_and_control_in_order():
-    with InputGate(2) as gate:
+    with _gate(2) as gate:
         outs = _connect_all(gate, 2, batch_records=7)
         for ch, out in enumerate(outs):
             for i in range(100):
@@ -89,7 +118,7 @@ def test_ordering_across_batches_and_control_in_order():
 
 
 def test_poll_stops_a_channel_after_a_control_message():
-    with InputGate(1) as gate:
+    with _gate(1) as gate:
         (out,) = _connect_all(gate, 1, batch_records=1)
         out.send_record(1)
         out.send_control(("barrier", 1))
@@ -105,31 +134,21 @@ def test_poll_stops_a_channel_after_a_control_message():
 
 
 def test_partial_frames_decode_byte_by_byte():
-    with InputGate(1) as gate:
-        s = socket.create_connection(gate.endpoint)
-        data = (
-            encode_frame(("hello", 0))
-            + encode_frame(("records", [[1, "a"], [2, "b"]]))
-            + encode_frame(("x", 1))
-        )
-        t = threading.Thread(
-            target=lambda: [s.sendall(data[i : i + 1]) or time.sleep(0.001) for i in range(len(data))]
-        )
-        t.start()
-        gate.accept(timeout_s=10)
-        t.join()
+    with _gate(1) as gate:
+        ((s, sealer),) = _raw_channels(gate, [0])
+        data = sealer.seal(("records", [[1, "a"], [2, "b"]])) + sealer.seal(("x", 1))
+        for i in range(len(data)):
+            s.sendall(data[i : i + 1])
+            time.sleep(0.001)
         s.close()
         msgs = _drain(gate)
     assert msgs == [(0, ("records", [[1, "a"], [2, "b"]])), (0, ("x", 1)), (0, ("eof",))]
 
 
 def test_eof_reported_once_and_truncated_frame_is_an_error():
-    with InputGate(2) as gate:
-        s0 = socket.create_connection(gate.endpoint)
-        s1 = socket.create_connection(gate.endpoint)
-        s0.sendall(encode_frame(("hello", 0)))
-        s1.sendall(encode_frame(("hello", 1)) + encode_frame(("records", [1]))[:-1])
-        gate.accept(timeout_s=10)
+    with _gate(2) as gate:
+        (s0, _), (s1, seal1) = _raw_channels(gate, [0, 1])
+        s1.sendall(seal1.seal(("records", [1]))[:-1])
         s0.close()
         s1.close()
         msgs = _drain(gate)
@@ -142,7 +161,7 @@ def test_eof_reported_once_and_truncated_frame_is_an_error():
 
 def test_blocked_channel_backpressures_its_sender_and_loses_nothing():
     n = 200_000
-    with InputGate(2) as gate:
+    with _gate(2) as gate:
         outs = _connect_all(gate, 2, batch_records=100)
         progress = [0]
 
@@ -177,28 +196,34 @@ def test_blocked_channel_backpressures_its_sender_and_loses_nothing():
     assert [r[0] for r in got] == list(range(n))
 
 
-def test_bad_hellos_are_rejected_with_clear_errors():
-    with InputGate(2) as gate:
-        s = socket.create_connection(gate.endpoint)
-        s.sendall(encode_frame(("hello", 5)))
-        with pytest.raises(TransportError, match="out of range 0..1"):
-            gate.accept(timeout_s=5)
-        s.close()
-        a = socket.create_connection(gate.endpoint)
-        a.sendall(encode_frame(("hello", 0)))
-        b = socket.create_connection(gate.endpoint)
-        time.sleep(0.1)
-        b.sendall(encode_frame(("hello", 0)))
-        with pytest.raises(TransportError, match="duplicate hello for channel 0"):
-            gate.accept(timeout_s=5)
-        c = socket.create_connection(gate.endpoint)
-        c.sendall(encode_frame(["records", []]))
-        with pytest.raises(TransportError, match="expected \\('hello', channel_index\\)"):
-            gate.accept(timeout_s=5)
-        with pytest.raises(TransportError, match=r"channels \[1\] did not connect"):
-            gate.accept(timeout_s=0.3)
-        for x in (a, b, c):
-            x.close()
+def test_gate_refuses_channels_that_are_not_its_own_and_keeps_going():
+    with _gate(2, deployment=3) as gate:
+        wrong = [
+            (["data", 3, TASK, 5], "out of range 0..1"),
+            (["data", 2, TASK, 0], "stale deployment 2"),
+            (["data", 3, "count[1]", 0], "meant for 'count[1]'"),
+            (["coord", TASK, 0], "not a data channel"),
+        ]
+        errors: list = []
+
+        def dial_all():
+            for ctx, _ in wrong:
+                try:  # the dialler passes the handshake (it knows the secret), then the gate closes it
+                    sock, session = dial(gate.endpoint, SECRET, ctx, 5, "test")
+                    sock.sendall(session.sealer.seal(("records", [1])))
+                    sock.close()
+                except (TransportError, OSError) as e:
+                    errors.append(e)
+
+        t = threading.Thread(target=dial_all)
+        t.start()
+        with pytest.raises(TransportError, match=r"channels \[0, 1\] did not connect"):
+            gate.accept(timeout_s=1.5)
+        t.join()
+        reasons = [r.reason for r in gate.take_refusals()]
+        for (_, want), got in zip(wrong, reasons, strict=True):
+            assert want in got
+        assert gate.take_refusals() == [] and gate.connected == set()
 
 
 def test_output_channel_connects_to_a_late_receiver_and_times_out_clearly():
@@ -206,7 +231,7 @@ def test_output_channel_connects_to_a_late_receiver_and_times_out_clearly():
     port = probe.getsockname()[1]
     probe.close()
     with pytest.raises(TransportError, match="could not connect"):
-        OutputChannel(("127.0.0.1", port), 0, connect_timeout_s=0.3)
+        _out(("127.0.0.1", port), 0, connect_timeout_s=0.3)
 
 
 def _expect(server: CoordinatorServer, want, timeout_s=5.0):
@@ -222,9 +247,9 @@ def _expect(server: CoordinatorServer, want, timeout_s=5.0):
 
 
 def test_coordinator_round_trip_and_reconnect_with_new_attempt():
-    with CoordinatorServer() as server:
-        c0 = CoordinatorClient(server.endpoint, "count[0]", 0)
-        c1 = CoordinatorClient(server.endpoint, "count[1]", 0)
+    with CoordinatorServer(SECRET) as server:
+        c0 = CoordinatorClient(server.endpoint, "count[0]", 0, SECRET)
+        c1 = CoordinatorClient(server.endpoint, "count[1]", 0, SECRET)
         _expect(server, lambda it: it == ("count[1]", (CONNECTED, 0)))
         c0.send(("ack", 1, {"handle": b"\x01"}))
         assert _expect(server, lambda it: it[1][0] == "ack") == ("count[0]", ("ack", 1, {"handle": b"\x01"}))
@@ -238,7 +263,7 @@ def test_coordinator_round_trip_and_reconnect_with_new_attempt():
             assert got == [("complete", 1)]
         assert c0.poll() == []
         # task count[1] dies, a new attempt reconnects and replaces it
-        c1b = CoordinatorClient(server.endpoint, "count[1]", 1)
+        c1b = CoordinatorClient(server.endpoint, "count[1]", 1, SECRET)
         _expect(server, lambda it: it == ("count[1]", (CONNECTED, 1)))
         assert server.connected()["count[1]"] == 1
         with contextlib.suppress(OSError):
@@ -252,16 +277,16 @@ def test_coordinator_round_trip_and_reconnect_with_new_attempt():
             got = c1b.poll(timeout_s=0.2)
         assert got == [("trigger", 3)]
         # a stale attempt is refused
-        CoordinatorClient(server.endpoint, "count[1]", 0)
-        _expect(server, lambda it: it[1][0] == REJECTED and "stale attempt 0" in it[1][1])
+        CoordinatorClient(server.endpoint, "count[1]", 0, SECRET)
+        _expect(server, lambda it: it[1][0] == REJECTED and "stale attempt 0" in it[1][2])
         c0.close()
         _expect(server, lambda it: it[0] == "count[0]" and it[1][0] == DISCONNECTED)
         assert not server.send("count[0]", ("x",))
         for c in (c1, c1b):
             c.close()
     # server closed: a client sees TransportClosed
-    with CoordinatorServer() as server:
-        c = CoordinatorClient(server.endpoint, "src[0]", 0)
+    with CoordinatorServer(SECRET) as server:
+        c = CoordinatorClient(server.endpoint, "src[0]", 0, SECRET)
         _expect(server, lambda it: it[1][0] == CONNECTED)
     with pytest.raises(TransportClosed):
         for _ in range(50):
@@ -269,10 +294,11 @@ def test_coordinator_round_trip_and_reconnect_with_new_attempt():
     c.close()
 
 
-def test_coordinator_rejects_bad_hello():
-    with CoordinatorServer() as server:
+def test_coordinator_refuses_an_unauthenticated_hello():
+    with CoordinatorServer(SECRET) as server:
         s = socket.create_connection(server.endpoint)
-        s.sendall(encode_frame(("hello", 7)))
+        s.sendall(encode_frame(("hello", "count[0]", 0)))
         item = _expect(server, lambda it: it[1][0] == REJECTED)
-        assert "bad hello" in item[1][1] and "task_id" in item[1][1]
+        assert item[0] == "" and "expected ('auth'" in item[1][2]
+        assert server.connected() == {} and len(server.refused) == 1
         s.close()
