@@ -351,10 +351,13 @@ class JobBuilder:
         c.identity_name = identity_name or ("record" if identity is None else "id")
         return self
 
-    def state_depends_on_interleaving(self, why: str) -> JobBuilder:
+    def state_depends_on_interleaving(self, why: str, states: Iterable[str] | None = None) -> JobBuilder:
         """The job's state at a checkpoint legitimately depends on input interleaving or processing
-        time: the restored-state oracle then skips the model comparison and says so."""
+        time: the restored-state oracle then skips the model comparison and says so. ``states``
+        names the keyed states concerned; without it, the whole comparison is skipped and the
+        verdict is unknown (a skip is not a pass)."""
         self._contract.interleaving = why
+        self._contract.interleaving_states = None if states is None else frozenset(states)
         return self
 
     def expected_columns(self, fn: Callable[[], Any]) -> JobBuilder:

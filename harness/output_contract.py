@@ -29,7 +29,8 @@ class OutputContract:
     - ``seq``: a per-key sequence number rising by 1 from 1 (enables the ``sequence`` check).
     - ``expected``: ``inputs -> outputs``, the fault-free output, instead of running the reference.
     - ``interleaving``: why this job's state at a checkpoint depends on how inputs from different
-      subtasks interleave (or on processing time); the state model comparison is then skipped.
+      subtasks interleave (or on processing time); the state model comparison is then skipped, for
+      the keyed states in ``interleaving_states`` or, when that is None, for all of them.
     - ``oracle_config``: typed settings for oracles that need them (e.g. ``ttl``).
     """
 
@@ -39,6 +40,7 @@ class OutputContract:
     seq: Callable[[Any], int] | None = None
     expected: Callable[[list[Any]], list[Any]] | None = None
     interleaving: str | None = None
+    interleaving_states: frozenset[str] | None = None
     oracle_config: dict[str, Any] = field(default_factory=dict)
     expected_columns: Callable[[], Any] | None = None  # optional columnar form (harness.contract)
 

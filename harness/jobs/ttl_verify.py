@@ -111,7 +111,7 @@ def ttl_verify(
         # observed/expected/now depend on processing time: exactly-once compares (key, seq)
         .output(identity=_key_seq, identity_name="(key, seq)", key=_key, seq=_seq)
         .expected_columns(lambda: KeySeqOutput.of_source(src))
-        .state_depends_on_interleaving("TTL reads and the update history depend on processing time")
+        .state_depends_on_interleaving("the update history records processing time", states=["last_update"])
         .oracle_config("ttl", TtlReads(fn.ttl_ms, fn.visibility))
         .build()
     )
