@@ -15,7 +15,7 @@ import pytest
 
 from chaos.bench.core import Figure
 from chaos.bench.recovery import KillAfterCheckpoint
-from chaos.bench.spark_streaming import OPERATORS, available_operators, write_input
+from chaos.bench.spark_streaming import NATIVE, OPERATORS, available_operators, write_input
 
 pytestmark = pytest.mark.bench
 
@@ -35,8 +35,8 @@ def test_streaming_input_has_per_key_sequences_from_one(tmp_path: Path) -> None:
 
 def test_available_operators_names_each_operator_and_says_why_not() -> None:
     got = available_operators()
-    assert set(got) == set(OPERATORS)
-    assert got["applyInPandasWithState"] is None
+    assert set(got) == {*OPERATORS, NATIVE}
+    assert got["applyInPandasWithState"] is None and got[NATIVE] is None
     assert all(why is None or "protobuf" in why for why in got.values())
 
 
@@ -79,5 +79,6 @@ def test_macro_module_produces_figures(name: str) -> None:
     figures = importlib.import_module(f"chaos.bench.{name}").run(True)
     assert figures
     for f in figures:
-        assert isinstance(f, Figure) and f.size and f.target is not None
+        assert isinstance(f, Figure) and f.size
+        assert f.target is not None or "reference" in f.name  # a JVM reference is no peer to beat
         assert f.value > 0 and f.baseline > 0 and math.isfinite(f.ratio), f
