@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             cmd = [
                 spy,
                 "record",
+                "--function",
                 "-f",
                 "raw",
                 "-r",
