@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import NoSuchExample
+from hypothesis.reporting import with_reporter
 from rich.console import Console
 
 from chaos.scenario import FAILPOINTS, Scenario
@@ -229,15 +230,18 @@ def explore(
         derandomize=False,
     )
     try:
-        seed, faults = find(
-            schedules(space, max_faults),
-            fails,
-            settings=cfg,
-            database_key=_database_key(sc, space, max_faults),
-        )
+        # Hypothesis's own report (e.g. "reproduce with @seed(...)" when the budget stops it) is noise
+        # here: the outcome and the replayable file are reported below
+        with with_reporter(lambda _message: None):
+            seed, faults = find(
+                schedules(space, max_faults),
+                fails,
+                settings=cfg,
+                database_key=_database_key(sc, space, max_faults),
+            )
     except (NoSuchExample, _OutOfBudget):
         result.seconds = time.perf_counter() - t0
-        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(out_dir, ignore_errors=True)  # nothing to keep: only the runs' scratch space
         console.print(
             f"[green]no failure[/green] in {result.runs} runs ({result.seconds:.0f}s, "
             f"{result.runs_per_minute:.1f} runs/min)"
