@@ -132,6 +132,8 @@ def _cmd_explore(args: argparse.Namespace) -> int:
 
     if (args.budget is None) == (args.seeds is None):
         raise UsageError("explore needs exactly one of --budget DURATION or --seeds N")
+    if args.max_faults < 1 or (args.seeds is not None and args.seeds < 1):
+        raise UsageError("explore: --seeds and --max-faults must be at least 1")
     try:
         budget_s = None if args.budget is None else parse_duration_ms(args.budget) / 1000
     except ValueError as e:

@@ -69,6 +69,7 @@ def test_cli_explore_exit_codes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     runs = str(tmp_path / "runs")
     assert main(["explore", str(sc), "--runs-dir", runs]) == 2  # neither --budget nor --seeds
     assert main(["explore", str(sc), "--budget", "soon", "--runs-dir", runs]) == 2
+    assert main(["explore", str(sc), "--seeds", "0", "--runs-dir", runs]) == 2
     _source_ignores_restored_offsets(monkeypatch)
     assert main(["explore", str(sc), "--budget", "2m", "--runs-dir", runs]) == 1
     out = capsys.readouterr().out
