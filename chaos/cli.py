@@ -1,4 +1,4 @@
-"""The ``statechaos`` command line: run, validate, list, replay, inspect, report, bench.
+"""The ``statechaos`` command line: run, validate, list, replay, inspect, report, bench, explore.
 
 Exit codes: 0 every check holds; 1 a check failed (the failing check, why, and a one-line replay
 command are printed); 2 bad input or environment (a clear message, no traceback).
@@ -151,6 +151,27 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     )
 
 
+def _cmd_explore(args: argparse.Namespace) -> int:
+    from chaos.explore import ExploreError, explore
+    from chaos.scenario import load_scenario, parse_duration_ms
+
+    if (args.budget is None) == (args.seeds is None):
+        raise UsageError("explore needs exactly one of --budget DURATION or --seeds N")
+    if args.max_faults < 1 or (args.seeds is not None and args.seeds < 1):
+        raise UsageError("explore: --seeds and --max-faults must be at least 1")
+    try:
+        budget_s = None if args.budget is None else parse_duration_ms(args.budget) / 1000
+    except ValueError as e:
+        raise UsageError(f"--budget: {e}") from None
+    try:
+        found = explore(
+            load_scenario(args.scenario), Path(args.runs_dir), budget_s, args.seeds, args.max_faults, console
+        )
+    except ExploreError as e:
+        raise UsageError(str(e)) from None
+    return EXIT_CHECK_FAILED if found.minimal is not None else EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="statechaos",
@@ -215,6 +236,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cv.add_argument("--json", metavar="FILE", help="write the per-file report as JSON")
     cv.set_defaults(fn=_cmd_coverage)
+    x = sub.add_parser("explore", help="search seeds and generated fault schedules on sim; shrink a failure")
+    x.add_argument("scenario")
+    x.add_argument("--budget", help="how long to search, e.g. 10m")
+    x.add_argument("--seeds", type=int, help="how many generated runs to try")
+    x.add_argument("--max-faults", type=int, default=3, help="faults per generated schedule (default 3)")
+    x.add_argument("--runs-dir", default=os.environ.get("STATECHAOS_RUNS_DIR", "runs"))
+    x.set_defaults(fn=_cmd_explore)
 
     b = sub.add_parser("bench", help="benchmarks: ratios against baselines measured in the same run")
     b.add_argument("--quick", action="store_true", help="small sizes, a few minutes in all")

@@ -18,7 +18,16 @@ from chaos.bench.core import Figure
 __all__ = ["MODULES", "run_benchmarks", "machine_description"]
 
 # benchmark module (chaos/bench/<name>.py with run(quick) -> list[Figure]), in report order
-MODULES = ("state_ops", "keygroups", "checkpoints", "oracles", "end_to_end", "recovery", "proxy_throughput")
+MODULES = (
+    "state_ops",
+    "keygroups",
+    "checkpoints",
+    "oracles",
+    "sim_runs",
+    "end_to_end",
+    "recovery",
+    "proxy_throughput",
+)
 
 
 def machine_description() -> dict[str, Any]:

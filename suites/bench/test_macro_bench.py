@@ -14,8 +14,9 @@ from types import SimpleNamespace
 import pytest
 
 from chaos.bench.core import Figure
-from chaos.bench.recovery import KillAfterCheckpoint
-from chaos.bench.spark_streaming import OPERATORS, available_operators, write_input
+from chaos.bench.profile_e2e import top_frames
+from chaos.bench.recovery import KillAfterCheckpoint, Measured
+from chaos.bench.spark_streaming import NATIVE, OPERATORS, available_operators, write_input
 
 pytestmark = pytest.mark.bench
 
@@ -35,21 +36,27 @@ def test_streaming_input_has_per_key_sequences_from_one(tmp_path: Path) -> None:
 
 def test_available_operators_names_each_operator_and_says_why_not() -> None:
     got = available_operators()
-    assert set(got) == set(OPERATORS)
-    assert got["applyInPandasWithState"] is None
+    assert set(got) == {*OPERATORS, NATIVE}
+    assert got["applyInPandasWithState"] is None and got[NATIVE] is None
     assert all(why is None or "protobuf" in why for why in got.values())
 
 
 def test_kill_hook_kills_after_the_checkpoint_and_times_the_next_deployment() -> None:
     victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        cluster = SimpleNamespace(executor_pids=lambda: {"1": victim.pid, "0": victim.pid})
+        cancelled: list[bool] = []
+        sc = SimpleNamespace(
+            cancelAllJobs=lambda: cancelled.append(True),
+            statusTracker=lambda: SimpleNamespace(getActiveJobsIds=lambda: []),
+        )
+        cluster = SimpleNamespace(executor_pids=lambda: {"1": victim.pid, "0": victim.pid}, sc=sc)
         ex = SimpleNamespace(dep=SimpleNamespace(number=0), hooks=None)
         hook = KillAfterCheckpoint(cluster, after=2)
         hook.attach(ex)
         assert ex.hooks is hook
         hook.on_checkpoint_completed(1)
-        assert hook.killed_at is None and victim.poll() is None
+        hook.on_time(0)  # nothing measured yet: the run goes on
+        assert hook.killed_at is None and victim.poll() is None and not cancelled
         hook.on_checkpoint_completed(2)
         assert victim.wait(10) == -9
         hook.on_checkpoint_completed(3)  # same deployment: not a recovery
@@ -58,6 +65,10 @@ def test_kill_hook_kills_after_the_checkpoint_and_times_the_next_deployment() ->
         time.sleep(0.01)
         hook.on_checkpoint_completed(5)
         assert hook.recovery_seconds is not None and hook.recovery_seconds > 0
+        # measured: the next driver-loop tick cancels the job and ends the run
+        with pytest.raises(Measured):
+            hook.on_time(0)
+        assert cancelled == [True]
     finally:
         if victim.poll() is None:
             victim.kill()
@@ -79,5 +90,19 @@ def test_macro_module_produces_figures(name: str) -> None:
     figures = importlib.import_module(f"chaos.bench.{name}").run(True)
     assert figures
     for f in figures:
-        assert isinstance(f, Figure) and f.size and f.target is not None
+        assert isinstance(f, Figure) and f.size
+        assert f.target is not None or "reference" in f.name  # a JVM reference is no peer to beat
         assert f.value > 0 and f.baseline > 0 and math.isfinite(f.ratio), f
+
+
+def test_profile_parser_counts_self_and_our_inclusive_samples(tmp_path: Path) -> None:
+    raw = tmp_path / "spy.txt"
+    raw.write_text(
+        "python (1);run (harness/tasks.py:10);encode (harness/sinks.py:57) 6\n"
+        "python (1);run (harness/tasks.py:10);feed (pyspark/worker.py:3) 3\n"
+        "python (2);wait (threading.py:331) 1\n"
+    )
+    total, own, incl = top_frames([raw])
+    assert total == 10
+    assert own[0] == ("encode (harness/sinks.py:57)", 6)
+    assert dict(incl) == {"run (harness/tasks.py:10)": 9, "encode (harness/sinks.py:57)": 6}

@@ -1,0 +1,275 @@
+"""Exploration: run a scenario on the simulator under many seeds and generated fault schedules.
+
+Hypothesis generates (seed, fault schedule) pairs and shrinks a failing one to a minimal schedule;
+its example database (``RUNS_DIR/explore-db``) makes a failure found once be tried first next time.
+The scenario supplies the job, its size, rescale steps and checks; the generated schedule replaces
+its faults. A calibration run without faults says how many checkpoints and which subtasks there are,
+so every generated trigger is one the run can reach (a fault that never fires proves nothing).
+The minimal failing scenario is written as a file ``statechaos run`` replays.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import time
+import traceback
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from hypothesis import HealthCheck, Phase, find, settings
+from hypothesis import strategies as st
+from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.errors import NoSuchExample
+from hypothesis.reporting import with_reporter
+from rich.console import Console
+
+from chaos.scenario import FAILPOINTS, Scenario
+
+__all__ = ["SearchSpace", "Exploration", "calibrate", "schedules", "explore"]
+
+# what exploration judges: a generated trigger the run ends before is not a bug of the runtime
+IGNORED_VERDICTS = ("fault_schedule",)
+PROGRESS_EVERY_S = 10.0
+
+
+class ExploreError(ValueError):
+    """Exploration cannot start (not a sim scenario, a scenario failing on its own): exit 2."""
+
+
+class _OutOfBudget(BaseException):
+    """The time budget ran out before any failure: stops Hypothesis (which catches only Exception)."""
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """What a generated schedule may refer to, from a calibration run of the scenario without faults."""
+
+    checkpoints: int  # checkpoints the fault-free run completed
+    records: int
+    tasks: tuple[str, ...]  # subtask names, e.g. "count[1]"
+    seed_range: int = 2**16
+
+
+@dataclass
+class Exploration:
+    """The outcome of ``explore``: runs made, their rate, and the minimal failure if one was found."""
+
+    runs: int = 0
+    seconds: float = 0.0
+    failures: int = 0
+    minimal: Scenario | None = None
+    minimal_file: Path | None = None
+    failed_checks: list[str] = field(default_factory=list)
+    confirmed: bool | None = None  # the minimal scenario failed again when run from its file
+
+    @property
+    def runs_per_minute(self) -> float:
+        return 60.0 * self.runs / self.seconds if self.seconds else 0.0
+
+
+def _run(sc: Scenario, run_dir: Path) -> tuple[list[str], dict[str, Any]]:
+    """Run ``sc`` on sim in ``run_dir``; the names of the checks that failed (``error`` when the run
+    raised) and the run statistics."""
+    from chaos.errors import classify
+    from chaos.execute import execute_scenario
+
+    run_dir.mkdir(parents=True)
+    try:
+        verdicts, stats = execute_scenario(sc, run_dir)
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:
+        if classify(e) == "input":
+            raise
+        (run_dir / "error.txt").write_text(traceback.format_exc())
+        return [f"error: {type(e).__name__}: {e}"], {}
+    return [v["oracle"] for v in verdicts if not v["passed"] and v["oracle"] not in IGNORED_VERDICTS], stats
+
+
+def calibrate(sc: Scenario, work: Path) -> SearchSpace:
+    """Run the scenario once without faults: it must pass, and its history bounds the triggers."""
+    from harness.history import read_history
+
+    base = sc.model_copy(update={"faults": []})
+    run_dir = work / "calibration"
+    failed, _ = _run(base, run_dir)
+    if failed:
+        raise ExploreError(
+            f"scenario {sc.name!r} fails without any fault ({', '.join(failed)}; see {run_dir}): "
+            "exploring fault schedules needs a run that passes on its own"
+        )
+    events = list(read_history(run_dir / "history.jsonl"))
+    checkpoints = sum(
+        1 for e in events if e["type"] == "checkpoint_completed" and e.get("kind") == "checkpoint"
+    )
+    tasks = sorted(
+        {
+            f"{e['operator']}[{e['subtask']}]"
+            for e in events
+            if e["type"] == "restore" and e.get("attempt") == 0
+        }
+    )
+    shutil.rmtree(run_dir, ignore_errors=True)
+    if not tasks:
+        raise ExploreError(f"scenario {sc.name!r}: the calibration run deployed no subtask")
+    return SearchSpace(checkpoints=max(1, checkpoints), records=sc.records, tasks=tuple(tasks))
+
+
+def schedules(space: SearchSpace, max_faults: int) -> st.SearchStrategy[tuple[int, list[dict[str, Any]]]]:
+    """(seed, faults) pairs; Hypothesis shrinks toward seed 0, fewer faults, earlier triggers, and the
+    first fault kind listed (a task crash)."""
+    checkpoint = st.integers(1, space.checkpoints).map(lambda n: f"checkpoint:{n}")
+    records = st.integers(1, max(1, space.records - 1)).map(lambda n: f"records:{n}")
+    task = st.sampled_from(space.tasks)
+    crash = st.fixed_dictionaries(
+        {"at": st.one_of(checkpoint, records), "kind": st.just("crash_task"), "target": task}
+    )
+    failpoint = st.builds(
+        lambda fp, target: {
+            "at": f"failpoint:{fp}",
+            "kind": "failpoint",
+            "action": "crash",
+            **({"target": target} if target else {}),
+        },
+        st.sampled_from(FAILPOINTS),
+        st.one_of(st.none(), task),
+    )
+    delay = st.fixed_dictionaries(
+        {
+            "at": checkpoint,
+            "kind": st.just("delay_barrier"),
+            "delay_ms": st.integers(1, 300),
+        }
+    )
+    fault = st.one_of(crash, failpoint, delay)
+    return st.tuples(st.integers(0, space.seed_range - 1), st.lists(fault, min_size=1, max_size=max_faults))
+
+
+def _scenario_with(sc: Scenario, seed: int, faults: list[dict[str, Any]]) -> Scenario:
+    data = sc.model_dump(mode="json")
+    data.update(seed=seed, faults=faults)
+    return Scenario.model_validate(data)
+
+
+def _database_key(sc: Scenario, space: SearchSpace, max_faults: int) -> bytes:
+    """Failures are replayed for the same scenario (without its faults and seed) and search space."""
+    data = sc.model_dump(mode="json")
+    data.pop("faults"), data.pop("seed")
+    return hashlib.sha256(repr((sorted(data.items()), space, max_faults)).encode()).digest()
+
+
+def explore(
+    sc: Scenario,
+    runs_dir: Path,
+    budget_s: float | None = None,
+    max_runs: int | None = None,
+    max_faults: int = 3,
+    console: Console | None = None,
+) -> Exploration:
+    """Search for a seed and fault schedule that makes a check fail, within ``budget_s`` seconds or
+    ``max_runs`` generated runs (shrinking a found failure is not counted against either); write the
+    minimal failing scenario to a file and run it once more from there."""
+    console = console or Console()
+    if sc.cluster_kind != "sim":
+        sc = sc.with_overrides(cluster="sim")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    out_dir = runs_dir / f"explore-{stamp}-{sc.name}"
+    n = 1
+    while out_dir.exists():
+        n += 1
+        out_dir = runs_dir / f"explore-{stamp}-{sc.name}-{n}"
+    work = out_dir / "work"
+    work.mkdir(parents=True)
+    space = calibrate(sc, work)
+    console.print(
+        f"explore {sc.name}: {space.checkpoints} checkpoints, subtasks {', '.join(space.tasks)}; "
+        f"up to {max_faults} faults per run"
+        + (f", budget {budget_s:g}s" if budget_s else "")
+        + (f", {max_runs} runs" if max_runs else "")
+    )
+
+    result = Exploration()
+    t0 = time.perf_counter()
+    last_print = t0
+    found: list[tuple[Scenario, list[str]]] = []
+
+    def fails(example: tuple[int, list[dict[str, Any]]]) -> bool:
+        nonlocal last_print
+        now = time.perf_counter()
+        if not found and budget_s is not None and now - t0 > budget_s:
+            raise _OutOfBudget
+        candidate = _scenario_with(sc, *example)
+        run_dir = work / f"run-{result.runs:06d}"
+        failed, _ = _run(candidate, run_dir)
+        shutil.rmtree(run_dir, ignore_errors=True)
+        result.runs += 1
+        result.seconds = time.perf_counter() - t0
+        if failed:
+            result.failures += 1
+            found.append((candidate, failed))
+        if time.perf_counter() - last_print >= PROGRESS_EVERY_S:
+            last_print = time.perf_counter()
+            phase = "shrinking" if found else "searching"
+            console.print(
+                f"  {phase}: {result.runs} runs, {result.runs_per_minute:.1f} runs/min, "
+                f"{result.failures} failing"
+            )
+        return bool(failed)
+
+    db = DirectoryBasedExampleDatabase(str(runs_dir / "explore-db"))
+    cfg = settings(
+        database=db,
+        max_examples=max_runs or 1_000_000,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        phases=(Phase.reuse, Phase.generate, Phase.shrink),
+        derandomize=False,
+    )
+    try:
+        # Hypothesis's own report (e.g. "reproduce with @seed(...)" when the budget stops it) is noise
+        # here: the outcome and the replayable file are reported below
+        with with_reporter(lambda _message: None):
+            seed, faults = find(
+                schedules(space, max_faults),
+                fails,
+                settings=cfg,
+                database_key=_database_key(sc, space, max_faults),
+            )
+    except (NoSuchExample, _OutOfBudget):
+        result.seconds = time.perf_counter() - t0
+        shutil.rmtree(out_dir, ignore_errors=True)  # nothing to keep: only the runs' scratch space
+        console.print(
+            f"[green]no failure[/green] in {result.runs} runs ({result.seconds:.0f}s, "
+            f"{result.runs_per_minute:.1f} runs/min)"
+        )
+        return result
+    result.seconds = time.perf_counter() - t0
+    shutil.rmtree(work, ignore_errors=True)
+    minimal = _scenario_with(sc, seed, faults).model_copy(update={"name": f"{sc.name}-explored"})
+    minimal = Scenario.model_validate(minimal.model_dump(mode="json"))
+    result.minimal = minimal
+    result.minimal_file = out_dir / f"{minimal.name}-seed{seed}.yaml"
+    header = (
+        f"# found by statechaos explore on {stamp}: the minimal failing schedule of {len(faults)} "
+        f"fault(s) after {result.runs} runs\n"
+    )
+    result.minimal_file.write_text(header + yaml.safe_dump(minimal.model_dump(mode="json"), sort_keys=False))
+    result.failed_checks, _ = _run(minimal, out_dir / "confirm")
+    result.confirmed = bool(result.failed_checks)
+    console.print(
+        f"[red]failure found[/red] after {result.runs} runs ({result.seconds:.0f}s, "
+        f"{result.runs_per_minute:.1f} runs/min), shrunk to {len(faults)} fault(s), seed {seed}:"
+    )
+    for f in faults:
+        console.print(f"  - {f}", soft_wrap=True)
+    state = "fails again" if result.confirmed else "[yellow]passed when run again (not reproducible)[/yellow]"
+    console.print(
+        f"  checks failing: {', '.join(result.failed_checks) or '-'}; from its file it {state}",
+        soft_wrap=True,
+    )
+    console.print(f"  replay: statechaos run {result.minimal_file}", soft_wrap=True)
+    return result
