@@ -18,7 +18,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from chaos.errors import EXIT_BAD_INPUT, EXIT_OK, InputError, classify, exit_code_for
+from chaos.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, InputError, classify, exit_code_for
 from chaos.scenario import ScenarioError, load_scenarios
 from harness.run_store import RunStore
 
