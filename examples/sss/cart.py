@@ -68,3 +68,17 @@ class ForgetfulCartTotals(CartTotals):
         self.totals[key[0]] = total
         self.total.update((total,))
         yield self._row(key[0], "update", total)
+
+
+def make_inputs(files: int = 6, rows: int = 8, users: int = 4, seed: int = 0) -> list[list[dict[str, Any]]]:
+    """Deterministic input: ``files`` CSV files of ``rows`` cart events each."""
+    import random
+
+    rng = random.Random(seed)
+    return [
+        [{"user": f"u{rng.randrange(users)}", "item": f"i{rng.randrange(5)}", "qty": rng.randrange(1, 9)} for _ in range(rows)]
+        for _ in range(files)
+    ]
+
+
+SPEC = {"processor": "examples.sss.cart:CartTotals", "key": KEY, "input_schema": INPUT_SCHEMA, "output_schema": OUTPUT_SCHEMA}

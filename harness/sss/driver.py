@@ -6,7 +6,8 @@ query's checkpoint location.
 orchestrator appends), ``checkpoint/``, ``output/`` (the exactly-once sink: ``foreachBatch`` writes
 batch N's rows to ``batch-N.json`` by rename, so a replayed batch replaces its own file and never
 adds rows), ``starts/`` (``N`` holds the pid of start N, ``N.ready`` appears once its query
-runs) and ``state/`` (what Spark's state data source read at each start). A file ``stop`` asks
+runs) and ``state/`` (what Spark's state data source read at each start, ``start-N.json``, and after
+the final stop, ``final-N.json``). A file ``stop`` asks
 the driver to stop the query and exit 0. A query that fails writes ``failure.txt`` and exits 3.
 """
 
@@ -74,8 +75,8 @@ def _plain(d: Any) -> Any:
     return d
 
 
-def dump_state(spark: Any, workdir: Path, spec: SssSpec, start_no: int) -> None:
-    """Write what the state data source reads for the last committed batch to ``state/start-N.json``
+def dump_state(spark: Any, workdir: Path, spec: SssSpec, name: str) -> None:
+    """Write what the state data source reads for the last committed batch to ``state/NAME.json``
     (an ``error`` entry instead when Spark refuses to read it)."""
     checkpoint = workdir / "checkpoint"
     done = committed_batches(checkpoint)
@@ -92,9 +93,9 @@ def dump_state(spark: Any, workdir: Path, spec: SssSpec, start_no: int) -> None:
         out["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:2000]
     state_dir = workdir / "state"
     state_dir.mkdir(exist_ok=True)
-    tmp = state_dir / f".start-{start_no}.json.tmp"
+    tmp = state_dir / f".{name}.json.tmp"
     tmp.write_text(json.dumps(out, default=str))
-    tmp.rename(state_dir / f"start-{start_no}.json")
+    tmp.rename(state_dir / f"{name}.json")
 
 
 def _sink(output: Path) -> Any:
@@ -122,7 +123,7 @@ def run(workdir: Path) -> int:
     cluster.start()
     try:
         spark = cluster.spark
-        dump_state(spark, workdir, spec, start_no)
+        dump_state(spark, workdir, spec, f"start-{start_no}")
         stream = (
             spark.readStream.schema(spec.input_schema)
             .option("maxFilesPerTrigger", 1)
@@ -143,6 +144,7 @@ def run(workdir: Path) -> int:
                 return EXIT_QUERY_FAILED
             time.sleep(0.05)
         query.stop()
+        dump_state(spark, workdir, spec, f"final-{start_no}")
         return 0
     except Exception:
         (workdir / "failure.txt").write_text(traceback.format_exc())
