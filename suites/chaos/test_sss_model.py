@@ -1,0 +1,135 @@
+"""The Structured Streaming side without Spark: the reference model of a StatefulProcessor (Spark's
+TTL and timer semantics), the checkpoint log reader, the state data source's rows in canonical form,
+and the damage target choice."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from chaos.scope import RunScope
+from chaos.sss.damage import damage_injectors
+from harness.sss.checkpoint_log import committed_batches, read_offsets, source_files
+from harness.sss.model import ProcessorModel
+from harness.sss.oracles import spark_state_image
+from harness.sss.spec import SpecError, SssSpec
+from harness.sss.state_vars import StateVar, discover_state_vars
+
+CART = SssSpec("examples.sss.cart:CartTotals", "user", "user string, item string, qty long",
+               "user string, kind string, total long, items long")  # fmt: skip
+
+
+def _row(user: str, item: str, qty: int) -> dict[str, object]:
+    return {"user": user, "item": item, "qty": qty}
+
+
+def test_state_vars_are_discovered_from_init() -> None:
+    from examples.sss.cart import ITEM_TTL_MS, CartTotals
+
+    assert discover_state_vars(CartTotals()) == [
+        StateVar("total", "value", None),
+        StateVar("items", "map", ITEM_TTL_MS),
+    ]
+
+
+def test_model_follows_spark_ttl_and_timers() -> None:
+    from examples.sss.cart import ITEM_TTL_MS, REPORT_AFTER_MS
+
+    m = ProcessorModel(CART)
+    out = m.run_batch(1_000, [_row("a", "x", 2), _row("a", "y", 3), _row("b", "x", 1)])
+    assert sorted((r["user"], r["kind"], r["total"], r["items"]) for r in out) == [
+        ("a", "update", 5, 2), ("b", "update", 1, 1)]  # fmt: skip
+    # expiration = batch timestamp of the write + ttl; one timer per user at first input + delay
+    assert m.state()["items"][(("a",), ("x",))] == ((2,), 1_000 + ITEM_TTL_MS)
+    assert m.timer_image() == {(("a",), 1_000 + REPORT_AFTER_MS), (("b",), 1_000 + REPORT_AFTER_MS)}
+    # a write refreshes TTL; a timer due at the batch timestamp fires after the batch's input
+    t2 = 1_000 + REPORT_AFTER_MS
+    out = m.run_batch(t2, [_row("a", "x", 2)])
+    assert [(r["user"], r["kind"]) for r in out] == [("a", "update"), ("a", "report"), ("b", "report")]
+    assert m.timer_image() == set()
+    # at exactly write time + ttl the value is expired (Spark: batchTimestamp >= expiration) and gone
+    m.run_batch(1_000 + ITEM_TTL_MS, [])
+    items = m.state()["items"]
+    assert (("a",), ("y",)) not in items and (("b",), ("x",)) not in items
+    assert items[(("a",), ("x",))] == ((4,), t2 + ITEM_TTL_MS)
+    assert m.state()["total"] == {(("a",), None): ((7,), None), (("b",), None): ((1,), None)}
+
+
+def test_expired_value_is_invisible_to_the_processor() -> None:
+    m = ProcessorModel(CART)
+    m.run_batch(0, [_row("a", "x", 1)])
+    out = m.run_batch(10_000, [_row("a", "z", 1)])  # x expired: only z is live
+    assert [r["items"] for r in out if r["kind"] == "update"] == [1]
+
+
+def test_spark_rows_map_onto_the_model_image() -> None:
+    m = ProcessorModel(CART)
+    m.run_batch(1_000, [_row("a", "x", 2)])
+    dump = {"vars": {
+        "total": [{"key": {"user": "a"}, "value": {"total": 2}, "partition_id": 0}],
+        "items": [{"key": {"user": "a"}, "user_map_key": {"item": "x"},
+                   "user_map_value": {"value": {"qty": 2}, "ttlExpirationMs": 5_000}, "partition_id": 0}],
+    }}  # fmt: skip
+    assert spark_state_image(dump, m) == m.state()
+    dump["vars"]["items"][0]["user_map_value"]["ttlExpirationMs"] = 5_001
+    assert spark_state_image(dump, m) != m.state()
+
+
+def test_spec_errors_name_the_field() -> None:
+    with pytest.raises(SpecError, match="processor: 'nocolon'"):
+        SssSpec("nocolon", "user", "user string", "user string").validate()
+    with pytest.raises(SpecError, match="key: 'who'"):
+        SssSpec("examples.sss.cart:CartTotals", "who", "user string", "user string").validate()
+    with pytest.raises(SpecError, match="has no 'Nope'"):
+        SssSpec("examples.sss.cart:Nope", "user", "user string", "user string").validate()
+
+
+def _checkpoint(tmp: Path) -> Path:
+    cp = tmp / "checkpoint"
+    for d in ("offsets", "commits", "sources/0"):
+        (cp / d).mkdir(parents=True)
+    for b, (ts, off) in enumerate([(100, 0), (200, 1), (300, 1)]):
+        (cp / "offsets" / str(b)).write_text(f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":{ts},"conf":{{}}}}\n{{"logOffset":{off}}}')
+    for b in (0, 1):
+        (cp / "commits" / str(b)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+        (cp / "sources" / "0" / str(b)).write_text(f'v1\n{{"path":"file:///x/part-{b}.csv","timestamp":1,"batchId":{b}}}')
+    return cp
+
+
+def test_checkpoint_log_reader(tmp_path: Path) -> None:
+    cp = _checkpoint(tmp_path)
+    assert committed_batches(cp) == [0, 1]
+    assert [(b.batch, b.timestamp_ms, b.source_offset) for b in read_offsets(cp)] == [(0, 100, 0), (1, 200, 1), (2, 300, 1)]
+    assert source_files(cp) == {0: ["part-0.csv"], 1: ["part-1.csv"]}
+    (cp / "offsets" / "3").write_text("garbage")
+    with pytest.raises(ValueError, match="offsets/3: not an offset log entry"):
+        read_offsets(cp)
+
+
+def test_damage_targets_the_newest_file_of_its_kind(tmp_path: Path) -> None:
+    cp = _checkpoint(tmp_path)
+    for part in ("0", "1"):
+        d = cp / "state" / "0" / part
+        d.mkdir(parents=True)
+        for v in (1, 2, 10):
+            (d / f"{v}.changelog").write_bytes(b"abc")
+        (d / "2.zip").write_bytes(b"zip")
+    scope = RunScope("t", paths=[cp])
+    inj = damage_injectors("missing_changelog", cp, scope, random.Random(0))
+    assert sorted(str(i.path.relative_to(cp)) for i in inj) == ["state/0/0/10.changelog", "state/0/1/10.changelog"]
+    for i in inj:
+        i.start()
+    assert not (cp / "state/0/0/10.changelog").exists() and (cp / "state/0/0/2.changelog").exists()
+    [rm] = damage_injectors("remove_commit", cp, scope, random.Random(0))
+    rm.start()
+    assert committed_batches(cp) == [0]
+    corrupt = damage_injectors("corrupt_snapshot", cp, scope, random.Random(0))
+    for i in corrupt:
+        i.start()
+    assert {(cp / "state/0" / p / "2.zip").read_bytes() for p in ("0", "1")} != {b"zip"}
+    with pytest.raises(ValueError, match="unknown class"):
+        damage_injectors("shred", cp, scope, random.Random(0))
+    assert json.loads(json.dumps(inj[0].describe()))["mode"] == "remove"
