@@ -29,7 +29,10 @@ from chaos.injectors.process import KillProcess
 from chaos.scope import RunScope
 from chaos.sss.damage import damage_injectors
 from harness.history import HistoryWriter
+from harness.spark.cluster import SparkEnvironmentError
 from harness.sss.checkpoint_log import committed_batches, read_offsets, source_files
+from harness.sss.driver import EXIT_NO_SPARK
+from harness.sss.errors import spark_error_gist
 from harness.sss.oracles import SssCheck, check_run
 from harness.sss.spec import SssSpec
 
@@ -164,6 +167,9 @@ def run_sss(run: SssRun) -> SssOutcome:
         while time.monotonic() - t0 < run.time_limit_s:
             if (w / "starts" / f"{n}.ready").exists():
                 return d
+            if d.proc.poll() == EXIT_NO_SPARK:
+                d.kill()
+                raise SparkEnvironmentError(_failure(w, "the query's driver could not start Spark"))
             if d.proc.poll() is not None:
                 failures.append(_failure(w, f"driver start {n} exited {d.proc.returncode}"))
                 emit("driver_failed", start=n, returncode=d.proc.returncode)
@@ -233,8 +239,8 @@ def _failure(w: Path, what: str) -> str:
     text = f.read_text().strip() if f.exists() else ""
     with contextlib.suppress(FileNotFoundError):
         f.rename(w / f"failure-{time.monotonic_ns()}.txt")
-    first = next((ln for ln in text.splitlines() if ln.strip()), "")
-    return f"{what}: {first[:600]}" if first else what
+    gist = spark_error_gist(text)
+    return f"{what}: {gist}" if gist else what
 
 
 def _finished(checkpoint: Path, files: int, tail_ms: int) -> bool:

@@ -8,7 +8,7 @@ batch N's rows to ``batch-N.json`` by rename, so a replayed batch replaces its o
 adds rows), ``starts/`` (``N`` holds the pid of start N, ``N.ready`` appears once its query
 runs) and ``state/`` (what Spark's state data source read at each start, ``start-N.json``, and after
 the final stop, ``final-N.json``). A file ``stop`` asks
-the driver to stop the query and exit 0. A query that fails writes ``failure.txt`` and exits 3.
+the driver to stop the query and exit 0. A query that fails writes ``failure.txt`` and exits 3; exit 4: Spark cannot start here.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.sss.checkpoint_log import committed_batches
+from harness.sss.errors import spark_error_gist
 from harness.sss.spec import SssSpec, load_processor
 from harness.sss.state_vars import StateVar, discover_state_vars
 
@@ -29,6 +30,7 @@ __all__ = ["ROCKSDB", "spark_conf", "main"]
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 EXIT_QUERY_FAILED = 3
+EXIT_NO_SPARK = 4  # Spark cannot run here (Java, memory): an environment problem, not a verdict
 
 
 def spark_conf() -> dict[str, str]:
@@ -90,7 +92,7 @@ def dump_state(spark: Any, workdir: Path, spec: SssSpec, name: str) -> None:
         if spec.time_mode != "None":
             out["timers"] = read_timers(spark, checkpoint, batch)
     except Exception as e:  # Spark refusing damaged state is a result, not a crash
-        out["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:2000]
+        out["error"] = spark_error_gist(f"{type(e).__name__}: {e}")
     state_dir = workdir / "state"
     state_dir.mkdir(exist_ok=True)
     tmp = state_dir / f".{name}.json.tmp"
@@ -109,7 +111,7 @@ def _sink(output: Path) -> Any:
 
 
 def run(workdir: Path) -> int:
-    from harness.spark.cluster import SparkCluster
+    from harness.spark.cluster import SparkCluster, SparkEnvironmentError
 
     cfg = json.loads((workdir / "run.json").read_text())
     spec = SssSpec.from_json(json.dumps(cfg["spec"]))
@@ -120,7 +122,11 @@ def run(workdir: Path) -> int:
     output = workdir / "output"
     output.mkdir(exist_ok=True)
     cluster = SparkCluster(cfg["master"], extra_conf=spark_conf(), app_name=f"statechaos-sss-{start_no}")
-    cluster.start()
+    try:
+        cluster.start()
+    except SparkEnvironmentError as e:
+        (workdir / "failure.txt").write_text(str(e))
+        return EXIT_NO_SPARK
     try:
         spark = cluster.spark
         dump_state(spark, workdir, spec, f"start-{start_no}")

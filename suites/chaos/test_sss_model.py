@@ -133,3 +133,19 @@ def test_damage_targets_the_newest_file_of_its_kind(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown class"):
         damage_injectors("shred", cp, scope, random.Random(0))
     assert json.loads(json.dumps(inj[0].describe()))["mode"] == "remove"
+
+
+def test_spark_error_gist_names_error_class_and_cause() -> None:
+    from harness.sss.errors import spark_error_gist
+
+    text = """Traceback (most recent call last):
+  File "x.py", line 1, in <module>
+py4j.protocol.Py4JJavaError: An error occurred while calling o240.collectToPython.
+: org.apache.spark.SparkException: [CANNOT_LOAD_STATE_STORE.UNCATEGORIZED] An error occurred during loading state.
+\tat org.apache.spark.sql.errors.QueryExecutionErrors$.cannotLoadStore(QueryExecutionErrors.scala:2941)
+Caused by: java.io.IOException: Stream is corrupted
+"""
+    assert spark_error_gist(text) == ("org.apache.spark.SparkException: [CANNOT_LOAD_STATE_STORE.UNCATEGORIZED] "
+                                      "An error occurred during loading state. | caused by: java.io.IOException: "
+                                      "Stream is corrupted")  # fmt: skip
+    assert spark_error_gist("plain failure\nmore") == "plain failure"
