@@ -87,7 +87,8 @@ class _Driver:
     def __init__(self, workdir: Path) -> None:
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+        # the project and the working directory, where the processor's module is found (executors too)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.getcwd(), env.get("PYTHONPATH", "")) if p)
         self.log = open(workdir / "driver.log", "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "harness.sss.driver", str(workdir)],

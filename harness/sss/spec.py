@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
+import sys
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 __all__ = ["SssSpec", "SpecError", "load_processor"]
@@ -44,8 +45,11 @@ class SssSpec:
         load_processor(self.processor)
 
 
-def load_processor(path: str, search: Path | None = None) -> Any:
-    """A fresh instance of the processor class named ``module:Class``; SpecError naming what failed."""
+def load_processor(path: str) -> Any:
+    """A fresh instance of the processor class named ``module:Class`` (the working directory is on the
+    import path, as for ``python -m``); SpecError naming what failed."""
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
     module, sep, name = path.partition(":")
     if not sep or not module or not name:
         raise SpecError(f"processor: {path!r} is not of the form 'module:Class'")
