@@ -17,7 +17,7 @@ from chaos.sss.damage import DAMAGE_CLASSES
 
 __all__ = ["add_sss_parser"]
 
-FAULT_KINDS = ("kill_executor", "kill_driver", *DAMAGE_CLASSES)
+FAULT_KINDS = ("kill_executor", "pause_executor", "kill_driver", *DAMAGE_CLASSES)
 
 
 class _BadInput(ValueError):

@@ -24,8 +24,8 @@ from typing import Any
 
 import psutil
 
-from chaos.injectors.base import InjectorError
-from chaos.injectors.process import KillProcess
+from chaos.injectors.base import Injector, InjectorError
+from chaos.injectors.process import KillProcess, PauseProcess
 from chaos.scope import RunScope
 from chaos.sss.damage import damage_injectors
 from harness.history import HistoryWriter
@@ -43,12 +43,14 @@ _EXECUTOR = "CoarseGrainedExecutorBackend"
 
 @dataclass(frozen=True)
 class SssFault:
-    """``kind``: ``kill_executor``, ``kill_driver`` (then restart from the checkpoint), or a damage
-    class of :data:`chaos.sss.damage.DAMAGE_CLASSES` (driver killed, checkpoint damaged, restart).
+    """``kind``: ``kill_executor``, ``pause_executor`` (SIGSTOP for ``seconds``, then SIGCONT),
+    ``kill_driver`` (then restart from the checkpoint), or a damage class of
+    :data:`chaos.sss.damage.DAMAGE_CLASSES` (driver killed, checkpoint damaged, restart).
     It strikes once ``after_batches`` micro-batches have committed."""
 
     kind: str
     after_batches: int
+    seconds: float = 5.0
 
 
 @dataclass
@@ -181,6 +183,7 @@ def run_sss(run: SssRun) -> SssOutcome:
         return None
 
     pending = sorted(run.faults, key=lambda f: f.after_batches)
+    heals: list[tuple[float, Injector]] = []  # (when, paused injector to resume)
     written = 0
     stuck = False
     try:
@@ -199,9 +202,13 @@ def run_sss(run: SssRun) -> SssOutcome:
                 written += 1
             if pending and len(done) >= pending[0].after_batches:
                 fault = pending.pop(0)
-                driver = _inject(fault, driver, checkpoint, scope, rng, emit, start)
+                driver = _inject(fault, driver, checkpoint, scope, rng, emit, start, heals)
                 continue
-            if not pending and written == len(run.inputs) and _finished(checkpoint, written, run.tail_ms):
+            for due, inj in [h for h in heals if h[0] <= time.monotonic()]:
+                inj.stop()
+                heals.remove((due, inj))
+                emit("fault_healed", batch=_next_batch(checkpoint), **inj.describe())
+            if not pending and not heals and written == len(run.inputs) and _finished(checkpoint, written, run.tail_ms):
                 break
             if time.monotonic() - t0 > run.time_limit_s:
                 stuck = True
@@ -214,6 +221,8 @@ def run_sss(run: SssRun) -> SssOutcome:
             if rc not in (0,):
                 failures.append(_failure(w, f"driver stop returned {rc}"))
     finally:
+        for _, inj in heals:
+            inj.stop()
         if driver is not None and driver.proc.poll() is None:
             driver.kill()
         history.close()
@@ -253,16 +262,19 @@ def _finished(checkpoint: Path, files: int, tail_ms: int) -> bool:
 
 
 def _inject(fault: SssFault, driver: _Driver, checkpoint: Path, scope: RunScope, rng: random.Random,
-            emit: Any, start: Any) -> _Driver | None:  # fmt: skip
+            emit: Any, start: Any, heals: list[tuple[float, Injector]]) -> _Driver | None:  # fmt: skip
     batch = _next_batch(checkpoint)
-    if fault.kind == "kill_executor":
+    if fault.kind in ("kill_executor", "pause_executor"):
         pids = driver.executor_pids()
         if not pids:
             emit("fault_skipped", kind=fault.kind, batch=batch, why="no executor running")
             return driver
-        inj = KillProcess(scope, rng.choice(pids))
+        pid = rng.choice(pids)
+        inj = KillProcess(scope, pid) if fault.kind == "kill_executor" else PauseProcess(scope, pid)
         inj.start()
         emit("fault", batch=batch, **inj.describe())
+        if not inj.instant:
+            heals.append((time.monotonic() + fault.seconds, inj))
         return driver
     driver.kill()
     emit("fault", batch=batch, kind="kill_driver", target="driver process group")
