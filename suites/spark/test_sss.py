@@ -56,3 +56,15 @@ def test_state_in_a_python_attribute_is_caught(tmp_path: Path) -> None:
     assert out.verdict == "caught", out.summary()
     assert any("output differs from the model" in v for v in out.check.violations)
     assert any("total[" in v for v in out.check.violations)  # the restored-state oracle too
+
+
+def test_missing_changelog_is_refused_by_spark(tmp_path: Path) -> None:
+    """The newest changelog of every state partition removed while the driver is down: Spark's
+    state data source and the restarted query both refuse to load the state (the other damage
+    classes' verdicts are in docs/structured-streaming.md)."""
+    out = _run(tmp_path, [SssFault("missing_changelog", 3)], files=4)
+    assert out.verdict == "refused", out.summary()
+    damaged = [e for e in out.events if e.get("damage") == "missing_changelog"]
+    assert damaged and all(e["target"].endswith(".changelog") for e in damaged)
+    refusals = " ".join(out.check.refused + out.failures)
+    assert "CANNOT_LOAD_STATE_STORE" in refusals and ".changelog does not exist" in refusals
