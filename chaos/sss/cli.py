@@ -62,7 +62,8 @@ def _cmd_sss(args: argparse.Namespace) -> int:
         if workdir.exists() and any(workdir.iterdir()):
             raise _BadInput(f"--workdir {workdir}: not empty (a query's checkpoint must start fresh)")
         out = run_sss(SssRun(spec, inputs, workdir, list(args.fault), master=args.master,
-                             trigger_ms=args.trigger_ms, tail_ms=args.tail_ms, seed=args.seed))  # fmt: skip
+                             trigger_ms=args.trigger_ms, tail_ms=args.tail_ms, seed=args.seed,
+                             differential=args.differential))  # fmt: skip
     except (SpecError, _BadInput, SparkEnvironmentError) as e:
         print(f"error: {e}")
         return 2
@@ -89,6 +90,8 @@ def add_sss_parser(sub: Any) -> None:
     s.add_argument("--trigger-ms", type=int, default=1000)
     s.add_argument("--tail-ms", type=int, default=0, help="keep running this long past the last input (timers)")
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--differential", action="store_true",
+                   help="compare Spark's state with the model's after every committed batch, not only at restarts")  # fmt: skip
     s.add_argument("--workdir", help="run directory (default: a new temporary one)")
     s.add_argument("--json", metavar="FILE", help="write the verdict, violations and events as JSON")
     s.set_defaults(fn=_cmd_sss)

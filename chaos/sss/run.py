@@ -64,6 +64,7 @@ class SssRun:
     tail_ms: int = 0  # keep running until a batch this long after the last input's batch (timers)
     time_limit_s: float = 300.0
     seed: int = 0
+    differential: bool = False  # also read Spark's state after every committed batch and compare each
 
 
 @dataclass
@@ -148,7 +149,8 @@ def run_sss(run: SssRun) -> SssOutcome:
     w = run.workdir
     (w / "input").mkdir(parents=True, exist_ok=True)
     (w / "run.json").write_text(json.dumps({"spec": json.loads(run.spec.to_json()), "master": run.master,
-                                            "trigger_ms": run.trigger_ms}))  # fmt: skip
+                                            "trigger_ms": run.trigger_ms,
+                                            "state_every_batch": run.differential}))  # fmt: skip
     t0 = time.monotonic()
     history = HistoryWriter(w / "history.jsonl", clock=lambda: int((time.monotonic() - t0) * 1000))
     events: list[dict[str, Any]] = []
@@ -216,7 +218,7 @@ def run_sss(run: SssRun) -> SssOutcome:
                 break
             time.sleep(0.1)
         if driver is not None:
-            rc = driver.stop(w, timeout_s=120)
+            rc = driver.stop(w, timeout_s=300 if run.differential else 120)
             emit("driver_stop", returncode=rc)
             if rc not in (0,):
                 failures.append(_failure(w, f"driver stop returned {rc}"))

@@ -77,16 +77,19 @@ def _plain(d: Any) -> Any:
     return d
 
 
-def dump_state(spark: Any, workdir: Path, spec: SssSpec, name: str) -> None:
-    """Write what the state data source reads for the last committed batch to ``state/NAME.json``
-    (an ``error`` entry instead when Spark refuses to read it)."""
+def dump_state(spark: Any, workdir: Path, spec: SssSpec, name: str, batch: int | None = None) -> None:
+    """Write what the state data source reads for ``batch`` (default: the last committed one) to
+    ``state/NAME.json``, with the operator's ``state-metadata`` rows (an ``error`` entry instead when
+    Spark refuses to read it)."""
     checkpoint = workdir / "checkpoint"
     done = committed_batches(checkpoint)
     if not done:
         return
-    batch = max(done)
-    out: dict[str, Any] = {"batch": batch, "vars": {}, "timers": None, "error": None}
+    batch = max(done) if batch is None else batch
+    out: dict[str, Any] = {"batch": batch, "vars": {}, "timers": None, "metadata": None, "error": None}
     try:
+        meta = spark.read.format("state-metadata").load(str(checkpoint)).collect()
+        out["metadata"] = [_plain(r.asDict(recursive=True)) for r in meta]
         for var in discover_state_vars(load_processor(spec.processor)):
             out["vars"][var.name] = read_state(spark, checkpoint, batch, var)
         if spec.time_mode != "None":
@@ -151,6 +154,9 @@ def run(workdir: Path) -> int:
             time.sleep(0.05)
         query.stop()
         dump_state(spark, workdir, spec, f"final-{start_no}")
+        if cfg.get("state_every_batch"):  # differential mode: the state after every committed batch
+            for b in committed_batches(workdir / "checkpoint"):
+                dump_state(spark, workdir, spec, f"batch-{b:05d}", batch=b)
         return 0
     except Exception:
         (workdir / "failure.txt").write_text(traceback.format_exc())

@@ -148,6 +148,10 @@ def check_run(workdir: Path, spec: SssSpec, files_written: int) -> SssCheck:
                     result.violations.append(
                         f"{name} (batch {batch}): timers spark {sorted(spark_timers)} != model {sorted(model.timer_image())}"
                     )
+            for m in dump.get("metadata") or []:
+                if m.get("operatorId") == 0 and not (m.get("minBatchId", 0) <= batch <= m.get("maxBatchId", batch)):
+                    result.violations.append(f"{name}: state-metadata says batches {m.get('minBatchId')}..{m.get('maxBatchId')}, "
+                                             f"but batch {batch} was committed and read")  # fmt: skip
             result.states_checked += 1
     read = 0
     if committed:
