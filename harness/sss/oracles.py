@@ -105,6 +105,26 @@ def _diff(name: str, spark: dict[Any, Any], model: dict[Any, Any], limit: int = 
     return out[:limit] + ([f"... {len(out) - limit} more"] if len(out) > limit else [])
 
 
+_KINDS = {"ValueState": "value", "ListState": "list", "MapState": "map"}
+
+
+def _metadata_mismatches(dump: dict[str, Any], batch: int, model: ProcessorModel) -> list[str]:
+    """``state-metadata`` must cover the batch read and list the variables the processor declares."""
+    out = []
+    for m in dump.get("metadata") or []:
+        if m.get("operatorId") != 0:
+            continue
+        if not (m.get("minBatchId", 0) <= batch <= m.get("maxBatchId", batch)):
+            out.append(f"state-metadata covers batches {m.get('minBatchId')}..{m.get('maxBatchId')}, not {batch}")
+        props = json.loads(m.get("operatorProperties") or "{}")
+        declared = {(v["stateName"], _KINDS[v["stateVariableType"]], bool(v.get("ttlEnabled")))
+                    for v in props.get("stateVariables", []) if v.get("stateVariableType") in _KINDS}  # fmt: skip
+        modelled = {(v.name, v.kind, v.ttl_ms is not None) for v in model.vars.values()}
+        if props and declared != modelled:
+            out.append(f"state-metadata declares {sorted(declared)}, the processor {sorted(modelled)}")
+    return out
+
+
 def _canon(rows: list[dict[str, Any]]) -> Counter[str]:
     return Counter(json.dumps(r, sort_keys=True) for r in rows)
 
@@ -148,10 +168,7 @@ def check_run(workdir: Path, spec: SssSpec, files_written: int) -> SssCheck:
                     result.violations.append(
                         f"{name} (batch {batch}): timers spark {sorted(spark_timers)} != model {sorted(model.timer_image())}"
                     )
-            for m in dump.get("metadata") or []:
-                if m.get("operatorId") == 0 and not (m.get("minBatchId", 0) <= batch <= m.get("maxBatchId", batch)):
-                    result.violations.append(f"{name}: state-metadata says batches {m.get('minBatchId')}..{m.get('maxBatchId')}, "
-                                             f"but batch {batch} was committed and read")  # fmt: skip
+            result.violations += [f"{name}: {v}" for v in _metadata_mismatches(dump, batch, model)]
             result.states_checked += 1
     read = 0
     if committed:

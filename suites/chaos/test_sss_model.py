@@ -149,3 +149,19 @@ Caused by: java.io.IOException: Stream is corrupted
                                       "An error occurred during loading state. | caused by: java.io.IOException: "
                                       "Stream is corrupted")  # fmt: skip
     assert spark_error_gist("plain failure\nmore") == "plain failure"
+
+
+def test_state_metadata_must_match_the_processor() -> None:
+    from harness.sss.oracles import _metadata_mismatches
+
+    m = ProcessorModel(CART)
+    variables = [{"stateName": "total", "stateVariableType": "ValueState", "ttlEnabled": False},
+                 {"stateName": "$procTimers_keyToTimestamp", "stateVariableType": "TimerState", "ttlEnabled": False},
+                 {"stateName": "items", "stateVariableType": "MapState", "ttlEnabled": True}]  # fmt: skip
+    meta = {"operatorId": 0, "minBatchId": 0, "maxBatchId": 7,
+            "operatorProperties": json.dumps({"stateVariables": variables})}  # fmt: skip
+    assert _metadata_mismatches({"metadata": [meta]}, 7, m) == []
+    assert _metadata_mismatches({"metadata": [meta]}, 9, m) == ["state-metadata covers batches 0..7, not 9"]
+    variables[2]["ttlEnabled"] = False
+    meta["operatorProperties"] = json.dumps({"stateVariables": variables})
+    assert "declares" in _metadata_mismatches({"metadata": [meta]}, 7, m)[0]
