@@ -165,3 +165,17 @@ def test_state_metadata_must_match_the_processor() -> None:
     variables[2]["ttlEnabled"] = False
     meta["operatorProperties"] = json.dumps({"stateVariables": variables})
     assert "declares" in _metadata_mismatches({"metadata": [meta]}, 7, m)[0]
+
+
+def test_cli_rejects_bad_input_with_file_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from chaos.cli import main
+
+    (tmp_path / "part-0.csv").write_text("u1,i1,3\nu2,i2\n")
+    args = ["sss", "examples.sss.cart:CartTotals", "--key", "user", "--input-schema", CART.input_schema,
+            "--output-schema", CART.output_schema, "--input", str(tmp_path)]  # fmt: skip
+    assert main(args) == 2
+    assert f"{tmp_path / 'part-0.csv'}:2: 2 fields, the input schema has 3" in capsys.readouterr().out
+    assert main([*args[:1], "nomodule:X", *args[2:]]) == 2
+    assert "processor: module 'nomodule' cannot be imported" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main([*args, "--fault", "explode@1"])
