@@ -3,7 +3,12 @@
 transformWithState runs only on the RocksDB state store provider, whose checkpoint per partition
 (``state/<op>/<partition>/``) holds snapshots ``V.zip`` and changelogs ``V.changelog`` (state
 version V = batch V-1 committed). The HDFS provider's ``V.delta`` files do not exist for it.
-Every class targets the newest file of its kind, in every partition, so the restart must read it.
+Every class targets a file the restart must read, in every partition that has one: the state of the
+last committed batch (version V) loads from the newest snapshot ``S.zip`` with S <= V, then replays
+``S+1.changelog`` .. ``V.changelog``. So a changelog class hits ``V.changelog`` (only when there is
+no ``V.zip``: a snapshot of V makes the changelogs unread), a snapshot class hits that ``S.zip``; a
+log class hits the newest ``commits/N`` or ``offsets/N``. :func:`damage_targets` raises
+``InjectorError`` when there is no such file yet (then the fault waits for a later batch).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from chaos.injectors.base import Injector, InjectorError
 from chaos.injectors.storage_files import CorruptFile
 from chaos.scope import RunScope
 
-__all__ = ["DAMAGE_CLASSES", "RemoveFile", "damage_injectors"]
+__all__ = ["DAMAGE_CLASSES", "RemoveFile", "damage_injectors", "damage_targets"]
 
 DAMAGE_CLASSES = (
     "corrupt_changelog",
@@ -46,12 +51,19 @@ def _version(p: Path) -> int:
     return int(p.name.split(".")[0])
 
 
-def _newest_per_partition(checkpoint: Path, suffix: str) -> list[Path]:
+def _state_files_read(checkpoint: Path, what: str) -> list[Path]:
+    """Per partition, the file of kind ``what`` that loading the last committed version reads."""
+    commits = [int(p.name) for p in (checkpoint / "commits").glob("[0-9]*") if p.name.isdigit()]
+    if not commits:
+        return []
+    version = max(commits) + 1  # batch N commits state version N + 1
     out = []
     for part in sorted((checkpoint / "state" / "0").glob("[0-9]*")):
-        files = [p for p in part.glob(f"*{suffix}") if p.name.split(".")[0].isdigit()]
-        if files:
-            out.append(max(files, key=_version))
+        snapshots = [p for p in part.glob("*.zip") if p.name.split(".")[0].isdigit() and _version(p) <= version]
+        if what == "snapshot" and snapshots:
+            out.append(max(snapshots, key=_version))
+        elif what == "changelog" and (part / f"{version}.changelog").exists() and not (part / f"{version}.zip").exists():
+            out.append(part / f"{version}.changelog")
     return out
 
 
@@ -60,17 +72,23 @@ def _newest_log_entry(folder: Path) -> list[Path]:
     return [max(ids, key=lambda p: int(p.name))] if ids else []
 
 
-def damage_injectors(kind: str, checkpoint: Path, scope: RunScope, rng: random.Random) -> list[Injector]:
-    """The injectors for one damage class; InjectorError if the checkpoint has no such file yet."""
+def damage_targets(kind: str, checkpoint: Path) -> list[Path]:
+    """The files one damage class hits now; InjectorError if the checkpoint has none yet."""
     if kind not in DAMAGE_CLASSES:
         raise ValueError(f"damage: unknown class {kind!r}; known: {', '.join(DAMAGE_CLASSES)}")
-    what, mode = kind.split("_", 1)[1], kind.split("_", 1)[0]
+    what = kind.split("_", 1)[1]
     if what in ("changelog", "snapshot"):
-        targets = _newest_per_partition(checkpoint, ".changelog" if what == "changelog" else ".zip")
+        targets = _state_files_read(checkpoint, what)
     else:
         targets = _newest_log_entry(checkpoint / ("commits" if what == "commit" else "offsets"))
     if not targets:
-        raise InjectorError(f"{kind}: {checkpoint} has no {what} file to damage yet")
-    if mode == "corrupt":
+        raise InjectorError(f"{kind}: {checkpoint} has no {what} file that a restart would read yet")
+    return targets
+
+
+def damage_injectors(kind: str, checkpoint: Path, scope: RunScope, rng: random.Random) -> list[Injector]:
+    """The injectors for one damage class (see :func:`damage_targets`)."""
+    targets = damage_targets(kind, checkpoint)
+    if kind.startswith("corrupt"):
         return [CorruptFile(scope, p, rng) for p in targets]
     return [RemoveFile(scope, p) for p in targets]

@@ -27,7 +27,7 @@ import psutil
 from chaos.injectors.base import Injector, InjectorError
 from chaos.injectors.process import KillProcess, PauseProcess
 from chaos.scope import RunScope
-from chaos.sss.damage import damage_injectors
+from chaos.sss.damage import DAMAGE_CLASSES, damage_injectors, damage_targets
 from harness.history import HistoryWriter
 from harness.spark.cluster import SparkEnvironmentError
 from harness.sss.checkpoint_log import committed_batches, read_offsets, source_files
@@ -202,9 +202,16 @@ def run_sss(run: SssRun) -> SssOutcome:
             if written < len(run.inputs) and consumed >= written:
                 _write_csv(w / "input" / f"part-{written:05d}.csv", run.inputs[written], columns)
                 written += 1
-            if pending and len(done) >= pending[0].after_batches:
+            if pending and len(done) >= pending[0].after_batches and _can_strike(pending[0], checkpoint):
                 fault = pending.pop(0)
-                driver = _inject(fault, driver, checkpoint, scope, rng, emit, start, heals)
+                driver, struck = _inject(fault, driver, checkpoint, scope, rng, emit, start, heals)
+                if not struck:  # the file it needed went away meanwhile (a snapshot was uploaded): later
+                    pending.insert(0, SssFault(fault.kind, len(done) + 1, fault.seconds))
+                continue
+            if pending and written == len(run.inputs) and _finished(checkpoint, written, run.tail_ms):
+                emit("fault_skipped", kind=pending[0].kind, batch=_next_batch(checkpoint),
+                     why="no file a restart would read was ever there to damage")  # fmt: skip
+                pending.pop(0)
                 continue
             for due, inj in [h for h in heals if h[0] <= time.monotonic()]:
                 inj.stop()
@@ -263,30 +270,42 @@ def _finished(checkpoint: Path, files: int, tail_ms: int) -> bool:
     return read_at is not None and offsets[-1].timestamp_ms >= read_at.timestamp_ms + tail_ms
 
 
+def _can_strike(fault: SssFault, checkpoint: Path) -> bool:
+    if fault.kind not in DAMAGE_CLASSES:
+        return True
+    try:
+        damage_targets(fault.kind, checkpoint)
+        return True
+    except InjectorError:
+        return False
+
+
 def _inject(fault: SssFault, driver: _Driver, checkpoint: Path, scope: RunScope, rng: random.Random,
-            emit: Any, start: Any, heals: list[tuple[float, Injector]]) -> _Driver | None:  # fmt: skip
+            emit: Any, start: Any, heals: list[tuple[float, Injector]]) -> tuple[_Driver | None, bool]:  # fmt: skip
+    """Strike ``fault``; the driver to go on with, and whether the fault struck."""
     batch = _next_batch(checkpoint)
     if fault.kind in ("kill_executor", "pause_executor"):
         pids = driver.executor_pids()
         if not pids:
             emit("fault_skipped", kind=fault.kind, batch=batch, why="no executor running")
-            return driver
+            return driver, True
         pid = rng.choice(pids)
         inj = KillProcess(scope, pid) if fault.kind == "kill_executor" else PauseProcess(scope, pid)
         inj.start()
         emit("fault", batch=batch, **inj.describe())
         if not inj.instant:
             heals.append((time.monotonic() + fault.seconds, inj))
-        return driver
+        return driver, True
     driver.kill()
     emit("fault", batch=batch, kind="kill_driver", target="driver process group")
+    struck = True
     if fault.kind != "kill_driver":
         try:
             injectors = damage_injectors(fault.kind, checkpoint, scope, rng)
         except InjectorError as e:
-            emit("fault_skipped", kind=fault.kind, batch=batch, why=str(e))
-            injectors = []
+            emit("fault_deferred", kind=fault.kind, batch=batch, why=str(e))
+            injectors, struck = [], False
         for inj in injectors:
             inj.start()
             emit("fault", batch=batch, damage=fault.kind, **inj.describe())
-    return start()
+    return start(), struck

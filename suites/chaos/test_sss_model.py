@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from chaos.injectors.base import InjectorError
 from chaos.scope import RunScope
-from chaos.sss.damage import damage_injectors
+from chaos.sss.damage import damage_injectors, damage_targets
 from harness.sss.checkpoint_log import committed_batches, read_offsets, source_files
 from harness.sss.model import ProcessorModel
 from harness.sss.oracles import spark_state_image
@@ -109,27 +110,32 @@ def test_checkpoint_log_reader(tmp_path: Path) -> None:
         read_offsets(cp)
 
 
-def test_damage_targets_the_newest_file_of_its_kind(tmp_path: Path) -> None:
-    cp = _checkpoint(tmp_path)
-    for part in ("0", "1"):
+def test_damage_targets_the_files_a_restart_reads(tmp_path: Path) -> None:
+    cp = _checkpoint(tmp_path)  # commits 0, 1: the last committed state version is 2
+    for part, snapshots in (("0", (1,)), ("1", (1, 2))):
         d = cp / "state" / "0" / part
         d.mkdir(parents=True)
-        for v in (1, 2, 10):
+        for v in (1, 2, 3):  # 3: written by the uncommitted batch 2, never read by a restart
             (d / f"{v}.changelog").write_bytes(b"abc")
-        (d / "2.zip").write_bytes(b"zip")
+        for v in snapshots:
+            (d / f"{v}.zip").write_bytes(b"zip")
     scope = RunScope("t", paths=[cp])
+    # version 2 loads from 1.zip + 2.changelog in partition 0, from 2.zip alone in partition 1
+    assert [str(p.relative_to(cp)) for p in damage_targets("missing_changelog", cp)] == ["state/0/0/2.changelog"]
+    assert [str(p.relative_to(cp)) for p in damage_targets("corrupt_snapshot", cp)] == [
+        "state/0/0/1.zip", "state/0/1/2.zip"]  # fmt: skip
     inj = damage_injectors("missing_changelog", cp, scope, random.Random(0))
-    assert sorted(str(i.path.relative_to(cp)) for i in inj) == ["state/0/0/10.changelog", "state/0/1/10.changelog"]
     for i in inj:
         i.start()
-    assert not (cp / "state/0/0/10.changelog").exists() and (cp / "state/0/0/2.changelog").exists()
+    assert not (cp / "state/0/0/2.changelog").exists() and (cp / "state/0/0/3.changelog").exists()
+    with pytest.raises(InjectorError, match="no changelog file that a restart would read"):
+        damage_targets("missing_changelog", cp.parent / "elsewhere")
     [rm] = damage_injectors("remove_commit", cp, scope, random.Random(0))
     rm.start()
     assert committed_batches(cp) == [0]
-    corrupt = damage_injectors("corrupt_snapshot", cp, scope, random.Random(0))
-    for i in corrupt:
+    for i in damage_injectors("corrupt_snapshot", cp, scope, random.Random(0)):
         i.start()
-    assert {(cp / "state/0" / p / "2.zip").read_bytes() for p in ("0", "1")} != {b"zip"}
+    assert (cp / "state/0/0/1.zip").read_bytes() != b"zip"
     with pytest.raises(ValueError, match="unknown class"):
         damage_injectors("shred", cp, scope, random.Random(0))
     assert json.loads(json.dumps(inj[0].describe()))["mode"] == "remove"
