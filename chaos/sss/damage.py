@@ -34,17 +34,24 @@ DAMAGE_CLASSES = (
 
 
 class RemoveFile(Injector):
+    """Remove a checkpoint file with its Hadoop checksum sidecar ``.NAME.crc``, as deleting it through
+    Hadoop's file system does. (Removing only the file leaves the sidecar, and Spark's next write of
+    that log entry then fails with a misleading "Multiple streaming queries are concurrently using"
+    error: a rename onto the stale ``.crc``.)"""
+
     kind = "storage"
     instant = True
 
     def __init__(self, scope: RunScope, path: Path) -> None:
         self.scope, self.path = scope, Path(path)
+        self.sidecar = self.path.parent / f".{self.path.name}.crc"
 
     def start(self) -> None:
         self.scope.check_path(self.path).unlink()
+        self.scope.check_path(self.sidecar).unlink(missing_ok=True)
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": self.kind, "mode": "remove", "target": str(self.path)}
+        return {"kind": self.kind, "mode": "remove", "target": str(self.path), "with": str(self.sidecar)}
 
 
 def _version(p: Path) -> int:

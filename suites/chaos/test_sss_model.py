@@ -130,9 +130,10 @@ def test_damage_targets_the_files_a_restart_reads(tmp_path: Path) -> None:
     assert not (cp / "state/0/0/2.changelog").exists() and (cp / "state/0/0/3.changelog").exists()
     with pytest.raises(InjectorError, match="no changelog file that a restart would read"):
         damage_targets("missing_changelog", cp.parent / "elsewhere")
+    (cp / "commits" / ".1.crc").write_bytes(b"crc")
     [rm] = damage_injectors("remove_commit", cp, scope, random.Random(0))
     rm.start()
-    assert committed_batches(cp) == [0]
+    assert committed_batches(cp) == [0] and not (cp / "commits" / ".1.crc").exists()
     for i in damage_injectors("corrupt_snapshot", cp, scope, random.Random(0)):
         i.start()
     assert (cp / "state/0/0/1.zip").read_bytes() != b"zip"
