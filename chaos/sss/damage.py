@@ -7,7 +7,7 @@ Every class targets a file the restart must read, in every partition that has on
 last committed batch (version V) loads from the newest snapshot ``S.zip`` with S <= V, then replays
 ``S+1.changelog`` .. ``V.changelog``. So a changelog class hits ``V.changelog`` (only when there is
 no ``V.zip``: a snapshot of V makes the changelogs unread), a snapshot class hits that ``S.zip``; a
-log class hits the newest ``commits/N`` or ``offsets/N``. :func:`damage_targets` raises
+log class hits the last committed batch N's ``commits/N`` or ``offsets/N``. :func:`damage_targets` raises
 ``InjectorError`` when there is no such file yet (then the fault waits for a later batch).
 """
 
@@ -86,8 +86,11 @@ def damage_targets(kind: str, checkpoint: Path) -> list[Path]:
     what = kind.split("_", 1)[1]
     if what in ("changelog", "snapshot"):
         targets = _state_files_read(checkpoint, what)
-    else:
-        targets = _newest_log_entry(checkpoint / ("commits" if what == "commit" else "offsets"))
+    elif what == "commit":
+        targets = _newest_log_entry(checkpoint / "commits")
+    else:  # the plan of the last committed batch (an uncommitted batch's plan is replanned anyway)
+        targets = [checkpoint / "offsets" / c.name for c in _newest_log_entry(checkpoint / "commits")]
+        targets = [t for t in targets if t.exists()]
     if not targets:
         raise InjectorError(f"{kind}: {checkpoint} has no {what} file that a restart would read yet")
     return targets

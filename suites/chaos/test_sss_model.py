@@ -130,6 +130,8 @@ def test_damage_targets_the_files_a_restart_reads(tmp_path: Path) -> None:
     assert not (cp / "state/0/0/2.changelog").exists() and (cp / "state/0/0/3.changelog").exists()
     with pytest.raises(InjectorError, match="no changelog file that a restart would read"):
         damage_targets("missing_changelog", cp.parent / "elsewhere")
+    # the plan of the last committed batch, not offsets/2 (uncommitted: Spark replans it anyway)
+    assert damage_targets("remove_offset", cp) == [cp / "offsets" / "1"]
     (cp / "commits" / ".1.crc").write_bytes(b"crc")
     [rm] = damage_injectors("remove_commit", cp, scope, random.Random(0))
     rm.start()
