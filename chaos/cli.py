@@ -1,4 +1,4 @@
-"""The ``statechaos`` command line: run, validate, list, replay, inspect, report, bench, explore.
+"""The ``statechaos`` command line: run, validate, list, replay, inspect, report, bench, explore, coverage, sss.
 
 Exit codes: 0 every check holds; 1 a check failed (the failing check, why, and a one-line replay
 command are printed); 2 bad input or environment (a clear message, no traceback).
@@ -249,6 +249,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", metavar="FILE")
     b.add_argument("--only", action="append", help="run only these benchmark modules (repeatable)")
     b.set_defaults(fn=_cmd_bench)
+
+    from chaos.sss.cli import add_sss_parser  # Structured Streaming queries under chaos
+
+    add_sss_parser(sub)
     return p
 
 

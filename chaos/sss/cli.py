@@ -1,0 +1,97 @@
+"""``statechaos sss``: run a user's StatefulProcessor as a Structured Streaming query under faults.
+
+Exit codes as the rest of the CLI: 0 the verdict is ``pass``; 1 any other verdict (refused, caught,
+stuck), with the summary; 2 bad input or environment, one message, no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from chaos.sss.damage import DAMAGE_CLASSES
+
+__all__ = ["add_sss_parser"]
+
+FAULT_KINDS = ("kill_executor", "pause_executor", "kill_driver", *DAMAGE_CLASSES)
+
+
+class _BadInput(ValueError):
+    pass
+
+
+def _fault(text: str) -> Any:
+    from chaos.sss.run import SssFault
+
+    kind, sep, after = text.partition("@")
+    if kind not in FAULT_KINDS or not sep or not after.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r}: want KIND@BATCHES with KIND one of {', '.join(FAULT_KINDS)}")
+    return SssFault(kind, int(after))
+
+
+def _inputs(folder: Path, columns: list[str]) -> list[list[dict[str, Any]]]:
+    files = sorted(folder.glob("*.csv"))
+    if not files:
+        raise _BadInput(f"--input {folder}: no *.csv files (one file per micro-batch, no header)")
+    out = []
+    for f in files:
+        rows = []
+        with f.open(newline="") as fh:
+            for n, rec in enumerate(csv.reader(fh), 1):
+                if len(rec) != len(columns):
+                    raise _BadInput(f"{f}:{n}: {len(rec)} fields, the input schema has {len(columns)} ({', '.join(columns)})")
+                rows.append(dict(zip(columns, rec, strict=True)))
+        out.append(rows)
+    return out
+
+
+def _cmd_sss(args: argparse.Namespace) -> int:
+    from chaos.sss.run import SssRun, run_sss
+    from harness.spark.cluster import SparkEnvironmentError
+    from harness.sss.spec import SpecError, SssSpec
+
+    try:
+        spec = SssSpec(args.processor, args.key, args.input_schema, args.output_schema)
+        spec.validate()
+        inputs = _inputs(Path(args.input), spec.input_columns())
+        workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="statechaos-sss-"))
+        if workdir.exists() and any(workdir.iterdir()):
+            raise _BadInput(f"--workdir {workdir}: not empty (a query's checkpoint must start fresh)")
+        out = run_sss(SssRun(spec, inputs, workdir, list(args.fault), master=args.master,
+                             trigger_ms=args.trigger_ms, tail_ms=args.tail_ms, seed=args.seed,
+                             differential=args.differential))  # fmt: skip
+    except (SpecError, _BadInput, SparkEnvironmentError) as e:
+        print(f"error: {e}")
+        return 2
+    print(out.summary())
+    print(f"run directory: {workdir} (history.jsonl, output/, state/, checkpoint/)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "verdict": out.verdict, "violations": out.check.violations,
+            "refused": out.check.refused + out.failures, "events": out.events, "starts": out.starts,
+        }, indent=2, default=str))  # fmt: skip
+    return 0 if out.verdict == "pass" else 1
+
+
+def add_sss_parser(sub: Any) -> None:
+    s = sub.add_parser("sss", help="run a Structured Streaming StatefulProcessor under faults against the reference model")
+    s.add_argument("processor", help="module:Class of a StatefulProcessor (transformWithStateInPandas)")
+    s.add_argument("--key", required=True, help="grouping key column")
+    s.add_argument("--input-schema", required=True, help='DDL, e.g. "user string, item string, qty long"')
+    s.add_argument("--output-schema", required=True, help="DDL of the processor's output rows")
+    s.add_argument("--input", required=True, help="folder of CSV files, one per micro-batch, in name order")
+    s.add_argument("--fault", action="append", type=_fault, default=[], metavar="KIND@BATCHES",
+                   help=f"strike once BATCHES micro-batches committed; KIND: {', '.join(FAULT_KINDS)}")  # fmt: skip
+    s.add_argument("--master", default="local-cluster[1,1,1024]")
+    s.add_argument("--trigger-ms", type=int, default=1000)
+    s.add_argument("--tail-ms", type=int, default=0, help="keep running this long past the last input (timers)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--differential", action="store_true",
+                   help="compare Spark's state with the model's after every committed batch, not only at restarts")  # fmt: skip
+    s.add_argument("--workdir", help="run directory (default: a new temporary one)")
+    s.add_argument("--json", metavar="FILE", help="write the verdict, violations and events as JSON")
+    s.set_defaults(fn=_cmd_sss)

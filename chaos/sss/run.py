@@ -1,0 +1,311 @@
+"""Run a Structured Streaming query under faults and judge it against the reference model.
+
+The query's driver runs as a child process (:mod:`harness.sss.driver`) in its own process group, so
+a driver kill takes its JVM and local-cluster executors with it, as losing the driver host would.
+This process feeds the file source (one CSV file whenever the previous one has been planned into a
+batch), applies the fault plan when enough micro-batches have committed, and finally stops the query
+and runs the oracles. History events carry the micro-batch id each fault hit (the first batch not yet
+committed when it struck).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from chaos.injectors.base import Injector, InjectorError
+from chaos.injectors.process import KillProcess, PauseProcess
+from chaos.scope import RunScope
+from chaos.sss.damage import DAMAGE_CLASSES, damage_injectors, damage_targets
+from harness.history import HistoryWriter
+from harness.spark.cluster import SparkEnvironmentError
+from harness.sss.checkpoint_log import committed_batches, read_offsets, source_files
+from harness.sss.driver import EXIT_NO_SPARK
+from harness.sss.errors import spark_error_gist
+from harness.sss.oracles import SssCheck, check_run
+from harness.sss.spec import SssSpec
+
+__all__ = ["SssFault", "SssRun", "SssOutcome", "run_sss"]
+
+_EXECUTOR = "CoarseGrainedExecutorBackend"
+
+
+@dataclass(frozen=True)
+class SssFault:
+    """``kind``: ``kill_executor``, ``pause_executor`` (SIGSTOP for ``seconds``, then SIGCONT),
+    ``kill_driver`` (then restart from the checkpoint), or a damage class of
+    :data:`chaos.sss.damage.DAMAGE_CLASSES` (driver killed, checkpoint damaged, restart).
+    It strikes once ``after_batches`` micro-batches have committed."""
+
+    kind: str
+    after_batches: int
+    seconds: float = 5.0
+
+
+@dataclass
+class SssRun:
+    spec: SssSpec
+    inputs: list[list[dict[str, Any]]]  # one CSV file per element, appended in order
+    workdir: Path
+    faults: list[SssFault] = field(default_factory=list)
+    master: str = "local-cluster[1,1,1024]"
+    trigger_ms: int = 1000
+    tail_ms: int = 0  # keep running until a batch this long after the last input's batch (timers)
+    time_limit_s: float = 300.0
+    seed: int = 0
+    differential: bool = False  # also read Spark's state after every committed batch and compare each
+
+
+@dataclass
+class SssOutcome:
+    """``verdict``: ``pass`` (oracles content), ``refused`` (Spark failed the query or would not read
+    its state), ``caught`` (an oracle found wrong output or state), ``stuck`` (no progress)."""
+
+    verdict: str
+    check: SssCheck
+    events: list[dict[str, Any]]
+    starts: int
+    failures: list[str]
+
+    def summary(self) -> str:
+        lines = [f"verdict: {self.verdict} ({self.starts} driver starts, {self.check.batches_checked} "
+                 f"batches and {self.check.states_checked} restored states checked)"]  # fmt: skip
+        lines += [f"  refused: {r}" for r in self.check.refused + self.failures]
+        lines += [f"  violation: {v}" for v in self.check.violations]
+        return "\n".join(lines)
+
+
+class _Driver:
+    def __init__(self, workdir: Path) -> None:
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parents[2])
+        # the project and the working directory, where the processor's module is found (executors too)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.getcwd(), env.get("PYTHONPATH", "")) if p)
+        self.log = open(workdir / "driver.log", "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.sss.driver", str(workdir)],
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
+        )  # fmt: skip
+
+    def tree(self) -> list[psutil.Process]:
+        try:
+            root = psutil.Process(self.proc.pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def executor_pids(self) -> list[int]:
+        out = []
+        for p in self.tree():
+            with contextlib.suppress(psutil.Error):
+                if any(_EXECUTOR in a for a in p.cmdline()):
+                    out.append(p.pid)
+        return out
+
+    def kill(self) -> None:
+        """SIGKILL the driver's whole process group and anything of its tree that escaped it."""
+        procs = self.tree()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        psutil.wait_procs(procs, timeout=30)
+        self.proc.wait()
+        self.log.close()
+
+    def stop(self, workdir: Path, timeout_s: float) -> int | None:
+        (workdir / "stop").write_text("")
+        try:
+            rc = self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            rc = None
+        self.kill()
+        with contextlib.suppress(FileNotFoundError):
+            (workdir / "stop").unlink()
+        return rc
+
+
+def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
+    tmp = path.parent / f".{path.name}.tmp"
+    tmp.write_text("".join(",".join(str(r[c]) for c in columns) + "\n" for r in rows))
+    tmp.rename(path)
+
+
+def run_sss(run: SssRun) -> SssOutcome:
+    """Run ``run`` to the end of its input (or its time limit) and judge it."""
+    run.spec.validate()
+    w = run.workdir
+    (w / "input").mkdir(parents=True, exist_ok=True)
+    (w / "run.json").write_text(json.dumps({"spec": json.loads(run.spec.to_json()), "master": run.master,
+                                            "trigger_ms": run.trigger_ms,
+                                            "state_every_batch": run.differential}))  # fmt: skip
+    t0 = time.monotonic()
+    history = HistoryWriter(w / "history.jsonl", clock=lambda: int((time.monotonic() - t0) * 1000))
+    events: list[dict[str, Any]] = []
+    failures: list[str] = []
+    rng = random.Random(run.seed)
+    columns = run.spec.input_columns()
+    checkpoint = w / "checkpoint"
+    driver: _Driver | None = None
+    scope = RunScope(f"sss-{w.name}", pids=lambda: driver.executor_pids() if driver else [], paths=[checkpoint])
+
+    def emit(type_: str, **fields: Any) -> None:
+        events.append({"type": type_, **fields})
+        history.emit(type_, **fields)
+
+    def start() -> _Driver | None:
+        n = sum(1 for p in (w / "starts").glob("[0-9]*") if p.name.isdigit()) if (w / "starts").exists() else 0
+        d = _Driver(w)
+        emit("driver_start", start=n, next_batch=_next_batch(checkpoint))
+        while time.monotonic() - t0 < run.time_limit_s:
+            if (w / "starts" / f"{n}.ready").exists():
+                return d
+            if d.proc.poll() == EXIT_NO_SPARK:
+                d.kill()
+                raise SparkEnvironmentError(_failure(w, "the query's driver could not start Spark"))
+            if d.proc.poll() is not None:
+                failures.append(_failure(w, f"driver start {n} exited {d.proc.returncode}"))
+                emit("driver_failed", start=n, returncode=d.proc.returncode)
+                d.kill()
+                return None
+            time.sleep(0.1)
+        d.kill()
+        return None
+
+    pending = sorted(run.faults, key=lambda f: f.after_batches)
+    heals: list[tuple[float, Injector]] = []  # (when, paused injector to resume)
+    written = 0
+    stuck = False
+    try:
+        driver = start()
+        while driver is not None:
+            done = committed_batches(checkpoint)
+            if driver.proc.poll() is not None:
+                failures.append(_failure(w, f"driver exited {driver.proc.returncode} during the run"))
+                emit("driver_failed", returncode=driver.proc.returncode, next_batch=_next_batch(checkpoint))
+                driver.kill()
+                driver = None
+                break
+            consumed = sum(len(v) for v in source_files(checkpoint).values())
+            if written < len(run.inputs) and consumed >= written:
+                _write_csv(w / "input" / f"part-{written:05d}.csv", run.inputs[written], columns)
+                written += 1
+            if pending and len(done) >= pending[0].after_batches and _can_strike(pending[0], checkpoint):
+                fault = pending.pop(0)
+                driver, struck = _inject(fault, driver, checkpoint, scope, rng, emit, start, heals)
+                if not struck:  # the file it needed went away meanwhile (a snapshot was uploaded): later
+                    pending.insert(0, SssFault(fault.kind, len(done) + 1, fault.seconds))
+                continue
+            if pending and written == len(run.inputs) and _finished(checkpoint, written, run.tail_ms):
+                emit("fault_skipped", kind=pending[0].kind, batch=_next_batch(checkpoint),
+                     why="no file a restart would read was ever there to damage")  # fmt: skip
+                pending.pop(0)
+                continue
+            for due, inj in [h for h in heals if h[0] <= time.monotonic()]:
+                inj.stop()
+                heals.remove((due, inj))
+                emit("fault_healed", batch=_next_batch(checkpoint), **inj.describe())
+            if not pending and not heals and written == len(run.inputs) and _finished(checkpoint, written, run.tail_ms):
+                break
+            if time.monotonic() - t0 > run.time_limit_s:
+                stuck = True
+                emit("time_limit", committed=len(done))
+                break
+            time.sleep(0.1)
+        if driver is not None:
+            rc = driver.stop(w, timeout_s=300 if run.differential else 120)
+            emit("driver_stop", returncode=rc)
+            if rc not in (0,):
+                failures.append(_failure(w, f"driver stop returned {rc}"))
+    finally:
+        for _, inj in heals:
+            inj.stop()
+        if driver is not None and driver.proc.poll() is None:
+            driver.kill()
+        history.close()
+    check = check_run(w, run.spec, written)
+    if failures or check.refused:
+        verdict = "refused"
+    elif check.violations:
+        verdict = "caught"
+    elif stuck:
+        verdict = "stuck"
+    else:
+        verdict = "pass"
+    starts = sum(1 for p in (w / "starts").glob("[0-9]*") if p.name.isdigit())
+    return SssOutcome(verdict, check, events, starts, failures)
+
+
+def _next_batch(checkpoint: Path) -> int:
+    done = committed_batches(checkpoint)
+    return max(done) + 1 if done else 0
+
+
+def _failure(w: Path, what: str) -> str:
+    f = w / "failure.txt"
+    text = f.read_text().strip() if f.exists() else ""
+    with contextlib.suppress(FileNotFoundError):
+        f.rename(w / f"failure-{time.monotonic_ns()}.txt")
+    gist = spark_error_gist(text)
+    return f"{what}: {gist}" if gist else what
+
+
+def _finished(checkpoint: Path, files: int, tail_ms: int) -> bool:
+    """All ``files`` read by committed batches, and a committed batch ``tail_ms`` after that one."""
+    done = set(committed_batches(checkpoint))
+    offsets = [b for b in read_offsets(checkpoint) if b.batch in done]
+    read_at = next((b for b in offsets if b.source_offset >= files - 1), None)
+    return read_at is not None and offsets[-1].timestamp_ms >= read_at.timestamp_ms + tail_ms
+
+
+def _can_strike(fault: SssFault, checkpoint: Path) -> bool:
+    if fault.kind not in DAMAGE_CLASSES:
+        return True
+    try:
+        damage_targets(fault.kind, checkpoint)
+        return True
+    except InjectorError:
+        return False
+
+
+def _inject(fault: SssFault, driver: _Driver, checkpoint: Path, scope: RunScope, rng: random.Random,
+            emit: Any, start: Any, heals: list[tuple[float, Injector]]) -> tuple[_Driver | None, bool]:  # fmt: skip
+    """Strike ``fault``; the driver to go on with, and whether the fault struck."""
+    batch = _next_batch(checkpoint)
+    if fault.kind in ("kill_executor", "pause_executor"):
+        pids = driver.executor_pids()
+        if not pids:
+            emit("fault_skipped", kind=fault.kind, batch=batch, why="no executor running")
+            return driver, True
+        pid = rng.choice(pids)
+        inj = KillProcess(scope, pid) if fault.kind == "kill_executor" else PauseProcess(scope, pid)
+        inj.start()
+        emit("fault", batch=batch, **inj.describe())
+        if not inj.instant:
+            heals.append((time.monotonic() + fault.seconds, inj))
+        return driver, True
+    driver.kill()
+    emit("fault", batch=batch, kind="kill_driver", target="driver process group")
+    struck = True
+    if fault.kind != "kill_driver":
+        try:
+            injectors = damage_injectors(fault.kind, checkpoint, scope, rng)
+        except InjectorError as e:
+            emit("fault_deferred", kind=fault.kind, batch=batch, why=str(e))
+            injectors, struck = [], False
+        for inj in injectors:
+            inj.start()
+            emit("fault", batch=batch, damage=fault.kind, **inj.describe())
+    return start(), struck

@@ -1,0 +1,177 @@
+"""The Spark driver of a Structured Streaming query under test, run as its own process
+(``python -m harness.sss.driver WORKDIR``) so that chaos can SIGKILL it and restart it from the
+query's checkpoint location.
+
+``WORKDIR`` holds ``run.json`` (spec, master, trigger), ``input/`` (the file source, CSV files the
+orchestrator appends), ``checkpoint/``, ``output/`` (the exactly-once sink: ``foreachBatch`` writes
+batch N's rows to ``batch-N.json`` by rename, so a replayed batch replaces its own file and never
+adds rows), ``starts/`` (``N`` holds the pid of start N, ``N.ready`` appears once its query
+runs) and ``state/`` (what Spark's state data source read at each start, ``start-N.json``, and after
+the final stop, ``final-N.json``). A file ``stop`` asks
+the driver to stop the query and exit 0. A query that fails writes ``failure.txt`` and exits 3; exit 4: Spark cannot start here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from harness.sss.checkpoint_log import committed_batches
+from harness.sss.errors import spark_error_gist
+from harness.sss.spec import SssSpec, load_processor
+from harness.sss.state_vars import StateVar, discover_state_vars
+
+__all__ = ["ROCKSDB", "spark_conf", "main"]
+
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+EXIT_QUERY_FAILED = 3
+EXIT_NO_SPARK = 4  # Spark cannot run here (Java, memory): an environment problem, not a verdict
+
+
+def spark_conf() -> dict[str, str]:
+    """The state store settings every run uses: RocksDB (transformWithState requires it), changelog
+    checkpointing on, and snapshots every 2 versions uploaded by a 1 s maintenance task, so a short run
+    has snapshot (``N.zip``) and changelog (``N.changelog``) files for damage to hit."""
+    return {
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        "spark.sql.streaming.stateStore.minDeltasForSnapshot": "2",
+        "spark.sql.streaming.stateStore.maintenanceInterval": "1s",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.sql.session.timeZone": "UTC",
+    }
+
+
+def read_state(spark: Any, checkpoint: Path, batch_id: int, var: StateVar) -> list[dict[str, Any]]:
+    """Rows of one state variable at ``batch_id`` through Spark's own state data source."""
+    reader = (
+        spark.read.format("statestore")
+        .option("path", str(checkpoint))
+        .option("batchId", batch_id)
+        .option("stateVarName", var.name)
+    )
+    rows = reader.load().collect()
+    return [_plain(r.asDict(recursive=True)) for r in rows]
+
+
+def read_timers(spark: Any, checkpoint: Path, batch_id: int) -> list[dict[str, Any]]:
+    reader = (
+        spark.read.format("statestore")
+        .option("path", str(checkpoint))
+        .option("batchId", batch_id)
+        .option("readRegisteredTimers", "true")
+    )
+    return [_plain(r.asDict(recursive=True)) for r in reader.load().collect()]
+
+
+def _plain(d: Any) -> Any:
+    if isinstance(d, dict):
+        return {k: _plain(v) for k, v in d.items()}
+    if isinstance(d, list | tuple):
+        return [_plain(v) for v in d]
+    return d
+
+
+def dump_state(spark: Any, workdir: Path, spec: SssSpec, name: str, batch: int | None = None) -> None:
+    """Write what the state data source reads for ``batch`` (default: the last committed one) to
+    ``state/NAME.json``, with the operator's ``state-metadata`` rows (an ``error`` entry instead when
+    Spark refuses to read it)."""
+    checkpoint = workdir / "checkpoint"
+    done = committed_batches(checkpoint)
+    if not done:
+        return
+    batch = max(done) if batch is None else batch
+    out: dict[str, Any] = {"batch": batch, "vars": {}, "timers": None, "metadata": None, "error": None}
+    try:
+        meta = spark.read.format("state-metadata").load(str(checkpoint)).collect()
+        out["metadata"] = [_plain(r.asDict(recursive=True)) for r in meta]
+        for var in discover_state_vars(load_processor(spec.processor)):
+            out["vars"][var.name] = read_state(spark, checkpoint, batch, var)
+        if spec.time_mode != "None":
+            out["timers"] = read_timers(spark, checkpoint, batch)
+    except Exception as e:  # Spark refusing damaged state is a result, not a crash
+        out["error"] = spark_error_gist(f"{type(e).__name__}: {e}")
+    state_dir = workdir / "state"
+    state_dir.mkdir(exist_ok=True)
+    tmp = state_dir / f".{name}.json.tmp"
+    tmp.write_text(json.dumps(out, default=str))
+    tmp.rename(state_dir / f"{name}.json")
+
+
+def _sink(output: Path) -> Any:
+    def write_batch(df: Any, batch_id: int) -> None:
+        rows = [_plain(r.asDict(recursive=True)) for r in df.collect()]
+        tmp = output / f".batch-{batch_id}.json.tmp"
+        tmp.write_text(json.dumps(rows, default=str))
+        os.replace(tmp, output / f"batch-{batch_id}.json")  # idempotent by batch id
+
+    return write_batch
+
+
+def run(workdir: Path) -> int:
+    from harness.spark.cluster import SparkCluster, SparkEnvironmentError
+
+    cfg = json.loads((workdir / "run.json").read_text())
+    spec = SssSpec.from_json(json.dumps(cfg["spec"]))
+    starts = workdir / "starts"
+    starts.mkdir(exist_ok=True)
+    start_no = sum(1 for p in starts.iterdir() if p.name.isdigit())
+    (starts / str(start_no)).write_text(str(os.getpid()))
+    output = workdir / "output"
+    output.mkdir(exist_ok=True)
+    cluster = SparkCluster(cfg["master"], extra_conf=spark_conf(), app_name=f"statechaos-sss-{start_no}")
+    try:
+        cluster.start()
+    except SparkEnvironmentError as e:
+        (workdir / "failure.txt").write_text(str(e))
+        return EXIT_NO_SPARK
+    try:
+        spark = cluster.spark
+        dump_state(spark, workdir, spec, f"start-{start_no}")
+        stream = (
+            spark.readStream.schema(spec.input_schema)
+            .option("maxFilesPerTrigger", 1)
+            .csv(str(workdir / "input"))
+        )
+        query = (
+            stream.groupBy(spec.key)
+            .transformWithStateInPandas(load_processor(spec.processor), spec.output_schema, "Update", spec.time_mode)
+            .writeStream.foreachBatch(_sink(output))
+            .option("checkpointLocation", str(workdir / "checkpoint"))
+            .trigger(processingTime=f"{cfg['trigger_ms']} milliseconds")
+            .start()
+        )
+        (starts / f"{start_no}.ready").write_text(str(query.id))
+        while not (workdir / "stop").exists():
+            if query.exception() is not None:
+                (workdir / "failure.txt").write_text(str(query.exception()))
+                return EXIT_QUERY_FAILED
+            time.sleep(0.05)
+        query.stop()
+        dump_state(spark, workdir, spec, f"final-{start_no}")
+        if cfg.get("state_every_batch"):  # differential mode: the state after every committed batch
+            for b in committed_batches(workdir / "checkpoint"):
+                dump_state(spark, workdir, spec, f"batch-{b:05d}", batch=b)
+        return 0
+    except Exception:
+        (workdir / "failure.txt").write_text(traceback.format_exc())
+        return EXIT_QUERY_FAILED
+    finally:
+        cluster.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m harness.sss.driver WORKDIR", file=sys.stderr)
+        return 2
+    return run(Path(args[0]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,274 @@
+"""The reference model of a StatefulProcessor: the user's own class, run batch by batch against a
+``StatefulProcessorHandle`` whose ValueState/ListState/MapState are ``reference_impl`` keyed state
+(a heap backend whose clock is the micro-batch timestamp) and whose timers are kept per key.
+
+Spark's semantics are followed where they differ from Flink's (docs/structured-streaming.md cites the
+Spark source for each):
+- TTL time is the batch timestamp (``batchTimestampMs`` in the offset log), constant within a batch,
+  not the wall clock at each access; expiration is ``batch timestamp of the last write + ttl`` and a
+  value is expired iff ``batchTimestamp >= expiration`` (``StateTTL.isExpired``), the same inequality
+  as Flink's ``ts + ttl <= now``.
+- TTL is refreshed only by writes (Flink's OnCreateAndWrite) and expired values are never returned
+  (NeverReturnExpired); every expired value is removed at the end of the batch (Spark's
+  ``clearExpiredState`` after the batch's processing), not by incremental or compaction cleanup.
+- Per batch: ``handleInputRows`` for each key with input, then ``handleExpiredTimer`` for every timer
+  with ``expiry <= batchTimestamp`` (timers registered in the same batch included), each timer
+  deleted after its call (pyspark ``stateful_processor_util._handle_expired_timers``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from harness.sss.spec import SssSpec, load_processor
+from harness.sss.state_vars import StateVar
+from reference_impl.keygroups import KeyGroupRange
+from reference_impl.snapshot import TtlValue
+from reference_impl.state.descriptors import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
+from reference_impl.state.handles import VOID_NAMESPACE
+from reference_impl.state.heap_backend import HeapKeyedStateBackend
+from reference_impl.time import ManualClock
+from reference_impl.ttl import StateTtlConfig, is_expired
+
+__all__ = ["ProcessorModel", "StateImage", "NO_WATERMARK"]
+
+MAX_PARALLELISM = 128
+NO_WATERMARK = -1  # what TimerValues carries outside event-time mode
+_PANDAS_DTYPES = {"string": "object", "long": "int64", "bigint": "int64", "int": "int32", "integer": "int32",
+                  "double": "float64", "float": "float32", "boolean": "bool", "short": "int16"}  # fmt: skip
+
+# (var name) -> canonical entries: {(grouping key, user key or None): (value, expiration ms or None)}
+# (list state: user key is the element's position)
+StateImage = dict[str, dict[tuple[Any, ...], tuple[Any, int | None]]]
+
+
+def _ttl(ms: int | None) -> StateTtlConfig | None:
+    if ms is None:
+        return None
+    return StateTtlConfig.new_builder(int(ms)).update_ttl_on_create_and_write().never_return_expired().disable_cleanup_in_background().build()
+
+
+class _ValueState:
+    def __init__(self, h: Any) -> None:
+        self._h = h
+
+    def exists(self) -> bool:
+        return self._h.value() is not None
+
+    def get(self) -> tuple[Any, ...] | None:
+        return self._h.value()
+
+    def update(self, value: Iterable[Any]) -> None:
+        self._h.update(tuple(value))
+
+    def clear(self) -> None:
+        self._h.clear()
+
+
+class _ListState:
+    def __init__(self, h: Any) -> None:
+        self._h = h
+
+    def exists(self) -> bool:
+        return bool(self._h.get())
+
+    def get(self) -> Iterator[tuple[Any, ...]]:
+        return iter(self._h.get() or [])
+
+    def put(self, values: Iterable[Iterable[Any]]) -> None:
+        self._h.update([tuple(v) for v in values])
+
+    def appendValue(self, value: Iterable[Any]) -> None:  # noqa: N802
+        self._h.add(tuple(value))
+
+    def appendList(self, values: Iterable[Iterable[Any]]) -> None:  # noqa: N802
+        self._h.add_all([tuple(v) for v in values])
+
+    def clear(self) -> None:
+        self._h.clear()
+
+
+class _MapState:
+    def __init__(self, h: Any) -> None:
+        self._h = h
+
+    def exists(self) -> bool:
+        return bool(self._h.items())
+
+    def getValue(self, key: Iterable[Any]) -> tuple[Any, ...] | None:  # noqa: N802
+        return self._h.get(tuple(key))
+
+    def containsKey(self, key: Iterable[Any]) -> bool:  # noqa: N802
+        return self._h.contains(tuple(key))
+
+    def updateValue(self, key: Iterable[Any], value: Iterable[Any]) -> None:  # noqa: N802
+        self._h.put(tuple(key), tuple(value))
+
+    def iterator(self) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...]]]:
+        return iter(self._h.items())
+
+    def keys(self) -> Iterator[tuple[Any, ...]]:
+        return iter(self._h.keys())
+
+    def values(self) -> Iterator[tuple[Any, ...]]:
+        return iter(self._h.values())
+
+    def removeKey(self, key: Iterable[Any]) -> None:  # noqa: N802
+        self._h.remove(tuple(key))
+
+    def clear(self) -> None:
+        self._h.clear()
+
+
+class _Handle:
+    """What ``StatefulProcessor.init`` gets: state on the reference backend, timers per key."""
+
+    def __init__(self, model: ProcessorModel) -> None:
+        self._m = model
+
+    def _declare(self, var: StateVar, descriptor: Any) -> Any:
+        if var.name in self._m.vars:
+            raise ValueError(f"state variable {var.name!r} declared twice")
+        self._m.vars[var.name] = var
+        return self._m.backend.get_state(descriptor.enable_time_to_live(t) if (t := _ttl(var.ttl_ms)) else descriptor)
+
+    def getValueState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> _ValueState:  # noqa: N802, N803
+        return _ValueState(self._declare(StateVar(stateName, "value", ttlDurationMs), ValueStateDescriptor(stateName)))
+
+    def getListState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> _ListState:  # noqa: N802, N803
+        return _ListState(self._declare(StateVar(stateName, "list", ttlDurationMs), ListStateDescriptor(stateName)))
+
+    def getMapState(self, stateName: str, userKeySchema: Any, valueSchema: Any, ttlDurationMs: int | None = None) -> _MapState:  # noqa: N802, N803
+        return _MapState(self._declare(StateVar(stateName, "map", ttlDurationMs), MapStateDescriptor(stateName)))
+
+    def registerTimer(self, expiryTimestampMs: int) -> None:  # noqa: N802, N803
+        self._m.timers[self._m.backend.get_current_key()].add(int(expiryTimestampMs))
+
+    def deleteTimer(self, expiryTimestampMs: int) -> None:  # noqa: N802, N803
+        self._m.timers[self._m.backend.get_current_key()].discard(int(expiryTimestampMs))
+
+    def listTimers(self) -> Iterator[int]:  # noqa: N802
+        return iter(sorted(self._m.timers[self._m.backend.get_current_key()]))
+
+    def deleteIfExists(self, stateName: str) -> None:  # noqa: N802, N803
+        raise NotImplementedError("deleteIfExists is not modelled yet")
+
+
+class ProcessorModel:
+    """One fault-free run of the processor over micro-batches, on reference_impl state."""
+
+    def __init__(self, spec: SssSpec) -> None:
+        self.spec = spec
+        self.clock = ManualClock(0)
+        self.backend = HeapKeyedStateBackend(MAX_PARALLELISM, KeyGroupRange(0, MAX_PARALLELISM - 1), self.clock)
+        self.vars: dict[str, StateVar] = {}
+        self.timers: dict[tuple[Any, ...], set[int]] = defaultdict(set)
+        self.processor = load_processor(spec.processor)
+        self.processor.init(_Handle(self))
+        self._columns = [p.strip().split(None, 1) for p in spec.input_schema.split(",")]
+
+    def _frame(self, rows: list[dict[str, Any]]) -> Any:
+        import pandas as pd
+
+        df = pd.DataFrame(rows, columns=[c for c, _ in self._columns])
+        for col, ddl in self._columns:
+            dtype = _PANDAS_DTYPES.get(ddl.strip().lower())
+            if dtype is None:
+                raise ValueError(f"input_schema: column {col!r} has type {ddl!r}; the model supports {sorted(_PANDAS_DTYPES)}")
+            df[col] = df[col].astype(dtype)
+        return df
+
+    def run_batch(self, timestamp_ms: int, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Process one micro-batch at ``timestamp_ms``; its output rows."""
+        from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
+
+        self.clock.set(timestamp_ms)
+        tv = TimerValues(timestamp_ms, NO_WATERMARK)
+        by_key: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
+        for r in rows:
+            by_key[(r[self.spec.key],)].append(r)
+        out: list[dict[str, Any]] = []
+        for key in sorted(by_key):
+            self.backend.set_current_key(key)
+            out += _rows(self.processor.handleInputRows(key, iter([self._frame(by_key[key])]), tv))
+        if self.spec.time_mode == "ProcessingTime":
+            due = sorted((t, k) for k, ts in self.timers.items() for t in ts if t <= timestamp_ms)
+            for t, key in due:
+                self.backend.set_current_key(key)
+                out += _rows(self.processor.handleExpiredTimer(key, tv, ExpiredTimerInfo(t)))
+                self.timers[key].discard(t)
+        self._clear_expired(timestamp_ms)
+        return out
+
+    def _tables(self) -> Iterator[tuple[StateVar, dict[Any, Any]]]:
+        snap = self.backend.snapshot()
+        for name, var in self.vars.items():
+            merged: dict[Any, Any] = {}
+            for per_state in snap.key_groups.values():
+                merged.update(per_state.get(name, {}).get(VOID_NAMESPACE, {}))
+            yield var, merged
+
+    def _clear_expired(self, now: int) -> None:
+        for var, table in self._tables():
+            if var.ttl_ms is None:
+                continue
+            for key in table:
+                self.backend.set_current_key(key)
+                # a read through the handle drops what is expired at ``now``, as Spark's cleanup does
+                h = self.backend.get_state(_descriptor(var))
+                h.get() if var.kind == "list" else (h.items() if var.kind == "map" else h.value())
+        self.timers = defaultdict(set, {k: v for k, v in self.timers.items() if v})
+
+    def state(self) -> StateImage:
+        """The state as Spark's state data source would show it: expiration = write time + ttl."""
+        image: StateImage = {}
+        for var, table in self._tables():
+            entries: dict[tuple[Any, ...], tuple[Any, int | None]] = {}
+            for key, stored in table.items():
+                if var.kind == "map":
+                    for uk, v in stored.items():
+                        entries[(key, uk)] = _with_expiry(v, var.ttl_ms)
+                elif var.kind == "list":
+                    for i, v in enumerate(stored):
+                        entries[(key, i)] = _with_expiry(v, var.ttl_ms)
+                else:
+                    entries[(key, None)] = _with_expiry(stored, var.ttl_ms)
+            image[var.name] = entries
+        return image
+
+    def timer_image(self) -> set[tuple[tuple[Any, ...], int]]:
+        return {(k, t) for k, ts in self.timers.items() for t in ts}
+
+
+def _descriptor(var: StateVar) -> Any:
+    cls = {"value": ValueStateDescriptor, "list": ListStateDescriptor, "map": MapStateDescriptor}[var.kind]
+    d = cls(var.name)
+    t = _ttl(var.ttl_ms)
+    return d.enable_time_to_live(t) if t else d
+
+
+def _with_expiry(v: Any, ttl_ms: int | None) -> tuple[Any, int | None]:
+    if ttl_ms is None:
+        return (tuple(v), None)
+    value, ts = (v.value, v.timestamp) if isinstance(v, TtlValue) else v
+    return (tuple(value), int(ts) + int(ttl_ms))
+
+
+def _rows(frames: Iterable[Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for f in frames or ():
+        if hasattr(f, "to_dict"):
+            out += [{k: _py(v) for k, v in r.items()} for r in f.to_dict("records")]
+        else:  # a Row
+            out.append({k: _py(v) for k, v in f.asDict().items()})
+    return out
+
+
+def _py(v: Any) -> Any:
+    return v.item() if hasattr(v, "item") else v
+
+
+def is_live(expiration: int | None, now: int) -> bool:
+    return expiration is None or not is_expired(expiration, 0, now)

@@ -1,0 +1,180 @@
+"""Oracles for a Structured Streaming query under test, against the reference model.
+
+- exactly-once output: every batch the sink wrote (``output/batch-N.json``) holds exactly the rows
+  the model emits for batch N, and every committed batch has its output;
+- restored state: whatever Spark's state data source read at a driver start (or at the end) for the
+  last committed batch equals the model's state after the same batch: values, TTL expiration
+  timestamps and registered timers;
+- liveness: every input file was read by a committed batch.
+
+The model replays the batches the offset log records (each with its ``batchTimestampMs`` and the
+files the file-source log says it added), so it sees the same input prefix and the same clock.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.sss.checkpoint_log import committed_batches, read_offsets, source_files
+from harness.sss.model import ProcessorModel, StateImage
+from harness.sss.spec import SssSpec
+
+__all__ = ["SssCheck", "check_run", "batch_inputs", "spark_state_image"]
+
+
+@dataclass
+class SssCheck:
+    """What the oracles found. ``refused``: what Spark refused (failed query, unreadable state)."""
+
+    violations: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    batches_checked: int = 0
+    states_checked: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations and not self.refused
+
+
+def _read_csv(path: Path, spec: SssSpec) -> list[dict[str, Any]]:
+    cols = [p.strip().split(None, 1) for p in spec.input_schema.split(",")]
+    rows = []
+    with path.open(newline="") as fh:
+        for rec in csv.reader(fh):
+            rows.append({c: (int(v) if t.strip().lower() in ("long", "bigint", "int", "integer") else v)
+                         for (c, t), v in zip(cols, rec, strict=True)})  # fmt: skip
+    return rows
+
+
+def batch_inputs(workdir: Path, spec: SssSpec) -> list[tuple[int, int, list[dict[str, Any]]]]:
+    """(batch id, batch timestamp, input rows) for every batch in the offset log."""
+    checkpoint = workdir / "checkpoint"
+    files = source_files(checkpoint)
+    out = []
+    prev = -1
+    for b in read_offsets(checkpoint):
+        rows: list[dict[str, Any]] = []
+        for log_offset in range(prev + 1, b.source_offset + 1):
+            for name in files.get(log_offset, []):
+                rows += _read_csv(workdir / "input" / name, spec)
+        prev = max(prev, b.source_offset)
+        out.append((b.batch, b.timestamp_ms, rows))
+    return out
+
+
+def _tuple(d: Any) -> tuple[Any, ...]:
+    return tuple(d.values()) if isinstance(d, dict) else (d,)
+
+
+def _value(v: Any) -> tuple[tuple[Any, ...], int | None]:
+    if isinstance(v, dict) and set(v) == {"value", "ttlExpirationMs"}:
+        return _tuple(v["value"]), int(v["ttlExpirationMs"])
+    return _tuple(v), None
+
+
+def spark_state_image(dump: dict[str, Any], model: ProcessorModel) -> StateImage:
+    """The state data source's rows in the model's canonical form."""
+    image: StateImage = {}
+    for name, rows in dump["vars"].items():
+        kind = model.vars[name].kind
+        entries: dict[tuple[Any, ...], tuple[Any, int | None]] = {}
+        positions: Counter[tuple[Any, ...]] = Counter()
+        for r in rows:
+            key = _tuple(r["key"])
+            if kind == "map":
+                entries[(key, _tuple(r["user_map_key"]))] = _value(r["user_map_value"])
+            elif kind == "list":
+                entries[(key, positions[key])] = _value(r["list_element"])
+                positions[key] += 1
+            else:
+                entries[(key, None)] = _value(r["value"])
+        image[name] = entries
+    return image
+
+
+def _diff(name: str, spark: dict[Any, Any], model: dict[Any, Any], limit: int = 5) -> list[str]:
+    out = []
+    for k in sorted(set(spark) | set(model), key=repr):
+        if spark.get(k) != model.get(k):
+            out.append(f"{name}{list(k)}: spark {spark.get(k, 'absent')} != model {model.get(k, 'absent')}")
+    return out[:limit] + ([f"... {len(out) - limit} more"] if len(out) > limit else [])
+
+
+_KINDS = {"ValueState": "value", "ListState": "list", "MapState": "map"}
+
+
+def _metadata_mismatches(dump: dict[str, Any], batch: int, model: ProcessorModel) -> list[str]:
+    """``state-metadata`` must cover the batch read and list the variables the processor declares."""
+    out = []
+    for m in dump.get("metadata") or []:
+        if m.get("operatorId") != 0:
+            continue
+        if not (m.get("minBatchId", 0) <= batch <= m.get("maxBatchId", batch)):
+            out.append(f"state-metadata covers batches {m.get('minBatchId')}..{m.get('maxBatchId')}, not {batch}")
+        props = json.loads(m.get("operatorProperties") or "{}")
+        declared = {(v["stateName"], _KINDS[v["stateVariableType"]], bool(v.get("ttlEnabled")))
+                    for v in props.get("stateVariables", []) if v.get("stateVariableType") in _KINDS}  # fmt: skip
+        modelled = {(v.name, v.kind, v.ttl_ms is not None) for v in model.vars.values()}
+        if props and declared != modelled:
+            out.append(f"state-metadata declares {sorted(declared)}, the processor {sorted(modelled)}")
+    return out
+
+
+def _canon(rows: list[dict[str, Any]]) -> Counter[str]:
+    return Counter(json.dumps(r, sort_keys=True) for r in rows)
+
+
+def check_run(workdir: Path, spec: SssSpec, files_written: int) -> SssCheck:
+    """Run the model over the offset log's batches and compare output and every state dump."""
+    result = SssCheck()
+    model = ProcessorModel(spec)
+    committed = set(committed_batches(workdir / "checkpoint"))
+    dumps: dict[int, list[tuple[str, dict[str, Any]]]] = {}
+    for path in sorted((workdir / "state").glob("*.json")):
+        d = json.loads(path.read_text())
+        if d.get("error"):
+            result.refused.append(f"{path.name}: state data source refused batch {d['batch']}: {d['error']}")
+        else:
+            dumps.setdefault(int(d["batch"]), []).append((path.name, d))
+    for batch, ts, rows in batch_inputs(workdir, spec):
+        expected = model.run_batch(ts, rows)
+        out_file = workdir / "output" / f"batch-{batch}.json"
+        if out_file.exists():
+            got = _canon(json.loads(out_file.read_text()))
+            want = _canon(expected)
+            if got != want:
+                extra, missing = got - want, want - got
+                result.violations.append(
+                    f"batch {batch} output differs from the model: unexpected {sorted(extra.elements())[:3]}, "
+                    f"missing {sorted(missing.elements())[:3]}"
+                )
+            result.batches_checked += 1
+        elif batch in committed and expected:
+            result.violations.append(f"batch {batch} committed but its output is missing (lost output)")
+        for name, dump in dumps.get(batch, []):
+            spark_image = spark_state_image(dump, model)
+            model_image = model.state()
+            for var in model.vars:
+                result.violations += [f"{name} (batch {batch}): {m}" for m in
+                                      _diff(var, spark_image.get(var, {}), model_image.get(var, {}))]  # fmt: skip
+            if dump.get("timers") is not None:
+                spark_timers = {(_tuple(t["key"]), int(t["expiration_timestamp_ms"])) for t in dump["timers"]}
+                if spark_timers != model.timer_image():
+                    result.violations.append(
+                        f"{name} (batch {batch}): timers spark {sorted(spark_timers)} != model {sorted(model.timer_image())}"
+                    )
+            result.violations += [f"{name}: {v}" for v in _metadata_mismatches(dump, batch, model)]
+            result.states_checked += 1
+    read = 0
+    if committed:
+        offsets = {b.batch: b.source_offset for b in read_offsets(workdir / "checkpoint")}
+        top = offsets.get(max(committed), -1)
+        read = sum(len(v) for k, v in source_files(workdir / "checkpoint").items() if k <= top)
+    if read < files_written:
+        result.violations.append(f"liveness: committed batches read {read} of {files_written} input files")
+    return result

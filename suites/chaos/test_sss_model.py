@@ -1,0 +1,190 @@
+"""The Structured Streaming side without Spark: the reference model of a StatefulProcessor (Spark's
+TTL and timer semantics), the checkpoint log reader, the state data source's rows in canonical form,
+and the damage target choice."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from chaos.injectors.base import InjectorError
+from chaos.scope import RunScope
+from chaos.sss.damage import damage_injectors, damage_targets
+from harness.sss.checkpoint_log import committed_batches, read_offsets, source_files
+from harness.sss.model import ProcessorModel
+from harness.sss.oracles import spark_state_image
+from harness.sss.spec import SpecError, SssSpec
+from harness.sss.state_vars import StateVar, discover_state_vars
+
+CART = SssSpec("examples.sss.cart:CartTotals", "user", "user string, item string, qty long",
+               "user string, kind string, total long, items long")  # fmt: skip
+
+
+def _row(user: str, item: str, qty: int) -> dict[str, object]:
+    return {"user": user, "item": item, "qty": qty}
+
+
+def test_state_vars_are_discovered_from_init() -> None:
+    from examples.sss.cart import ITEM_TTL_MS, CartTotals
+
+    assert discover_state_vars(CartTotals()) == [
+        StateVar("total", "value", None),
+        StateVar("items", "map", ITEM_TTL_MS),
+    ]
+
+
+def test_model_follows_spark_ttl_and_timers() -> None:
+    from examples.sss.cart import ITEM_TTL_MS, REPORT_AFTER_MS
+
+    m = ProcessorModel(CART)
+    out = m.run_batch(1_000, [_row("a", "x", 2), _row("a", "y", 3), _row("b", "x", 1)])
+    assert sorted((r["user"], r["kind"], r["total"], r["items"]) for r in out) == [
+        ("a", "update", 5, 2), ("b", "update", 1, 1)]  # fmt: skip
+    # expiration = batch timestamp of the write + ttl; one timer per user at first input + delay
+    assert m.state()["items"][(("a",), ("x",))] == ((2,), 1_000 + ITEM_TTL_MS)
+    assert m.timer_image() == {(("a",), 1_000 + REPORT_AFTER_MS), (("b",), 1_000 + REPORT_AFTER_MS)}
+    # a write refreshes TTL; a timer due at the batch timestamp fires after the batch's input
+    t2 = 1_000 + REPORT_AFTER_MS
+    out = m.run_batch(t2, [_row("a", "x", 2)])
+    assert [(r["user"], r["kind"]) for r in out] == [("a", "update"), ("a", "report"), ("b", "report")]
+    assert m.timer_image() == set()
+    # at exactly write time + ttl the value is expired (Spark: batchTimestamp >= expiration) and gone
+    m.run_batch(1_000 + ITEM_TTL_MS, [])
+    items = m.state()["items"]
+    assert (("a",), ("y",)) not in items and (("b",), ("x",)) not in items
+    assert items[(("a",), ("x",))] == ((4,), t2 + ITEM_TTL_MS)
+    assert m.state()["total"] == {(("a",), None): ((7,), None), (("b",), None): ((1,), None)}
+
+
+def test_expired_value_is_invisible_to_the_processor() -> None:
+    m = ProcessorModel(CART)
+    m.run_batch(0, [_row("a", "x", 1)])
+    out = m.run_batch(10_000, [_row("a", "z", 1)])  # x expired: only z is live
+    assert [r["items"] for r in out if r["kind"] == "update"] == [1]
+
+
+def test_spark_rows_map_onto_the_model_image() -> None:
+    m = ProcessorModel(CART)
+    m.run_batch(1_000, [_row("a", "x", 2)])
+    dump = {"vars": {
+        "total": [{"key": {"user": "a"}, "value": {"total": 2}, "partition_id": 0}],
+        "items": [{"key": {"user": "a"}, "user_map_key": {"item": "x"},
+                   "user_map_value": {"value": {"qty": 2}, "ttlExpirationMs": 5_000}, "partition_id": 0}],
+    }}  # fmt: skip
+    assert spark_state_image(dump, m) == m.state()
+    dump["vars"]["items"][0]["user_map_value"]["ttlExpirationMs"] = 5_001
+    assert spark_state_image(dump, m) != m.state()
+
+
+def test_spec_errors_name_the_field() -> None:
+    with pytest.raises(SpecError, match="processor: 'nocolon'"):
+        SssSpec("nocolon", "user", "user string", "user string").validate()
+    with pytest.raises(SpecError, match="key: 'who'"):
+        SssSpec("examples.sss.cart:CartTotals", "who", "user string", "user string").validate()
+    with pytest.raises(SpecError, match="has no 'Nope'"):
+        SssSpec("examples.sss.cart:Nope", "user", "user string", "user string").validate()
+
+
+def _checkpoint(tmp: Path) -> Path:
+    cp = tmp / "checkpoint"
+    for d in ("offsets", "commits", "sources/0"):
+        (cp / d).mkdir(parents=True)
+    for b, (ts, off) in enumerate([(100, 0), (200, 1), (300, 1)]):
+        (cp / "offsets" / str(b)).write_text(f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":{ts},"conf":{{}}}}\n{{"logOffset":{off}}}')
+    for b in (0, 1):
+        (cp / "commits" / str(b)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+        (cp / "sources" / "0" / str(b)).write_text(f'v1\n{{"path":"file:///x/part-{b}.csv","timestamp":1,"batchId":{b}}}')
+    return cp
+
+
+def test_checkpoint_log_reader(tmp_path: Path) -> None:
+    cp = _checkpoint(tmp_path)
+    assert committed_batches(cp) == [0, 1]
+    assert [(b.batch, b.timestamp_ms, b.source_offset) for b in read_offsets(cp)] == [(0, 100, 0), (1, 200, 1), (2, 300, 1)]
+    assert source_files(cp) == {0: ["part-0.csv"], 1: ["part-1.csv"]}
+    (cp / "offsets" / "3").write_text("garbage")
+    with pytest.raises(ValueError, match="offsets/3: not an offset log entry"):
+        read_offsets(cp)
+
+
+def test_damage_targets_the_files_a_restart_reads(tmp_path: Path) -> None:
+    cp = _checkpoint(tmp_path)  # commits 0, 1: the last committed state version is 2
+    for part, snapshots in (("0", (1,)), ("1", (1, 2))):
+        d = cp / "state" / "0" / part
+        d.mkdir(parents=True)
+        for v in (1, 2, 3):  # 3: written by the uncommitted batch 2, never read by a restart
+            (d / f"{v}.changelog").write_bytes(b"abc")
+        for v in snapshots:
+            (d / f"{v}.zip").write_bytes(b"zip")
+    scope = RunScope("t", paths=[cp])
+    # version 2 loads from 1.zip + 2.changelog in partition 0, from 2.zip alone in partition 1
+    assert [str(p.relative_to(cp)) for p in damage_targets("missing_changelog", cp)] == ["state/0/0/2.changelog"]
+    assert [str(p.relative_to(cp)) for p in damage_targets("corrupt_snapshot", cp)] == [
+        "state/0/0/1.zip", "state/0/1/2.zip"]  # fmt: skip
+    inj = damage_injectors("missing_changelog", cp, scope, random.Random(0))
+    for i in inj:
+        i.start()
+    assert not (cp / "state/0/0/2.changelog").exists() and (cp / "state/0/0/3.changelog").exists()
+    with pytest.raises(InjectorError, match="no changelog file that a restart would read"):
+        damage_targets("missing_changelog", cp.parent / "elsewhere")
+    # the plan of the last committed batch, not offsets/2 (uncommitted: Spark replans it anyway)
+    assert damage_targets("remove_offset", cp) == [cp / "offsets" / "1"]
+    (cp / "commits" / ".1.crc").write_bytes(b"crc")
+    [rm] = damage_injectors("remove_commit", cp, scope, random.Random(0))
+    rm.start()
+    assert committed_batches(cp) == [0] and not (cp / "commits" / ".1.crc").exists()
+    for i in damage_injectors("corrupt_snapshot", cp, scope, random.Random(0)):
+        i.start()
+    assert (cp / "state/0/0/1.zip").read_bytes() != b"zip"
+    with pytest.raises(ValueError, match="unknown class"):
+        damage_injectors("shred", cp, scope, random.Random(0))
+    assert json.loads(json.dumps(inj[0].describe()))["mode"] == "remove"
+
+
+def test_spark_error_gist_names_error_class_and_cause() -> None:
+    from harness.sss.errors import spark_error_gist
+
+    text = """Traceback (most recent call last):
+  File "x.py", line 1, in <module>
+py4j.protocol.Py4JJavaError: An error occurred while calling o240.collectToPython.
+: org.apache.spark.SparkException: [CANNOT_LOAD_STATE_STORE.UNCATEGORIZED] An error occurred during loading state.
+\tat org.apache.spark.sql.errors.QueryExecutionErrors$.cannotLoadStore(QueryExecutionErrors.scala:2941)
+Caused by: java.io.IOException: Stream is corrupted
+"""
+    assert spark_error_gist(text) == ("org.apache.spark.SparkException: [CANNOT_LOAD_STATE_STORE.UNCATEGORIZED] "
+                                      "An error occurred during loading state. | caused by: java.io.IOException: "
+                                      "Stream is corrupted")  # fmt: skip
+    assert spark_error_gist("plain failure\nmore") == "plain failure"
+
+
+def test_state_metadata_must_match_the_processor() -> None:
+    from harness.sss.oracles import _metadata_mismatches
+
+    m = ProcessorModel(CART)
+    variables = [{"stateName": "total", "stateVariableType": "ValueState", "ttlEnabled": False},
+                 {"stateName": "$procTimers_keyToTimestamp", "stateVariableType": "TimerState", "ttlEnabled": False},
+                 {"stateName": "items", "stateVariableType": "MapState", "ttlEnabled": True}]  # fmt: skip
+    meta = {"operatorId": 0, "minBatchId": 0, "maxBatchId": 7,
+            "operatorProperties": json.dumps({"stateVariables": variables})}  # fmt: skip
+    assert _metadata_mismatches({"metadata": [meta]}, 7, m) == []
+    assert _metadata_mismatches({"metadata": [meta]}, 9, m) == ["state-metadata covers batches 0..7, not 9"]
+    variables[2]["ttlEnabled"] = False
+    meta["operatorProperties"] = json.dumps({"stateVariables": variables})
+    assert "declares" in _metadata_mismatches({"metadata": [meta]}, 7, m)[0]
+
+
+def test_cli_rejects_bad_input_with_file_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from chaos.cli import main
+
+    (tmp_path / "part-0.csv").write_text("u1,i1,3\nu2,i2\n")
+    args = ["sss", "examples.sss.cart:CartTotals", "--key", "user", "--input-schema", CART.input_schema,
+            "--output-schema", CART.output_schema, "--input", str(tmp_path)]  # fmt: skip
+    assert main(args) == 2
+    assert f"{tmp_path / 'part-0.csv'}:2: 2 fields, the input schema has 3" in capsys.readouterr().out
+    assert main([*args[:1], "nomodule:X", *args[2:]]) == 2
+    assert "processor: module 'nomodule' cannot be imported" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main([*args, "--fault", "explode@1"])
