@@ -38,7 +38,11 @@ __all__ = [
     "JobGraph",
     "JobBuilder",
     "JobDefinitionError",
+    "StateBackendConfig",
+    "STATE_BACKENDS",
 ]
+
+STATE_BACKENDS = ("heap", "rocksdb")
 
 
 def task_name(operator: str, subtask: int) -> str:
@@ -194,6 +198,34 @@ class StageSpec:
     sink: Any = None  # a sink template (harness.sinks.ExactlyOnceFileSinkSpec)
 
 
+@dataclass(frozen=True)
+class StateBackendConfig:
+    """Where keyed state lives: ``heap`` (Python objects) or ``rocksdb`` (the embedded on-disk
+    backend); ``incremental`` (rocksdb only) checkpoints write only key groups changed since the
+    previous checkpoint into shared files, as Flink's incremental RocksDB checkpoints do."""
+
+    kind: str = "heap"
+    incremental: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in STATE_BACKENDS:
+            raise JobDefinitionError(
+                f"unknown state backend {self.kind!r}; expected one of {', '.join(STATE_BACKENDS)}"
+            )
+        if self.incremental and self.kind != "rocksdb":
+            raise JobDefinitionError("incremental checkpoints need the rocksdb state backend")
+
+    def create(self, max_parallelism: int, key_group_range: Any, clock: TimeProvider) -> Any:
+        """A fresh keyed backend of this kind for one subtask (close it when the subtask ends)."""
+        if self.kind == "rocksdb":
+            from reference_impl.state.ondisk_backend import OnDiskKeyedStateBackend
+
+            return OnDiskKeyedStateBackend(max_parallelism, key_group_range, clock)
+        from reference_impl.state import HeapKeyedStateBackend
+
+        return HeapKeyedStateBackend(max_parallelism, key_group_range, clock)
+
+
 @dataclass
 class JobGraph:
     name: str
@@ -201,6 +233,7 @@ class JobGraph:
     source: SourceSpec
     stages: list[StageSpec]
     contract: OutputContract = field(default_factory=OutputContract)
+    state_backend: StateBackendConfig = field(default_factory=StateBackendConfig)
 
     def operators(self) -> list[str]:
         """The tasks' names: what parallelism, rescales and fault targets name."""
@@ -213,6 +246,12 @@ class JobGraph:
         g = copy.copy(self)
         g.max_parallelism = max_parallelism
         g.validate()
+        return g
+
+    def with_state_backend(self, kind: str, incremental: bool = False) -> JobGraph:
+        """The same graph with its keyed state in another backend (a scenario's ``state_backend``)."""
+        g = copy.copy(self)
+        g.state_backend = StateBackendConfig(kind, incremental)
         return g
 
     def parallelism(self) -> dict[str, int]:
@@ -287,6 +326,7 @@ class JobBuilder:
         self._stages: list[StageSpec] = []
         self._key: Callable[[Any], Any] | None = None
         self._contract = OutputContract()
+        self._backend = StateBackendConfig()
 
     def source(self, name: str, function: SourceFunction, parallelism: int = 1) -> JobBuilder:
         self._source = SourceSpec(name, function, parallelism)
@@ -368,11 +408,19 @@ class JobBuilder:
         self._contract.oracle_config[oracle] = config
         return self
 
+    def state_backend(self, kind: str, incremental: bool = False) -> JobBuilder:
+        """Keep keyed state in ``heap`` (default) or ``rocksdb``, optionally with incremental
+        checkpoints; a scenario's ``state_backend``/``incremental`` override it."""
+        self._backend = StateBackendConfig(kind, incremental)
+        return self
+
     def build(self) -> JobGraph:
         if self._source is None:
             raise JobDefinitionError(f"job {self.name!r} has no source")
         if self._key is not None:
             raise JobDefinitionError(f"job {self.name!r}: key_by(...) without a process(...) after it")
-        g = JobGraph(self.name, self.max_parallelism, self._source, list(self._stages), self._contract)
+        g = JobGraph(
+            self.name, self.max_parallelism, self._source, list(self._stages), self._contract, self._backend
+        )
         g.validate()
         return g

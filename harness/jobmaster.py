@@ -15,6 +15,7 @@ from harness.history import HistoryWriter
 from harness.job import JobGraph
 from harness.sinks import committed_files, write_fence
 from reference_impl.checkpoint import CompletedCheckpoint, FileSystemCheckpointStorage, RestoreReport
+from reference_impl.checkpoint.format import referenced_shared_files
 from reference_impl.rescale import SubtaskAssignment, assign_state
 
 __all__ = ["RestorePlan", "JobMaster", "JobFailure", "RescaleRequest", "RescaleSchedule", "RunSummary"]
@@ -179,6 +180,13 @@ class JobMaster:
         dst = self.run_dir / "restored-from" / chk.directory.name
         if not dst.exists():
             shutil.copytree(chk.directory, dst)
+            # an incremental checkpoint's manifests name shared files relative to its directory
+            for f in sorted(dst.glob("*.state")):
+                for ref in referenced_shared_files(f.read_bytes(), str(f)):
+                    target = (dst / ref.path).resolve()
+                    if not target.exists():
+                        target.parent.mkdir(parents=True, exist_ok=True)
+                        shutil.copyfile(chk.directory / ref.path, target)
 
     def new_coordinator(
         self, graph: JobGraph, notify: Any, now_ms: int, failpoint: Any = None

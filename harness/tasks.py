@@ -32,7 +32,6 @@ from reference_impl.keygroups import (
 from reference_impl.operator_state import OperatorStateBackend
 from reference_impl.rescale import RestoredSubtask
 from reference_impl.snapshot import SubtaskStateSnapshot
-from reference_impl.state import HeapKeyedStateBackend
 from reference_impl.time import TimeProvider
 
 __all__ = [
@@ -137,16 +136,26 @@ class _TaskBase:
                 self.keyed.restore(restored.keyed)
             self.op_state.restore(restored.operator)
 
-    def _subtask_snapshot(self) -> SubtaskStateSnapshot:
-        """Keyed (if any) and operator state of this subtask, as checkpoints and restored files hold it."""
+    def _subtask_snapshot(self, keyed: bool = True) -> SubtaskStateSnapshot:
+        """Keyed (if any, and if asked) and operator state of this subtask, as checkpoints and restored
+        files hold it."""
         return SubtaskStateSnapshot(
             self.operator,
             self.subtask,
             self.parallelism,
             self.max_p,
-            keyed=None if self.keyed is None else self.keyed.snapshot(),
+            keyed=None if self.keyed is None or not keyed else self.keyed.snapshot(),
             operator=self.op_state.snapshot(),
         )
+
+    @property
+    def _incremental(self) -> bool:
+        return self.keyed is not None and self.env.graph.state_backend.incremental
+
+    def _checkpoint_snapshot(self) -> SubtaskStateSnapshot:
+        """What a checkpoint writes: with incremental checkpoints the keyed part is written from the
+        backend itself (only changed key groups) when the snapshot is persisted."""
+        return self._subtask_snapshot(keyed=not self._incremental)
 
     def _write_restored_file(self, checkpoint_id: int | None, path: str | None) -> None:
         """Record what this subtask actually holds after restore: the restored-state oracle compares it
@@ -171,7 +180,18 @@ class _TaskBase:
         self, checkpoint_id: int, snap: SubtaskStateSnapshot, extra: dict[str, Any] | None
     ) -> None:
         try:
-            handle = self.env.storage.write_subtask_state(self.env.job_id, checkpoint_id, snap)
+            if self._incremental:
+                handle = self.keyed.checkpoint_incremental(
+                    self.env.storage,
+                    self.env.job_id,
+                    checkpoint_id,
+                    self.operator,
+                    self.subtask,
+                    self.parallelism,
+                    snap.operator,
+                ).handle
+            else:
+                handle = self.env.storage.write_subtask_state(self.env.job_id, checkpoint_id, snap)
         except OSError as e:  # storage unavailable or full: this checkpoint cannot complete
             self.env.gateway.decline(checkpoint_id, self.operator, self.subtask, f"state write failed: {e}")
             return
@@ -271,9 +291,7 @@ class StreamTask(_TaskBase):
     ) -> None:
         self.stage: StageSpec = env.graph.stages[stage_index]
         super().__init__(env, self.stage.name, subtask, self.stage.parallelism)
-        factory = keyed_backend_factory or (
-            lambda max_p, kgr, clock: HeapKeyedStateBackend(max_p, kgr, clock)
-        )
+        factory = keyed_backend_factory or env.graph.state_backend.create
         self.keyed = factory(self.max_p, self.key_group_range, env.clock)
         self.function = copy.deepcopy(self.stage.function)
         self.chain = list(self.stage.chain)
@@ -380,7 +398,7 @@ class StreamTask(_TaskBase):
         self._hit("before_snapshot")
         if self.sink is not None:
             self.op_state.get_union_list_state(SINK_STATE).update(self.sink.pre_commit(cid))
-        snap = self._subtask_snapshot()
+        snap = self._checkpoint_snapshot()
         if self.env.output is not None:
             self.env.output.broadcast(barrier)
         self._write_and_ack(cid, snap, None)
