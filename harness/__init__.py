@@ -21,6 +21,11 @@ _API = {
     "KeyedProcessFunction": "harness.job",
     "RuntimeContext": "harness.job",
     "SourceFunction": "harness.job",
+    "WatermarkStrategy": "harness.job",
+    "StateBackendConfig": "harness.job",
+    "TimerService": "reference_impl.timers",
+    "MIN_WATERMARK": "reference_impl.timers",
+    "MAX_WATERMARK": "reference_impl.timers",
     "OutputContract": "harness.output_contract",
     # sinks and sources
     "ExactlyOnceFileSinkSpec": "harness.sinks",

@@ -25,6 +25,7 @@ from reference_impl.keygroups import check_parallelism
 from reference_impl.operator_state import OperatorStateBackend
 from reference_impl.state import StateDescriptor
 from reference_impl.time import TimeProvider
+from reference_impl.timers import MIN_WATERMARK, TimerService
 
 __all__ = [
     "task_name",
@@ -40,6 +41,7 @@ __all__ = [
     "JobDefinitionError",
     "StateBackendConfig",
     "STATE_BACKENDS",
+    "WatermarkStrategy",
 ]
 
 STATE_BACKENDS = ("heap", "rocksdb")
@@ -76,6 +78,9 @@ class RuntimeContext:
         self.parallelism = parallelism
         self.max_parallelism = max_parallelism
         self._out: list[Any] = []
+        self._timers: TimerService | None = None
+        self.time_domain: str | None = None  # in on_timer: "event" or "processing"
+        self.timer_namespace: Any = None  # in on_timer: the firing timer's namespace
 
     # state
     def get_state(self, descriptor: StateDescriptor) -> Any:
@@ -92,6 +97,17 @@ class RuntimeContext:
     def now_ms(self) -> int:
         """Processing time of this subtask (skewable by the chaos layer)."""
         return self._clock.now_ms()
+
+    def timer_service(self) -> TimerService:
+        """Register and delete event-time and processing-time timers of the current key (keyed
+        stages only); they fire ``on_timer`` of the function with that key current."""
+        if self._timers is None:
+            raise JobDefinitionError(f"{self.task_name}: timers exist only in keyed process functions")
+        return self._timers
+
+    def current_watermark(self) -> int:
+        """This subtask's event-time watermark (``MIN_WATERMARK`` before the first one)."""
+        return MIN_WATERMARK if self._timers is None else self._timers.current_watermark()
 
     def collect(self, value: Any) -> None:
         if value is None:
@@ -113,6 +129,9 @@ class KeyedProcessFunction:
     def process_element(self, value: Any, ctx: RuntimeContext) -> None:
         raise NotImplementedError
 
+    def on_timer(self, timestamp: int, ctx: RuntimeContext) -> None:  # noqa: B027 - optional hook
+        """A timer of the current key fired (``ctx.time_domain``, ``ctx.timer_namespace`` say which)."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         pass
 
@@ -132,6 +151,26 @@ class SourceFunction:
     def poll(self, max_records: int) -> list[Any]:
         """Up to ``max_records`` next records (fewer, or none, when exhausted)."""
         raise NotImplementedError
+
+    def poll_splits(self, max_records: int) -> list[tuple[str, list[Any]]]:
+        """Like :meth:`poll`, grouped by split name in emission order: what per-split watermarks are
+        generated from. The default attributes a poll by the offsets that moved, which is right for
+        sources that read their splits one after another (override it otherwise)."""
+        before = self.offsets()
+        records = self.poll(max_records)
+        out, i = [], 0
+        for name, n in self.offsets().items():
+            d = n - int(before.get(name, 0))
+            if d > 0:
+                out.append((name, records[i : i + d]))
+                i += d
+        if i != len(records):
+            raise RuntimeError(f"{type(self).__name__}: poll() does not match the offsets that moved")
+        return out
+
+    def split_finished(self, name: str) -> bool:
+        """Whether split ``name`` has no records left (it then stops holding back the watermark)."""
+        return False
 
     def exhausted(self) -> bool:
         raise NotImplementedError
@@ -177,12 +216,37 @@ def apply_chain(chain: list[Chained], records: list[Any]) -> list[Any]:
     return records
 
 
+@dataclass(frozen=True)
+class WatermarkStrategy:
+    """Event time of a source: ``timestamp(record) -> ms`` and watermarks generated per split with
+    bounded out-of-orderness, as Flink's ``WatermarkStrategy.forBoundedOutOfOrderness``: a split's
+    watermark is its largest timestamp so far minus ``out_of_orderness_ms`` minus 1; a source
+    subtask's is the minimum over its unfinished splits, emitted after each poll when it rose."""
+
+    timestamp: Callable[[Any], int]
+    out_of_orderness_ms: int = 0
+
+    @classmethod
+    def for_bounded_out_of_orderness(cls, ms: int, timestamp: Callable[[Any], int]) -> WatermarkStrategy:
+        if ms < 0:
+            raise JobDefinitionError(f"out-of-orderness must be >= 0 ms, got {ms}")
+        return cls(timestamp, int(ms))
+
+    @classmethod
+    def for_monotonous_timestamps(cls, timestamp: Callable[[Any], int]) -> WatermarkStrategy:
+        return cls(timestamp, 0)
+
+    def watermark_for(self, max_timestamp: int) -> int:
+        return max_timestamp - self.out_of_orderness_ms - 1
+
+
 @dataclass
 class SourceSpec:
     name: str
     function: SourceFunction
     parallelism: int
     chain: list[Chained] = field(default_factory=list)
+    watermarks: WatermarkStrategy | None = None
 
 
 @dataclass
@@ -328,8 +392,15 @@ class JobBuilder:
         self._contract = OutputContract()
         self._backend = StateBackendConfig()
 
-    def source(self, name: str, function: SourceFunction, parallelism: int = 1) -> JobBuilder:
-        self._source = SourceSpec(name, function, parallelism)
+    def source(
+        self,
+        name: str,
+        function: SourceFunction,
+        parallelism: int = 1,
+        watermarks: WatermarkStrategy | None = None,
+    ) -> JobBuilder:
+        """The job's source; ``watermarks`` gives its records event time (per-split watermarks)."""
+        self._source = SourceSpec(name, function, parallelism, watermarks=watermarks)
         return self
 
     def key_by(self, selector: Callable[[Any], Any]) -> JobBuilder:

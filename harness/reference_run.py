@@ -6,6 +6,11 @@ reach the next stage in the order they were emitted. It gives the oracles the ex
 whole input, polled split by split as a single source subtask polls it) and each stage's state at a
 checkpoint's cut (the input before the checkpoint's source offsets). Its clock stays at 0, so TTL'd
 state never expires in the reference: the oracles compare TTL state on the run's own clock.
+
+Time in the reference: no watermark passes until the end of input, which is the maximum watermark:
+then every event-time timer fires, stage after stage (a stage's timer output reaches the next stage
+before that one ends). Processing-time timers never fire (the clock stays at 0; at end of input they
+are dropped, as Flink does). A job whose output depends on *when* a timer fires is not deterministic.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from reference_impl.operator_state import OperatorStateBackend
 from reference_impl.snapshot import KeyedStateSnapshot
 from reference_impl.state import HeapKeyedStateBackend
 from reference_impl.time import ManualClock
+from reference_impl.timers import MAX_WATERMARK, InternalTimerService, TimerService
 
 __all__ = ["ReferenceRun", "reference_output"]
 
@@ -33,10 +39,13 @@ class ReferenceRun:
         self.clock = ManualClock(0)
         max_p = graph.max_parallelism
         self._stages: list[tuple[Any, HeapKeyedStateBackend, Any, RuntimeContext]] = []
+        self._timers: dict[str, InternalTimerService] = {}
         for st in graph.stages:
             backend = HeapKeyedStateBackend(max_p, KeyGroupRange(0, max_p - 1), self.clock)
             fn = copy.deepcopy(st.function)
             ctx = RuntimeContext(backend, OperatorStateBackend(), self.clock, st.name, 0, 1, max_p)
+            self._timers[st.name] = InternalTimerService(backend)
+            ctx._timers = TimerService(self._timers[st.name], self.clock)
             fn.open(ctx)
             self._stages.append((st, backend, fn, ctx))
         self.offsets: dict[str, int] = {}
@@ -53,6 +62,27 @@ class ReferenceRun:
                     out.extend(ctx._drain())
             recs = apply_chain(st.chain, out)
         self.output.extend(recs)
+
+    def finish(self) -> None:
+        """End of input: the maximum watermark fires every event-time timer, stage after stage."""
+        carried: list[Any] = []
+        for st, backend, fn, ctx in self._stages:
+            out: list[Any] = []
+            for r in carried:
+                backend.set_current_key(st.key_selector(r))
+                fn.process_element(r, ctx)
+                if ctx._out:
+                    out.extend(ctx._drain())
+
+            def fire(domain: str, ts: int, key: Any, ns: Any, fn: Any = fn, ctx: RuntimeContext = ctx) -> None:
+                ctx.time_domain, ctx.timer_namespace = domain, ns
+                fn.on_timer(ts, ctx)
+                ctx.time_domain = ctx.timer_namespace = None
+
+            self._timers[st.name].advance_watermark(MAX_WATERMARK, fire)
+            out.extend(ctx._drain())
+            carried = apply_chain(st.chain, out)
+        self.output.extend(carried)
 
     def advance(self, offsets: dict[str, int]) -> ReferenceRun:
         """Feed the input between the current offsets and ``offsets``; a reference that would have to
@@ -94,4 +124,6 @@ def reference_output(graph: JobGraph, run_stages: bool = True) -> tuple[list[Any
         inputs.extend(batch)
         if run_stages:
             ref.feed(batch)
+    if run_stages:
+        ref.finish()
     return inputs, ref.output

@@ -94,6 +94,16 @@ class SequenceSource(SourceFunction):
         self._cursor += n
         return out
 
+    def poll_splits(self, max_records: int) -> list[tuple[str, list[Any]]]:
+        """A poll grouped by split (records of key ``r[0]`` are its split's), splits in first-seen order."""
+        groups: dict[str, list[Any]] = {}
+        for r in self.poll(max_records):
+            groups.setdefault(r[0], []).append(r)
+        return list(groups.items())
+
+    def split_finished(self, name: str) -> bool:
+        return any(key_name(k) == name and n >= self.total_for(k) for k, n in self._splits)
+
     def exhausted(self) -> bool:
         return all(n >= self.total_for(k) for k, n in self._splits)
 
@@ -162,6 +172,9 @@ class _FilesSource(SourceFunction):
             if len(out) >= max_records:
                 break
         return out
+
+    def split_finished(self, name: str) -> bool:
+        return any(p == name and n >= len(self._read(p)) for p, n in self._splits)
 
     def exhausted(self) -> bool:
         return all(n >= len(self._read(p)) for p, n in self._splits)
@@ -261,6 +274,9 @@ class GeneratorSource(SourceFunction):
             if len(out) >= max_records:
                 break
         return out
+
+    def split_finished(self, name: str) -> bool:
+        return any(self._name(i) == name and n >= self.per_split for i, n in self._splits)
 
     def exhausted(self) -> bool:
         return all(n >= self.per_split for _, n in self._splits)

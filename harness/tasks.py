@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from harness.barriers import Alignment, BarrierAligner
 from harness.failpoints import Failpoints
-from harness.items import CancelCheckpointMarker, CheckpointBarrier, EndOfInput
+from harness.items import CancelCheckpointMarker, CheckpointBarrier, EndOfInput, Watermark
 from harness.job import JobGraph, RuntimeContext, StageSpec, apply_chain, task_name  # task_name re-exported
 from harness.sinks import SINK_STATE, TwoPhaseCommitFileSink
 from reference_impl.checkpoint import StateFileHandle
@@ -33,6 +33,7 @@ from reference_impl.operator_state import OperatorStateBackend
 from reference_impl.rescale import RestoredSubtask
 from reference_impl.snapshot import SubtaskStateSnapshot
 from reference_impl.time import TimeProvider
+from reference_impl.timers import MAX_WATERMARK, MIN_WATERMARK, InternalTimerService, TimerService
 
 __all__ = [
     "task_name",
@@ -47,6 +48,8 @@ __all__ = [
 ]
 
 SPLITS_STATE = "__source_splits"
+SPLIT_TIMESTAMPS_STATE = "__split_max_timestamps"  # union: [split, largest event time] per split
+WATERMARK_STATE = "__watermark"  # union: each keyed subtask's watermark at the checkpoint
 Emit = Callable[..., None]
 
 
@@ -174,7 +177,11 @@ class _TaskBase:
             parallelism=self.parallelism,
             key_group_range=[self.key_group_range.start, self.key_group_range.end],
             restored_state_file=f"restored/{fname}",
+            **self._restore_event_extra(),
         )
+
+    def _restore_event_extra(self) -> dict[str, Any]:
+        return {}
 
     def _write_and_ack(
         self, checkpoint_id: int, snap: SubtaskStateSnapshot, extra: dict[str, Any] | None
@@ -224,11 +231,17 @@ class SourceTask(_TaskBase):
             None, self.op_state, env.clock, spec.name, subtask, spec.parallelism, self.max_p
         )
         self.finished = False
+        self.watermarks = spec.watermarks
+        self.split_max: dict[str, int] = {}  # split -> largest event time read from it
+        self.watermark = MIN_WATERMARK  # the last watermark emitted
 
     def restore(
         self, restored: RestoredSubtask | None, checkpoint_id: int | None = None, path: str | None = None
     ) -> None:
         self._restore_state(restored)
+        stamps = self.op_state.get_union_list_state(SPLIT_TIMESTAMPS_STATE)
+        restored_stamps = {str(n): int(ts) for n, ts in stamps.get()}
+        stamps.clear()
         splits_state = self.op_state.get_list_state(SPLITS_STATE)
         if restored is None:
             everything = self.function.initial_splits()
@@ -236,11 +249,41 @@ class SourceTask(_TaskBase):
             start = self.subtask * base + min(self.subtask, rem)
             splits_state.update(everything[start : start + base + (1 if self.subtask < rem else 0)])
         self.function.open(splits_state.get(), self.ctx)
+        own = self.function.offsets()
+        self.split_max = {n: ts for n, ts in restored_stamps.items() if n in own}
         self._write_restored_file(checkpoint_id, path)
 
+    def _poll_with_watermarks(self, max_records: int) -> list[Any]:
+        assert self.watermarks is not None
+        ts_of, out = self.watermarks.timestamp, []
+        for split, records in self.function.poll_splits(max_records):
+            if records:
+                top = max(int(ts_of(r)) for r in records)
+                if top > self.split_max.get(split, MIN_WATERMARK):
+                    self.split_max[split] = top
+                out.extend(records)
+        return out
+
+    def _emit_watermark(self) -> None:
+        """The minimum over this subtask's unfinished splits (a split not read yet holds it at the
+        minimum; finished splits no longer count), emitted when it rose."""
+        fn, wms = self.function, []
+        for split in fn.offsets():
+            if not fn.split_finished(split):
+                top = self.split_max.get(split)
+                wms.append(MIN_WATERMARK if top is None else self.watermarks.watermark_for(top))
+        if wms and min(wms) > self.watermark:
+            self.watermark = min(wms)
+            assert self.env.output is not None
+            self.env.output.broadcast(Watermark(self.watermark))
+
     def poll(self, max_records: int) -> int:
-        """Emit up to ``max_records`` records downstream; returns how many."""
-        records = self.function.poll(max_records)
+        """Emit up to ``max_records`` records downstream, then the watermark if it rose; returns how
+        many records were polled."""
+        if self.watermarks is not None:
+            records = self._poll_with_watermarks(max_records)
+        else:
+            records = self.function.poll(max_records)
         polled = len(records)
         if self.chain:
             records = apply_chain(self.chain, records)
@@ -250,6 +293,8 @@ class SourceTask(_TaskBase):
         for r in records:
             out.send(part(r), r)
         self.records_out += len(records)
+        if self.watermarks is not None:
+            self._emit_watermark()
         return polled
 
     def exhausted(self) -> bool:
@@ -260,6 +305,10 @@ class SourceTask(_TaskBase):
         channel, then persist the snapshot and acknowledge with the offsets it covers."""
         self._hit("before_snapshot")
         self.op_state.get_list_state(SPLITS_STATE).update(self.function.snapshot_splits())
+        if self.watermarks is not None:
+            self.op_state.get_union_list_state(SPLIT_TIMESTAMPS_STATE).update(
+                [[n, ts] for n, ts in sorted(self.split_max.items())]
+            )
         snap = self._subtask_snapshot()
         offsets = self.function.offsets()
         assert self.env.output is not None
@@ -267,7 +316,8 @@ class SourceTask(_TaskBase):
         self._write_and_ack(checkpoint_id, snap, {"source_offsets": offsets})
 
     def end_input(self) -> None:
-        """The job is done: tell downstream no more records come."""
+        """This subtask's input is exhausted: tell downstream no more records come (which stands for
+        the maximum watermark, as Flink sends ``MAX_WATERMARK`` before end of partition)."""
         if not self.finished:
             self.finished = True
             assert self.env.output is not None
@@ -298,6 +348,10 @@ class StreamTask(_TaskBase):
         self.ctx = RuntimeContext(
             self.keyed, self.op_state, env.clock, self.stage.name, subtask, self.stage.parallelism, self.max_p
         )
+        self.timers = InternalTimerService(self.keyed)
+        self.ctx._timers = TimerService(self.timers, env.clock)
+        self.channel_watermarks = [MIN_WATERMARK] * num_inputs
+        self.processing_timers_quiesced = False
         self.aligner = BarrierAligner(num_inputs)
         self.num_inputs = num_inputs
         last = stage_index == len(env.graph.stages) - 1
@@ -328,7 +382,10 @@ class StreamTask(_TaskBase):
     def restore(
         self, restored: RestoredSubtask | None, checkpoint_id: int | None = None, path: str | None = None
     ) -> None:
+        if restored is not None:
+            self.timers.restore(restored.keyed)
         self._restore_state(restored)
+        self._restore_watermark()
         self._write_restored_file(checkpoint_id, path)
         if self.sink is not None:
             txns = self.op_state.get_union_list_state(SINK_STATE)
@@ -336,8 +393,55 @@ class StreamTask(_TaskBase):
             txns.clear()
         self.function.open(self.ctx)
 
+    def _restore_watermark(self) -> None:
+        """The restored watermark is the smallest any subtask had at the checkpoint: every record
+        after the checkpoint is later than it, at any parallelism. Input channels start there."""
+        wms = self.op_state.get_union_list_state(WATERMARK_STATE)
+        restored = min((int(w) for w in wms.get()), default=MIN_WATERMARK)
+        wms.clear()
+        self.timers.watermark = restored
+        self.channel_watermarks = [restored] * self.num_inputs
+
+    def _restore_event_extra(self) -> dict[str, Any]:
+        return {"watermark": self.timers.watermark}
+
     def blocked_channels(self) -> set[int]:
         return self.aligner.blocked_channels()
+
+    # ------------------------------------------------------------------ time
+
+    def _on_timer(self, domain: str, timestamp: int, key: Any, namespace: Any) -> None:
+        ctx = self.ctx
+        ctx.time_domain, ctx.timer_namespace = domain, namespace
+        try:
+            self.function.on_timer(timestamp, ctx)
+        finally:
+            ctx.time_domain = ctx.timer_namespace = None
+
+    def _advance_watermark(self) -> None:
+        """The watermark is the minimum over the input channels (a finished one counts as the
+        maximum); when it rises, due event-time timers fire, then it is forwarded."""
+        finished = self.aligner.finished
+        wm = min(
+            MAX_WATERMARK if i in finished else w for i, w in enumerate(self.channel_watermarks)
+        )
+        if wm <= self.timers.watermark:
+            return
+        self.timers.advance_watermark(wm, self._on_timer)
+        if self.ctx._out:
+            self._emit(self.ctx._drain())
+        if self.env.output is not None and wm < MAX_WATERMARK:
+            self.env.output.broadcast(Watermark(wm))
+
+    def advance_time(self) -> None:
+        """Fire the processing-time timers due on this subtask's clock (executors call it per step)."""
+        if self.processing_timers_quiesced:
+            return
+        nxt = self.timers.next_timestamp("processing")
+        if nxt is not None and nxt <= self.env.clock.now_ms():
+            self.timers.advance_processing_time(self.env.clock.now_ms(), self._on_timer)
+            if self.ctx._out:
+                self._emit(self.ctx._drain())
 
     # ------------------------------------------------------------------ input
 
@@ -371,6 +475,10 @@ class StreamTask(_TaskBase):
             if self.aligner.on_barrier(channel, item.checkpoint_id) is Alignment.ALIGNED:
                 self._snapshot(item)
             self._forward_cancellations()
+        elif isinstance(item, Watermark):
+            if item.timestamp > self.channel_watermarks[channel]:
+                self.channel_watermarks[channel] = item.timestamp
+                self._advance_watermark()
         elif isinstance(item, CancelCheckpointMarker):
             self.aligner.on_cancel(item.checkpoint_id)
             self._forward_cancellations()
@@ -379,6 +487,10 @@ class StreamTask(_TaskBase):
             if self.aligner.on_end_of_input(channel) is Alignment.ALIGNED and pending is not None:
                 self._snapshot(CheckpointBarrier(pending.checkpoint_id, self.env.clock.now_ms()))
             if len(self.aligner.finished) == self.num_inputs and not self.finished:
+                # end of input is the maximum watermark: every event-time timer fires; pending
+                # processing-time timers are dropped, as Flink quiesces the processing-time service
+                self._advance_watermark()
+                self.processing_timers_quiesced = True
                 self.finished = True
                 if self.env.output is not None:
                     self.env.output.broadcast(item)
@@ -398,6 +510,8 @@ class StreamTask(_TaskBase):
         self._hit("before_snapshot")
         if self.sink is not None:
             self.op_state.get_union_list_state(SINK_STATE).update(self.sink.pre_commit(cid))
+        if self.env.graph.source.watermarks is not None:
+            self.op_state.get_union_list_state(WATERMARK_STATE).update([self.timers.watermark])
         snap = self._checkpoint_snapshot()
         if self.env.output is not None:
             self.env.output.broadcast(barrier)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,7 @@ class _Deployment:
     registered: set[str]
     restored: set[str]
     exhausted: set[str]
+    ended: set[str] = field(default_factory=set)  # keyed subtasks end of input has passed
 
 
 class SparkExecutor:
@@ -251,6 +252,9 @@ class SparkExecutor:
         elif kind == "exhausted":
             if dep is not None:
                 dep.exhausted.add(task)
+        elif kind == "ended":
+            if dep is not None:
+                dep.ended.add(task)
         elif kind == "failpoint":
             self._on_failpoint(task, msg[1], msg[2])
         elif kind == "route":
@@ -336,6 +340,7 @@ class SparkExecutor:
                         dep is not None
                         and self.final_after is None
                         and len(dep.exhausted) == dep.graph.source.parallelism
+                        and len(dep.ended) == sum(st.parallelism for st in dep.graph.stages)
                     ):
                         self.final_after = self.coord.next_id
                         if not self.coord.pending:

@@ -268,6 +268,7 @@ def _loop(
 ) -> dict[str, Any]:
     is_source = task.is_source
     exhausted_sent = False
+    ended_sent = False
     stopped = False
     got_finish = False
     last_stats, n_in, n_out = time.monotonic(), 0, 0
@@ -306,6 +307,9 @@ def _loop(
             if not stopped and not task.exhausted():
                 task.poll(256)
             elif not exhausted_sent and task.exhausted():
+                task.end_input()  # end of input flows downstream now; checkpoints go on until "finish"
+                assert output is not None
+                output.flush()
                 link.send("exhausted")
                 exhausted_sent = True
                 time.sleep(0.002)
@@ -313,6 +317,7 @@ def _loop(
                 time.sleep(0.002)
         else:
             assert gate is not None
+            task.advance_time()
             for ch, msg in gate.poll(task.blocked_channels(), 0.005, 512):
                 tag = msg[0]
                 if tag == "records":
@@ -328,6 +333,11 @@ def _loop(
                     raise ConnectionError(f"{task.name}: input channel {ch} failed: {msg[1]}")
                 else:
                     task.on_control(ch, from_wire(msg))
+            if task.finished and not ended_sent:
+                ended_sent = True
+                if output is not None:
+                    output.flush()
+                link.send("ended")  # end of input passed this subtask: the final checkpoint may come
             if task.finished and got_finish:
                 link.send("stats", task.records_in - n_in, task.records_out - n_out)
                 return {"task": task.name, "status": "finished"}
