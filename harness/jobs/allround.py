@@ -204,7 +204,9 @@ class Profile(KeyedProcessFunction):
         self.recent = ctx.get_state(recent)
         self.stats = ctx.get_state(AggregatingStateDescriptor("stats", CountSum()))
         self.processed = ctx.operator_state.get_list_state("processed")  # split-distribute
-        self.subtasks_seen = ctx.operator_state.get_union_list_state("subtasks")  # union
+        # union: every subtask restores every subtask's list, so keep it a set, or it multiplies
+        self.subtasks_seen = ctx.operator_state.get_union_list_state("subtasks")
+        self.subtasks_seen.update(sorted(set(self.subtasks_seen.get())))
 
     def process_element(self, s: dict[str, Any], ctx: RuntimeContext) -> None:
         if "violation" in s:
