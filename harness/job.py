@@ -31,6 +31,8 @@ __all__ = [
     "task_name",
     "RuntimeContext",
     "KeyedProcessFunction",
+    "KeyedBroadcastProcessFunction",
+    "ReadOnlyBroadcastState",
     "SourceFunction",
     "SourceSpec",
     "StageSpec",
@@ -81,6 +83,7 @@ class RuntimeContext:
         self._timers: TimerService | None = None
         self.time_domain: str | None = None  # in on_timer: "event" or "processing"
         self.timer_namespace: Any = None  # in on_timer: the firing timer's namespace
+        self._broadcast_side = False  # in process_broadcast_element: broadcast state is writable
 
     # state
     def get_state(self, descriptor: StateDescriptor) -> Any:
@@ -97,6 +100,12 @@ class RuntimeContext:
     def now_ms(self) -> int:
         """Processing time of this subtask (skewable by the chaos layer)."""
         return self._clock.now_ms()
+
+    def broadcast_state(self, name: str) -> Any:
+        """Broadcast (map) state ``name``: writable in ``process_broadcast_element``, read-only on the
+        keyed side, as in Flink's KeyedBroadcastProcessFunction (every subtask must hold the same)."""
+        state = self.operator_state.get_broadcast_state(name)
+        return state if self._broadcast_side else ReadOnlyBroadcastState(state)
 
     def timer_service(self) -> TimerService:
         """Register and delete event-time and processing-time timers of the current key (keyed
@@ -134,6 +143,36 @@ class KeyedProcessFunction:
 
     def close(self) -> None:  # noqa: B027 - optional hook
         pass
+
+
+class ReadOnlyBroadcastState:
+    """Broadcast state as the keyed side sees it: reads only (a write would make subtasks differ)."""
+
+    def __init__(self, state: Any) -> None:
+        self._state = state
+
+    def get(self, key: Any) -> Any:
+        return self._state.get(key)
+
+    def contains(self, key: Any) -> bool:
+        return self._state.contains(key)
+
+    def items(self) -> list[tuple[Any, Any]]:
+        return self._state.items()
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("put", "remove", "clear"):
+            raise JobDefinitionError(f"broadcast state is read-only on the keyed side: {name}() not allowed")
+        raise AttributeError(name)
+
+
+class KeyedBroadcastProcessFunction(KeyedProcessFunction):
+    """A keyed stage with a broadcast input (Flink's KeyedBroadcastProcessFunction): every subtask
+    gets every element of the broadcast source in ``process_broadcast_element``, where
+    ``ctx.broadcast_state(name)`` is writable; ``process_element`` reads it only."""
+
+    def process_broadcast_element(self, value: Any, ctx: RuntimeContext) -> None:
+        raise NotImplementedError
 
 
 class SourceFunction:
@@ -260,6 +299,7 @@ class StageSpec:
     parallelism: int
     chain: list[Chained] = field(default_factory=list)
     sink: Any = None  # a sink template (harness.sinks.ExactlyOnceFileSinkSpec)
+    broadcast: SourceSpec | None = None  # a source broadcast to every subtask of this stage
 
 
 @dataclass(frozen=True)
@@ -299,9 +339,13 @@ class JobGraph:
     contract: OutputContract = field(default_factory=OutputContract)
     state_backend: StateBackendConfig = field(default_factory=StateBackendConfig)
 
+    def sources(self) -> list[tuple[SourceSpec, int | None]]:
+        """Every source with the stage it is broadcast to (None: the main, keyed-routed source)."""
+        return [(self.source, None)] + [(s.broadcast, k) for k, s in enumerate(self.stages) if s.broadcast]
+
     def operators(self) -> list[str]:
         """The tasks' names: what parallelism, rescales and fault targets name."""
-        return [self.source.name, *(s.name for s in self.stages)]
+        return [src.name for src, _ in self.sources()] + [s.name for s in self.stages]
 
     def chained_operators(self) -> list[str]:
         return [c.name for c in self.source.chain] + [c.name for s in self.stages for c in s.chain]
@@ -319,12 +363,18 @@ class JobGraph:
         return g
 
     def parallelism(self) -> dict[str, int]:
-        return {self.source.name: self.source.parallelism, **{s.name: s.parallelism for s in self.stages}}
+        return {
+            **{src.name: src.parallelism for src, _ in self.sources()},
+            **{s.name: s.parallelism for s in self.stages},
+        }
 
     def subtasks(self) -> list[tuple[str, int, int]]:
-        """Every subtask as (operator, index, stage index or -1 for the source), sources first: the
-        order executors deploy them in (on Spark, the barrier stage's partition order)."""
-        out = [(self.source.name, i, -1) for i in range(self.source.parallelism)]
+        """Every subtask as (operator, index, stage index), sources first with a negative index (-1
+        the main source, ``-2 - k`` one broadcast to stage k): the order executors deploy them in
+        (on Spark, the barrier stage's partition order)."""
+        out = []
+        for src, k in self.sources():
+            out += [(src.name, i, -1 if k is None else -2 - k) for i in range(src.parallelism)]
         for k, s in enumerate(self.stages):
             out += [(s.name, j, k) for j in range(s.parallelism)]
         return out
@@ -337,6 +387,9 @@ class JobGraph:
         for s in self.stages:
             downs = [task_name(s.name, j) for j in range(s.parallelism)]
             out += [(u, d) for u in ups for d in downs]
+            if s.broadcast is not None:  # after the keyed inputs: a subtask's last input channels
+                b = s.broadcast
+                out += [(task_name(b.name, i), d) for i in range(b.parallelism) for d in downs]
             ups = downs
         return out
 
@@ -357,6 +410,9 @@ class JobGraph:
         for s in self.stages:
             s2 = copy.copy(s)
             s2.parallelism = parallelism.get(s.name, s.parallelism)
+            if s.broadcast is not None:
+                s2.broadcast = copy.copy(s.broadcast)
+                s2.broadcast.parallelism = parallelism.get(s.broadcast.name, s.broadcast.parallelism)
             g.stages.append(s2)
         g.validate()
         return g
@@ -389,6 +445,7 @@ class JobBuilder:
         self._source: SourceSpec | None = None
         self._stages: list[StageSpec] = []
         self._key: Callable[[Any], Any] | None = None
+        self._broadcast: SourceSpec | None = None
         self._contract = OutputContract()
         self._backend = StateBackendConfig()
 
@@ -407,13 +464,25 @@ class JobBuilder:
         self._key = selector
         return self
 
+    def connect_broadcast(self, name: str, function: SourceFunction, parallelism: int = 1) -> JobBuilder:
+        """Broadcast source ``name`` to every subtask of the next keyed stage (after ``key_by``),
+        whose function must be a :class:`KeyedBroadcastProcessFunction`."""
+        if self._key is None:
+            raise JobDefinitionError(f"connect_broadcast({name!r}): call key_by(...) first")
+        self._broadcast = SourceSpec(name, function, parallelism)
+        return self
+
     def process(self, name: str, function: KeyedProcessFunction, parallelism: int = 1) -> JobBuilder:
         if self._key is None:
             raise JobDefinitionError(f"stage {name!r}: call key_by(...) before process(...)")
         if not isinstance(function, KeyedProcessFunction):
             raise JobDefinitionError(f"stage {name!r}: expected a KeyedProcessFunction, got {function!r}")
-        self._stages.append(StageSpec(name, self._key, function, parallelism))
-        self._key = None
+        if self._broadcast is not None and not isinstance(function, KeyedBroadcastProcessFunction):
+            raise JobDefinitionError(
+                f"stage {name!r} has a broadcast input: expected a KeyedBroadcastProcessFunction"
+            )
+        self._stages.append(StageSpec(name, self._key, function, parallelism, broadcast=self._broadcast))
+        self._key = self._broadcast = None
         return self
 
     def _chain(self, kind: str, fn: Callable[[Any], Any], name: str | None) -> JobBuilder:

@@ -50,10 +50,19 @@ class ReferenceRun:
             self._stages.append((st, backend, fn, ctx))
         self.offsets: dict[str, int] = {}
         self.output: list[Any] = []
+        for k, (st, _, fn, ctx) in enumerate(self._stages):
+            if st.broadcast is not None:  # the whole broadcast input first: a deterministic job
+                ctx._broadcast_side = True  # must not depend on when broadcast elements arrive
+                for r in _read_all(st.broadcast.function, st.broadcast.name, max_p):
+                    fn.process_broadcast_element(r, ctx)
+                ctx._broadcast_side = False
+                self._feed_from(k + 1, apply_chain(st.chain, ctx._drain()))
 
     def feed(self, records: list[Any]) -> None:
-        recs = apply_chain(self.graph.source.chain, records)
-        for st, backend, fn, ctx in self._stages:
+        self._feed_from(0, apply_chain(self.graph.source.chain, records))
+
+    def _feed_from(self, first: int, recs: list[Any]) -> None:
+        for st, backend, fn, ctx in self._stages[first:]:
             out: list[Any] = []
             for r in recs:
                 backend.set_current_key(st.key_selector(r))
@@ -105,6 +114,18 @@ class ReferenceRun:
             if st.name == stage:
                 return backend.snapshot(0)
         raise KeyError(f"job {self.graph.name!r} has no keyed stage {stage!r}")
+
+
+def _read_all(function: Any, name: str, max_p: int) -> list[Any]:
+    src = copy.deepcopy(function)
+    src.open(src.initial_splits(), RuntimeContext(None, OperatorStateBackend(), ManualClock(0), name, 0, 1, max_p))
+    out: list[Any] = []
+    while not src.exhausted():
+        batch = src.poll(_POLL)
+        if not batch:
+            break
+        out.extend(batch)
+    return out
 
 
 def reference_output(graph: JobGraph, run_stages: bool = True) -> tuple[list[Any], list[Any]]:

@@ -287,7 +287,7 @@ class SimExecutor:
             name = task_name(op, i)
             out = _Output(self, outputs[name]) if name in outputs else None
             if k < 0:
-                self.sources.append(SourceTask(env(name, out), i))
+                self.sources.append(SourceTask(env(name, out), i, None if k == -1 else -2 - k))
             else:
                 t = StreamTask(env(name, out), k, i, len(inputs[name]), self.keyed_backend_factory)
                 self.streams.append((t, inputs[name]))

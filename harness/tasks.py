@@ -216,17 +216,21 @@ class _TaskBase:
 
 
 class SourceTask(_TaskBase):
-    """One subtask of the source: polls the source function and routes records by key group."""
+    """One subtask of a source: polls the source function and routes records by key group to the
+    first stage, or, for a source broadcast to stage ``broadcast_to``, sends each to every subtask."""
 
     is_source = True
 
-    def __init__(self, env: TaskEnv, subtask: int) -> None:
-        spec = env.graph.source
+    def __init__(self, env: TaskEnv, subtask: int, broadcast_to: int | None = None) -> None:
+        spec = env.graph.source if broadcast_to is None else env.graph.stages[broadcast_to].broadcast
+        assert spec is not None
         super().__init__(env, spec.name, subtask, spec.parallelism)
         self.function = copy.deepcopy(spec.function)
         self.chain = list(spec.chain)
-        first = env.graph.stages[0]
+        self.broadcast_to = broadcast_to
+        first = env.graph.stages[0 if broadcast_to is None else broadcast_to]
         self.partition = Partitioner(first.key_selector, self.max_p, first.parallelism)
+        self.fan_out = first.parallelism
         self.ctx = RuntimeContext(
             None, self.op_state, env.clock, spec.name, subtask, spec.parallelism, self.max_p
         )
@@ -290,8 +294,13 @@ class SourceTask(_TaskBase):
         out = self.env.output
         assert out is not None
         part = self.partition
-        for r in records:
-            out.send(part(r), r)
+        if self.broadcast_to is not None:
+            for r in records:
+                for target in range(self.fan_out):
+                    out.send(target, r)
+        else:
+            for r in records:
+                out.send(part(r), r)
         self.records_out += len(records)
         if self.watermarks is not None:
             self._emit_watermark()
@@ -311,6 +320,8 @@ class SourceTask(_TaskBase):
             )
         snap = self._subtask_snapshot()
         offsets = self.function.offsets()
+        if self.broadcast_to is not None:  # kept apart from the main source's splits
+            offsets = {f"{self.operator}/{k}": v for k, v in offsets.items()}
         assert self.env.output is not None
         self.env.output.broadcast(CheckpointBarrier(checkpoint_id, timestamp, kind))
         self._write_and_ack(checkpoint_id, snap, {"source_offsets": offsets})
@@ -354,6 +365,8 @@ class StreamTask(_TaskBase):
         self.processing_timers_quiesced = False
         self.aligner = BarrierAligner(num_inputs)
         self.num_inputs = num_inputs
+        b = self.stage.broadcast
+        self.keyed_inputs = num_inputs - (b.parallelism if b is not None else 0)  # broadcast ones last
         last = stage_index == len(env.graph.stages) - 1
         self.partition = (
             None
@@ -446,6 +459,18 @@ class StreamTask(_TaskBase):
     # ------------------------------------------------------------------ input
 
     def on_records(self, channel: int, records: list[Any]) -> None:
+        if channel >= self.keyed_inputs:  # the broadcast input: no key, broadcast state writable
+            ctx = self.ctx
+            ctx._broadcast_side = True
+            try:
+                for r in records:
+                    self.function.process_broadcast_element(r, ctx)
+            finally:
+                ctx._broadcast_side = False
+            self.records_in += len(records)
+            if ctx._out:
+                self._emit(ctx._drain())
+            return
         set_key, process, ctx, sel = (
             self.keyed.set_current_key,
             self.function.process_element,

@@ -9,7 +9,7 @@ Flink's DataStreamAllroundTestProgram. Built only with the public job API.
   ``merge_namespaces`` when a new event bridges windows, and an event-time timer per window (in its
   namespace) that emits the session when the watermark passes its end. A TTL'd ValueState and
   processing-time timers keep an "idle since" marker (no output: processing time is not deterministic).
-- **stage** ``profile`` (keyed by user): numbers each user's sessions (ValueState ``n``: the output's
+- **stage** ``profile`` (keyed by user, with the broadcast rule source ``rules``): numbers each user's sessions (ValueState ``n``: the output's
   per-key sequence), keeps a running total (ReducingState with TTL), the session starts seen
   (MapState with TTL: a duplicate is a violation), the last three session sizes (ListState with TTL)
   and a count/sum accumulator (AggregatingState); split and union operator state count what each
@@ -31,7 +31,14 @@ from typing import Any
 
 import mmh3
 
-from harness.job import JobBuilder, JobGraph, KeyedProcessFunction, RuntimeContext, WatermarkStrategy
+from harness.job import (
+    JobBuilder,
+    JobGraph,
+    KeyedBroadcastProcessFunction,
+    KeyedProcessFunction,
+    RuntimeContext,
+    WatermarkStrategy,
+)
 from harness.jobs.registry import register_job
 from harness.sinks import ExactlyOnceFileSinkSpec
 from harness.sources import GeneratorSource
@@ -44,7 +51,7 @@ from reference_impl.state import (
 )
 from reference_impl.ttl import StateTtlConfig
 
-__all__ = ["allround", "Sessions", "Profile", "allround_event"]
+__all__ = ["allround", "Sessions", "Profile", "allround_event", "allround_rule"]
 
 STEP_MS = 10  # event time advances this much per record of a split
 OUT_OF_ORDERNESS_MS = 25
@@ -64,6 +71,15 @@ def allround_event(split: int, n: int, users: int = 23) -> dict[str, Any]:
         "ts": n * STEP_MS + (h >> 20) % OUT_OF_ORDERNESS_MS,
         "amount": 1 + (h >> 4) % 97,
     }
+
+
+RULES = 40
+
+
+def allround_rule(split: int, n: int) -> dict[str, Any]:
+    """Broadcast rule ``n``: its value is a function of its id, so the keyed side can check every
+    rule it sees."""
+    return {"rule": n, "weight": 1 + n % 5}
 
 
 def _ts(e: dict[str, Any]) -> int:
@@ -188,8 +204,10 @@ class Sessions(KeyedProcessFunction):
         self.windows.remove(window)
 
 
-class Profile(KeyedProcessFunction):
-    """Numbers each user's sessions and keeps running figures in every keyed state type."""
+class Profile(KeyedBroadcastProcessFunction):
+    """Numbers each user's sessions and keeps running figures in every keyed state type; reads the
+    broadcast rules (never changing the output: when a rule arrives is not deterministic) and checks
+    that a user never sees fewer rules than before, nor a rule with a wrong value."""
 
     def open(self, ctx: RuntimeContext) -> None:
         self.n = ctx.get_state(ValueStateDescriptor("n", default=0))
@@ -203,12 +221,26 @@ class Profile(KeyedProcessFunction):
         recent.enable_time_to_live(_ttl())
         self.recent = ctx.get_state(recent)
         self.stats = ctx.get_state(AggregatingStateDescriptor("stats", CountSum()))
+        self.rules_seen = ctx.get_state(ValueStateDescriptor("rules_seen", default=0))
         self.processed = ctx.operator_state.get_list_state("processed")  # split-distribute
         # union: every subtask restores every subtask's list, so keep it a set, or it multiplies
         self.subtasks_seen = ctx.operator_state.get_union_list_state("subtasks")
         self.subtasks_seen.update(sorted(set(self.subtasks_seen.get())))
 
+    def process_broadcast_element(self, rule: dict[str, Any], ctx: RuntimeContext) -> None:
+        ctx.broadcast_state("rules").put(rule["rule"], rule["weight"])
+
+    def _check_rules(self, ctx: RuntimeContext) -> None:
+        rules = ctx.broadcast_state("rules").items()
+        wrong = [r for r, w in rules if w != allround_rule(0, r)["weight"]]
+        if wrong:
+            _violation(ctx, "broadcast rule with a wrong value", rules=sorted(wrong))
+        if len(rules) < self.rules_seen.value():
+            _violation(ctx, "broadcast rules lost", user=ctx.current_key, had=self.rules_seen.value(), has=len(rules))
+        self.rules_seen.update(max(len(rules), self.rules_seen.value()))
+
     def process_element(self, s: dict[str, Any], ctx: RuntimeContext) -> None:
+        self._check_rules(ctx)
         if "violation" in s:
             ctx.collect(s)  # pass the upstream check's finding to the output
             return
@@ -264,6 +296,7 @@ def allround(
         .key_by(_user)
         .process("sessions", Sessions(), parallelism)
         .key_by(_user)
+        .connect_broadcast("rules", GeneratorSource(allround_rule, 1, RULES), 1)
         .process("profile", Profile(), parallelism)
         .sink(ExactlyOnceFileSinkSpec())
         .output(identity=_identity, identity_name="(user, session start)", key=_user, seq=_seq)

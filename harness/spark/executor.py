@@ -339,7 +339,7 @@ class SparkExecutor:
                     if (
                         dep is not None
                         and self.final_after is None
-                        and len(dep.exhausted) == dep.graph.source.parallelism
+                        and len(dep.exhausted) == sum(src.parallelism for src, _ in dep.graph.sources())
                         and len(dep.ended) == sum(st.parallelism for st in dep.graph.stages)
                     ):
                         self.final_after = self.coord.next_id

@@ -219,7 +219,11 @@ def run_subtask(
             Path(run_dir),
             output,
         )
-        task = SourceTask(env, sub) if stage == -1 else StreamTask(env, stage, sub, n_inputs)
+        task = (
+            SourceTask(env, sub, None if stage == -1 else -2 - stage)
+            if stage < 0
+            else StreamTask(env, stage, sub, n_inputs)
+        )
         restored = None
         chk = None
         if chk_path is not None:

@@ -11,6 +11,7 @@ import allure
 import pytest
 
 import harness.tasks as tasks
+import reference_impl.rescale as rescale
 import reference_impl.state.ondisk_backend as ondisk
 import reference_impl.timers as timers
 from chaos.runner import run_scenario
@@ -89,6 +90,22 @@ def _barrier_forwarded_before_snapshot(mp):
     mp.setattr(tasks.StreamTask, "on_records", on_records)
 
 
+def _broadcast_state_not_replicated(mp):
+    """On scale-up new subtask i takes old subtask i's broadcast state, and the new ones get none
+    (instead of a copy each)."""
+    orig = rescale.repartition_operator_state
+
+    def repartition(old, new_p):
+        out = orig(old, new_p)
+        for i in range(len(old), new_p):
+            for e in out[i].states.values():
+                if e.mode.value == "BROADCAST":
+                    e.value = {}
+        return out
+
+    mp.setattr(rescale, "repartition_operator_state", repartition)
+
+
 TIMED: dict[str, Any] = {
     "job": "test_timed",
     "parallelism": {"src": 2, "timers": 2},
@@ -117,6 +134,10 @@ VARIANTS = {
     "watermark reset after restore": (
         _watermark_reset_after_restore,
         {**TIMED, "faults": [{"at": "checkpoint:3", "kind": "crash_task", "target": "timers[1]"}]},
+    ),
+    "broadcast state redistributed wrongly": (
+        _broadcast_state_not_replicated,
+        {**ALLROUND, "rescale": [{"at": "checkpoint:3", "parallelism": {"sessions": 2, "profile": 3}}]},
     ),
     "a barrier forwarded before the snapshot in a multi-stage job": (
         _barrier_forwarded_before_snapshot,
