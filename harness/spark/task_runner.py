@@ -193,7 +193,10 @@ def run_subtask(
         names = [down for up, down in channels if up == name]
         if names:
             ends = [_route(link, net, name, n, tuple(everyone[n])) for n in names]
-            output = _Output([OutputChannel(e, sub, batch_records=256) for e in ends], names)
+            # this task's input index at each downstream gate: its place among that task's inputs
+            # (not its subtask index: a broadcast source's subtasks come after the keyed inputs)
+            at = [[u for u, d in channels if d == n].index(name) for n in names]
+            output = _Output([OutputChannel(e, i, batch_records=256) for e, i in zip(ends, at, strict=True)], names)
         if gate is not None:
             gate.accept(timeout_s=60)
         clock = SkewedClock(SystemClock(), int(skew or 0))
