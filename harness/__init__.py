@@ -19,6 +19,7 @@ _API = {
     "JobGraph": "harness.job",
     "JobDefinitionError": "harness.job",
     "KeyedProcessFunction": "harness.job",
+    "KeyedBroadcastProcessFunction": "harness.job",
     "RuntimeContext": "harness.job",
     "SourceFunction": "harness.job",
     "WatermarkStrategy": "harness.job",
