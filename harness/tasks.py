@@ -245,7 +245,6 @@ class SourceTask(_TaskBase):
         self._restore_state(restored)
         stamps = self.op_state.get_union_list_state(SPLIT_TIMESTAMPS_STATE)
         restored_stamps = {str(n): int(ts) for n, ts in stamps.get()}
-        stamps.clear()
         splits_state = self.op_state.get_list_state(SPLITS_STATE)
         if restored is None:
             everything = self.function.initial_splits()
@@ -256,6 +255,7 @@ class SourceTask(_TaskBase):
         own = self.function.offsets()
         self.split_max = {n: ts for n, ts in restored_stamps.items() if n in own}
         self._write_restored_file(checkpoint_id, path)
+        stamps.clear()  # the restored file shows the union as restored; snapshots write this subtask's
 
     def _poll_with_watermarks(self, max_records: int) -> list[Any]:
         assert self.watermarks is not None
@@ -400,6 +400,7 @@ class StreamTask(_TaskBase):
         self._restore_state(restored)
         self._restore_watermark()
         self._write_restored_file(checkpoint_id, path)
+        self.op_state.get_union_list_state(WATERMARK_STATE).clear()  # snapshots write this subtask's
         if self.sink is not None:
             txns = self.op_state.get_union_list_state(SINK_STATE)
             self.sink.restore(txns.get(), self.parallelism)
@@ -411,7 +412,6 @@ class StreamTask(_TaskBase):
         after the checkpoint is later than it, at any parallelism. Input channels start there."""
         wms = self.op_state.get_union_list_state(WATERMARK_STATE)
         restored = min((int(w) for w in wms.get()), default=MIN_WATERMARK)
-        wms.clear()
         self.timers.watermark = restored
         self.channel_watermarks = [restored] * self.num_inputs
 
