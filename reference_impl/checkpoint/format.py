@@ -648,8 +648,11 @@ def decode_subtask_state(
             per_state = {}
             for ref in chain:
                 read += _apply_key_group_file(base, SharedFileRef(*ref), name, kg, decoders, per_state)
-            for st_name in [n for n, per_ns in per_state.items() if not any(per_ns.values())]:
-                del per_state[st_name]
+            for st_name, per_ns in list(per_state.items()):  # deltas' deletions leave empty entries
+                for ns in [ns for ns, keys in per_ns.items() if not keys]:
+                    del per_ns[ns]
+                if not per_ns:
+                    del per_state[st_name]
             if per_state:
                 done(kg, per_state)
     snap = SubtaskStateSnapshot(

@@ -125,3 +125,22 @@ def test_timers_are_redistributed_by_key_group_on_rescale(kind, tmp_path, old_p,
         assert all(ns == ("win", ts) for ts, _, ns in mine)
         fired += mine
     assert sorted((k, ts) for ts, k, _ in fired) == timers  # every timer fires once, somewhere
+
+
+def test_fired_timers_leave_no_empty_entries_in_an_incremental_checkpoint(tmp_path):
+    """A delta deletes fired timers; reading the chain gives exactly the backend's state (no empty
+    namespaces left behind, which would make key groups differ from a heap snapshot's)."""
+    storage = FileSystemCheckpointStorage(tmp_path)
+    kgr = KeyGroupRange(0, MAX_P - 1)
+    b = _backend("rocksdb", kgr)
+    t = InternalTimerService(b)
+    for i in range(20):
+        b.set_current_key(f"k{i}")
+        t.register(EVENT_TIME, 100 + i, ("w", i))
+    handles = [b.checkpoint_incremental(storage, "job", 1, "op", 0, 1).handle]
+    storage.finalize_checkpoint("job", 1, handles, {"op": {"parallelism": 1, "max_parallelism": MAX_P}})
+    assert len(_fired(t, EVENT_TIME, 109)) == 10
+    handles = [b.checkpoint_incremental(storage, "job", 2, "op", 0, 1).handle]
+    storage.finalize_checkpoint("job", 2, handles, {"op": {"parallelism": 1, "max_parallelism": MAX_P}})
+    view = inspect_checkpoint(storage.checkpoint_dir("job", 2))
+    assert view.operators["op"].keyed == b.snapshot().key_groups
