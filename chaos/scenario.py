@@ -335,6 +335,10 @@ class Scenario(_Strict):
     job_options: dict[str, Any] = Field(default_factory=dict)
     parallelism: dict[str, Annotated[int, Field(ge=1)]] | Annotated[int, Field(ge=1)] = 2
     max_parallelism: Annotated[int, Field(ge=1, le=32768)] = 128
+    # where keyed state lives (overrides the job's own choice when set): heap or rocksdb, and
+    # incremental checkpoints (rocksdb only)
+    state_backend: Literal["heap", "rocksdb"] = "heap"
+    incremental: bool = False
     records: Annotated[int, Field(ge=1)] = 10_000
     keys: Annotated[int, Field(ge=1)] = 100
     checkpoint: CheckpointSettings = Field(default_factory=CheckpointSettings)
@@ -435,6 +439,8 @@ class Scenario(_Strict):
 def consistency_problems(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
     """Cross-field mistakes, each with the field path it concerns."""
     out: list[tuple[tuple[Any, ...], str]] = []
+    if s.incremental and s.state_backend != "rocksdb":
+        out.append((("incremental",), "incremental checkpoints need state_backend: rocksdb"))
 
     def check_p(p: Any, loc: tuple[Any, ...]) -> None:
         for name, v in p.items() if isinstance(p, dict) else [(None, p)]:

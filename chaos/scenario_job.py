@@ -23,7 +23,7 @@ _CHANNEL_KINDS = ("delay_barrier", "network")  # channel: "up[i]->down[j]"
 def scenario_job(sc: Any, base_dir: Path | None = None) -> JobSpec:
     """The scenario's job at its parallelism (when the scenario sets it) and max parallelism (idem)."""
     fields = sc.model_fields_set
-    return load_job(
+    spec = load_job(
         sc.job,
         sc.job_options,
         records=sc.records,
@@ -33,6 +33,13 @@ def scenario_job(sc: Any, base_dir: Path | None = None) -> JobSpec:
         max_parallelism=sc.max_parallelism if "max_parallelism" in fields else None,
         base_dir=base_dir,
     )
+    if fields & {"state_backend", "incremental"}:
+        backend = spec.graph.state_backend
+        spec.graph = spec.graph.with_state_backend(
+            sc.state_backend if "state_backend" in fields else backend.kind,
+            sc.incremental if "incremental" in fields else backend.incremental,
+        )
+    return spec
 
 
 def default_checks(graph: JobGraph) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CheckpointBarrier", "CancelCheckpointMarker", "EndOfInput", "is_control", "to_wire", "from_wire"]
+__all__ = ["CheckpointBarrier", "CancelCheckpointMarker", "EndOfInput", "Watermark", "is_control", "to_wire", "from_wire"]
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,14 @@ class EndOfInput:
     """The upstream subtask has no more records (its input is exhausted and committed)."""
 
 
-_CONTROL = (CheckpointBarrier, CancelCheckpointMarker, EndOfInput)
+@dataclass(frozen=True)
+class Watermark:
+    """No record with an event time at or before ``timestamp`` follows on this channel."""
+
+    timestamp: int
+
+
+_CONTROL = (CheckpointBarrier, CancelCheckpointMarker, EndOfInput, Watermark)
 
 
 def is_control(item: Any) -> bool:
@@ -45,6 +52,8 @@ def to_wire(item: Any) -> tuple[Any, ...]:
         return ("cancel", item.checkpoint_id)
     if isinstance(item, EndOfInput):
         return ("end",)
+    if isinstance(item, Watermark):
+        return ("wm", item.timestamp)
     raise TypeError(f"not a control item: {item!r}")
 
 
@@ -56,4 +65,6 @@ def from_wire(msg: Any) -> Any:
         return CancelCheckpointMarker(int(msg[1]))
     if tag == "end":
         return EndOfInput()
+    if tag == "wm":
+        return Watermark(int(msg[1]))
     raise ValueError(f"unknown control message {msg!r}")

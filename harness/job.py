@@ -25,11 +25,14 @@ from reference_impl.keygroups import check_parallelism
 from reference_impl.operator_state import OperatorStateBackend
 from reference_impl.state import StateDescriptor
 from reference_impl.time import TimeProvider
+from reference_impl.timers import MIN_WATERMARK, TimerService
 
 __all__ = [
     "task_name",
     "RuntimeContext",
     "KeyedProcessFunction",
+    "KeyedBroadcastProcessFunction",
+    "ReadOnlyBroadcastState",
     "SourceFunction",
     "SourceSpec",
     "StageSpec",
@@ -38,7 +41,12 @@ __all__ = [
     "JobGraph",
     "JobBuilder",
     "JobDefinitionError",
+    "StateBackendConfig",
+    "STATE_BACKENDS",
+    "WatermarkStrategy",
 ]
+
+STATE_BACKENDS = ("heap", "rocksdb")
 
 
 def task_name(operator: str, subtask: int) -> str:
@@ -72,6 +80,10 @@ class RuntimeContext:
         self.parallelism = parallelism
         self.max_parallelism = max_parallelism
         self._out: list[Any] = []
+        self._timers: TimerService | None = None
+        self.time_domain: str | None = None  # in on_timer: "event" or "processing"
+        self.timer_namespace: Any = None  # in on_timer: the firing timer's namespace
+        self._broadcast_side = False  # in process_broadcast_element: broadcast state is writable
 
     # state
     def get_state(self, descriptor: StateDescriptor) -> Any:
@@ -88,6 +100,23 @@ class RuntimeContext:
     def now_ms(self) -> int:
         """Processing time of this subtask (skewable by the chaos layer)."""
         return self._clock.now_ms()
+
+    def broadcast_state(self, name: str) -> Any:
+        """Broadcast (map) state ``name``: writable in ``process_broadcast_element``, read-only on the
+        keyed side, as in Flink's KeyedBroadcastProcessFunction (every subtask must hold the same)."""
+        state = self.operator_state.get_broadcast_state(name)
+        return state if self._broadcast_side else ReadOnlyBroadcastState(state)
+
+    def timer_service(self) -> TimerService:
+        """Register and delete event-time and processing-time timers of the current key (keyed
+        stages only); they fire ``on_timer`` of the function with that key current."""
+        if self._timers is None:
+            raise JobDefinitionError(f"{self.task_name}: timers exist only in keyed process functions")
+        return self._timers
+
+    def current_watermark(self) -> int:
+        """This subtask's event-time watermark (``MIN_WATERMARK`` before the first one)."""
+        return MIN_WATERMARK if self._timers is None else self._timers.current_watermark()
 
     def collect(self, value: Any) -> None:
         if value is None:
@@ -109,8 +138,41 @@ class KeyedProcessFunction:
     def process_element(self, value: Any, ctx: RuntimeContext) -> None:
         raise NotImplementedError
 
+    def on_timer(self, timestamp: int, ctx: RuntimeContext) -> None:  # noqa: B027 - optional hook
+        """A timer of the current key fired (``ctx.time_domain``, ``ctx.timer_namespace`` say which)."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         pass
+
+
+class ReadOnlyBroadcastState:
+    """Broadcast state as the keyed side sees it: reads only (a write would make subtasks differ)."""
+
+    def __init__(self, state: Any) -> None:
+        self._state = state
+
+    def get(self, key: Any) -> Any:
+        return self._state.get(key)
+
+    def contains(self, key: Any) -> bool:
+        return self._state.contains(key)
+
+    def items(self) -> list[tuple[Any, Any]]:
+        return self._state.items()
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("put", "remove", "clear"):
+            raise JobDefinitionError(f"broadcast state is read-only on the keyed side: {name}() not allowed")
+        raise AttributeError(name)
+
+
+class KeyedBroadcastProcessFunction(KeyedProcessFunction):
+    """A keyed stage with a broadcast input (Flink's KeyedBroadcastProcessFunction): every subtask
+    gets every element of the broadcast source in ``process_broadcast_element``, where
+    ``ctx.broadcast_state(name)`` is writable; ``process_element`` reads it only."""
+
+    def process_broadcast_element(self, value: Any, ctx: RuntimeContext) -> None:
+        raise NotImplementedError
 
 
 class SourceFunction:
@@ -128,6 +190,26 @@ class SourceFunction:
     def poll(self, max_records: int) -> list[Any]:
         """Up to ``max_records`` next records (fewer, or none, when exhausted)."""
         raise NotImplementedError
+
+    def poll_splits(self, max_records: int) -> list[tuple[str, list[Any]]]:
+        """Like :meth:`poll`, grouped by split name in emission order: what per-split watermarks are
+        generated from. The default attributes a poll by the offsets that moved, which is right for
+        sources that read their splits one after another (override it otherwise)."""
+        before = self.offsets()
+        records = self.poll(max_records)
+        out, i = [], 0
+        for name, n in self.offsets().items():
+            d = n - int(before.get(name, 0))
+            if d > 0:
+                out.append((name, records[i : i + d]))
+                i += d
+        if i != len(records):
+            raise RuntimeError(f"{type(self).__name__}: poll() does not match the offsets that moved")
+        return out
+
+    def split_finished(self, name: str) -> bool:
+        """Whether split ``name`` has no records left (it then stops holding back the watermark)."""
+        return False
 
     def exhausted(self) -> bool:
         raise NotImplementedError
@@ -173,12 +255,37 @@ def apply_chain(chain: list[Chained], records: list[Any]) -> list[Any]:
     return records
 
 
+@dataclass(frozen=True)
+class WatermarkStrategy:
+    """Event time of a source: ``timestamp(record) -> ms`` and watermarks generated per split with
+    bounded out-of-orderness, as Flink's ``WatermarkStrategy.forBoundedOutOfOrderness``: a split's
+    watermark is its largest timestamp so far minus ``out_of_orderness_ms`` minus 1; a source
+    subtask's is the minimum over its unfinished splits, emitted after each poll when it rose."""
+
+    timestamp: Callable[[Any], int]
+    out_of_orderness_ms: int = 0
+
+    @classmethod
+    def for_bounded_out_of_orderness(cls, ms: int, timestamp: Callable[[Any], int]) -> WatermarkStrategy:
+        if ms < 0:
+            raise JobDefinitionError(f"out-of-orderness must be >= 0 ms, got {ms}")
+        return cls(timestamp, int(ms))
+
+    @classmethod
+    def for_monotonous_timestamps(cls, timestamp: Callable[[Any], int]) -> WatermarkStrategy:
+        return cls(timestamp, 0)
+
+    def watermark_for(self, max_timestamp: int) -> int:
+        return max_timestamp - self.out_of_orderness_ms - 1
+
+
 @dataclass
 class SourceSpec:
     name: str
     function: SourceFunction
     parallelism: int
     chain: list[Chained] = field(default_factory=list)
+    watermarks: WatermarkStrategy | None = None
 
 
 @dataclass
@@ -192,6 +299,35 @@ class StageSpec:
     parallelism: int
     chain: list[Chained] = field(default_factory=list)
     sink: Any = None  # a sink template (harness.sinks.ExactlyOnceFileSinkSpec)
+    broadcast: SourceSpec | None = None  # a source broadcast to every subtask of this stage
+
+
+@dataclass(frozen=True)
+class StateBackendConfig:
+    """Where keyed state lives: ``heap`` (Python objects) or ``rocksdb`` (the embedded on-disk
+    backend); ``incremental`` (rocksdb only) checkpoints write only key groups changed since the
+    previous checkpoint into shared files, as Flink's incremental RocksDB checkpoints do."""
+
+    kind: str = "heap"
+    incremental: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in STATE_BACKENDS:
+            raise JobDefinitionError(
+                f"unknown state backend {self.kind!r}; expected one of {', '.join(STATE_BACKENDS)}"
+            )
+        if self.incremental and self.kind != "rocksdb":
+            raise JobDefinitionError("incremental checkpoints need the rocksdb state backend")
+
+    def create(self, max_parallelism: int, key_group_range: Any, clock: TimeProvider) -> Any:
+        """A fresh keyed backend of this kind for one subtask (close it when the subtask ends)."""
+        if self.kind == "rocksdb":
+            from reference_impl.state.ondisk_backend import OnDiskKeyedStateBackend
+
+            return OnDiskKeyedStateBackend(max_parallelism, key_group_range, clock)
+        from reference_impl.state import HeapKeyedStateBackend
+
+        return HeapKeyedStateBackend(max_parallelism, key_group_range, clock)
 
 
 @dataclass
@@ -201,10 +337,15 @@ class JobGraph:
     source: SourceSpec
     stages: list[StageSpec]
     contract: OutputContract = field(default_factory=OutputContract)
+    state_backend: StateBackendConfig = field(default_factory=StateBackendConfig)
+
+    def sources(self) -> list[tuple[SourceSpec, int | None]]:
+        """Every source with the stage it is broadcast to (None: the main, keyed-routed source)."""
+        return [(self.source, None)] + [(s.broadcast, k) for k, s in enumerate(self.stages) if s.broadcast]
 
     def operators(self) -> list[str]:
         """The tasks' names: what parallelism, rescales and fault targets name."""
-        return [self.source.name, *(s.name for s in self.stages)]
+        return [src.name for src, _ in self.sources()] + [s.name for s in self.stages]
 
     def chained_operators(self) -> list[str]:
         return [c.name for c in self.source.chain] + [c.name for s in self.stages for c in s.chain]
@@ -215,13 +356,25 @@ class JobGraph:
         g.validate()
         return g
 
+    def with_state_backend(self, kind: str, incremental: bool = False) -> JobGraph:
+        """The same graph with its keyed state in another backend (a scenario's ``state_backend``)."""
+        g = copy.copy(self)
+        g.state_backend = StateBackendConfig(kind, incremental)
+        return g
+
     def parallelism(self) -> dict[str, int]:
-        return {self.source.name: self.source.parallelism, **{s.name: s.parallelism for s in self.stages}}
+        return {
+            **{src.name: src.parallelism for src, _ in self.sources()},
+            **{s.name: s.parallelism for s in self.stages},
+        }
 
     def subtasks(self) -> list[tuple[str, int, int]]:
-        """Every subtask as (operator, index, stage index or -1 for the source), sources first: the
-        order executors deploy them in (on Spark, the barrier stage's partition order)."""
-        out = [(self.source.name, i, -1) for i in range(self.source.parallelism)]
+        """Every subtask as (operator, index, stage index), sources first with a negative index (-1
+        the main source, ``-2 - k`` one broadcast to stage k): the order executors deploy them in
+        (on Spark, the barrier stage's partition order)."""
+        out = []
+        for src, k in self.sources():
+            out += [(src.name, i, -1 if k is None else -2 - k) for i in range(src.parallelism)]
         for k, s in enumerate(self.stages):
             out += [(s.name, j, k) for j in range(s.parallelism)]
         return out
@@ -234,6 +387,9 @@ class JobGraph:
         for s in self.stages:
             downs = [task_name(s.name, j) for j in range(s.parallelism)]
             out += [(u, d) for u in ups for d in downs]
+            if s.broadcast is not None:  # after the keyed inputs: a subtask's last input channels
+                b = s.broadcast
+                out += [(task_name(b.name, i), d) for i in range(b.parallelism) for d in downs]
             ups = downs
         return out
 
@@ -254,6 +410,9 @@ class JobGraph:
         for s in self.stages:
             s2 = copy.copy(s)
             s2.parallelism = parallelism.get(s.name, s.parallelism)
+            if s.broadcast is not None:
+                s2.broadcast = copy.copy(s.broadcast)
+                s2.broadcast.parallelism = parallelism.get(s.broadcast.name, s.broadcast.parallelism)
             g.stages.append(s2)
         g.validate()
         return g
@@ -286,14 +445,31 @@ class JobBuilder:
         self._source: SourceSpec | None = None
         self._stages: list[StageSpec] = []
         self._key: Callable[[Any], Any] | None = None
+        self._broadcast: SourceSpec | None = None
         self._contract = OutputContract()
+        self._backend = StateBackendConfig()
 
-    def source(self, name: str, function: SourceFunction, parallelism: int = 1) -> JobBuilder:
-        self._source = SourceSpec(name, function, parallelism)
+    def source(
+        self,
+        name: str,
+        function: SourceFunction,
+        parallelism: int = 1,
+        watermarks: WatermarkStrategy | None = None,
+    ) -> JobBuilder:
+        """The job's source; ``watermarks`` gives its records event time (per-split watermarks)."""
+        self._source = SourceSpec(name, function, parallelism, watermarks=watermarks)
         return self
 
     def key_by(self, selector: Callable[[Any], Any]) -> JobBuilder:
         self._key = selector
+        return self
+
+    def connect_broadcast(self, name: str, function: SourceFunction, parallelism: int = 1) -> JobBuilder:
+        """Broadcast source ``name`` to every subtask of the next keyed stage (after ``key_by``),
+        whose function must be a :class:`KeyedBroadcastProcessFunction`."""
+        if self._key is None:
+            raise JobDefinitionError(f"connect_broadcast({name!r}): call key_by(...) first")
+        self._broadcast = SourceSpec(name, function, parallelism)
         return self
 
     def process(self, name: str, function: KeyedProcessFunction, parallelism: int = 1) -> JobBuilder:
@@ -301,8 +477,12 @@ class JobBuilder:
             raise JobDefinitionError(f"stage {name!r}: call key_by(...) before process(...)")
         if not isinstance(function, KeyedProcessFunction):
             raise JobDefinitionError(f"stage {name!r}: expected a KeyedProcessFunction, got {function!r}")
-        self._stages.append(StageSpec(name, self._key, function, parallelism))
-        self._key = None
+        if self._broadcast is not None and not isinstance(function, KeyedBroadcastProcessFunction):
+            raise JobDefinitionError(
+                f"stage {name!r} has a broadcast input: expected a KeyedBroadcastProcessFunction"
+            )
+        self._stages.append(StageSpec(name, self._key, function, parallelism, broadcast=self._broadcast))
+        self._key = self._broadcast = None
         return self
 
     def _chain(self, kind: str, fn: Callable[[Any], Any], name: str | None) -> JobBuilder:
@@ -371,11 +551,19 @@ class JobBuilder:
         self._contract.oracle_config[oracle] = config
         return self
 
+    def state_backend(self, kind: str, incremental: bool = False) -> JobBuilder:
+        """Keep keyed state in ``heap`` (default) or ``rocksdb``, optionally with incremental
+        checkpoints; a scenario's ``state_backend``/``incremental`` override it."""
+        self._backend = StateBackendConfig(kind, incremental)
+        return self
+
     def build(self) -> JobGraph:
         if self._source is None:
             raise JobDefinitionError(f"job {self.name!r} has no source")
         if self._key is not None:
             raise JobDefinitionError(f"job {self.name!r}: key_by(...) without a process(...) after it")
-        g = JobGraph(self.name, self.max_parallelism, self._source, list(self._stages), self._contract)
+        g = JobGraph(
+            self.name, self.max_parallelism, self._source, list(self._stages), self._contract, self._backend
+        )
         g.validate()
         return g

@@ -21,6 +21,7 @@ from reference_impl.checkpoint import (
     NoIntactCheckpointError,
     RestoreReport,
 )
+from reference_impl.checkpoint.format import referenced_shared_files
 from reference_impl.errors import InfrastructureError
 from reference_impl.rescale import SubtaskAssignment, assign_state
 
@@ -195,6 +196,13 @@ class JobMaster:
         dst = self.run_dir / "restored-from" / chk.directory.name
         if not dst.exists():
             shutil.copytree(chk.directory, dst)
+            # an incremental checkpoint's manifests name shared files relative to its directory
+            for f in sorted(dst.glob("*.state")):
+                for ref in referenced_shared_files(f.read_bytes(), str(f)):
+                    target = (dst / ref.path).resolve()
+                    if not target.exists():
+                        target.parent.mkdir(parents=True, exist_ok=True)
+                        shutil.copyfile(chk.directory / ref.path, target)
 
     def new_coordinator(
         self, graph: JobGraph, notify: Any, now_ms: int, failpoint: Any = None

@@ -290,7 +290,7 @@ class SimExecutor:
             name = task_name(op, i)
             out = _Output(self, outputs[name]) if name in outputs else None
             if k < 0:
-                self.sources.append(SourceTask(env(name, out), i))
+                self.sources.append(SourceTask(env(name, out), i, None if k == -1 else -2 - k))
             else:
                 t = StreamTask(env(name, out), k, i, len(inputs[name]), self.keyed_backend_factory)
                 self.streams.append((t, inputs[name]))
@@ -363,17 +363,21 @@ class SimExecutor:
             self._reported[t.name] = (t.records_in, t.records_out)
 
     def _step_source(self, s: SourceTask) -> None:
-        if self.stopping or s.exhausted():
+        if self.stopping:
             return
-        n = s.poll(self.rng.randint(1, self.cfg.source_batch))
-        if n:
-            self.records_emitted += n
-            if self.hooks is not None:
-                self.hooks.on_records(self.records_emitted)
+        if not s.exhausted():
+            n = s.poll(self.rng.randint(1, self.cfg.source_batch))
+            if n:
+                self.records_emitted += n
+                if self.hooks is not None:
+                    self.hooks.on_records(self.records_emitted)
+        if s.exhausted():
+            s.end_input()  # this subtask is done: end of input (the maximum watermark) flows downstream
 
     def _step_stream(self, t: StreamTask, inputs: list[_Channel]) -> None:
         budget = self.cfg.task_budget
         now = self.now
+        t.advance_time()
         while budget > 0:
             blocked = t.blocked_channels()
             ready = [i for i, ch in enumerate(inputs) if i not in blocked and ch.ready(now)]
@@ -433,10 +437,12 @@ class SimExecutor:
             self.final_after is None
             and not self.stopping
             and self.sources
-            and all(s.exhausted() for s in self.sources)
+            and all(s.finished for s in self.sources)
+            and all(t.finished for t, _ in self.streams)
             and not self._input_held()
         ):
-            # bounded input is exhausted: a checkpoint triggered from now on covers every record
+            # end of input has passed every operator (timers fired, their output sent on): a
+            # checkpoint triggered from now on covers everything, as Flink's final checkpoint (FLIP-147)
             self.final_after = self.coord.next_id
             if not self.coord.pending:
                 self.coord.trigger(self.now)

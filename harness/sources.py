@@ -94,6 +94,16 @@ class SequenceSource(SourceFunction):
         self._cursor += n
         return out
 
+    def poll_splits(self, max_records: int) -> list[tuple[str, list[Any]]]:
+        """A poll grouped by split (records of key ``r[0]`` are its split's), splits in first-seen order."""
+        groups: dict[str, list[Any]] = {}
+        for r in self.poll(max_records):
+            groups.setdefault(r[0], []).append(r)
+        return list(groups.items())
+
+    def split_finished(self, name: str) -> bool:
+        return any(key_name(k) == name and n >= self.total_for(k) for k, n in self._splits)
+
     def exhausted(self) -> bool:
         return all(n >= self.total_for(k) for k, n in self._splits)
 
@@ -162,6 +172,9 @@ class _FilesSource(SourceFunction):
             if len(out) >= max_records:
                 break
         return out
+
+    def split_finished(self, name: str) -> bool:
+        return any(p == name and n >= len(self._read(p)) for p, n in self._splits)
 
     def exhausted(self) -> bool:
         return all(n >= len(self._read(p)) for p, n in self._splits)
@@ -232,14 +245,19 @@ class CsvSource(_FilesSource):
 class GeneratorSource(SourceFunction):
     """``splits`` splits of ``records_per_split`` records each; record ``n`` of split ``i`` is
     ``fn(i, n)``, so the input is a pure function of (split, offset) and replays exactly. ``fn`` must
-    be deterministic and picklable (a module-level function)."""
+    be deterministic and picklable (a module-level function). ``interleave=True`` reads the splits
+    side by side (a share of each poll from every unfinished split, as a reader with many splits
+    assigned does) instead of one after another, so per-split watermarks all move."""
 
-    def __init__(self, fn: Callable[[int, int], Any], splits: int, records_per_split: int) -> None:
+    def __init__(
+        self, fn: Callable[[int, int], Any], splits: int, records_per_split: int, interleave: bool = False
+    ) -> None:
         if splits < 1 or records_per_split < 0:
             raise ValueError(
                 f"GeneratorSource needs splits >= 1 and records_per_split >= 0, got {splits}, {records_per_split}"
             )
         self.fn, self.splits, self.per_split = fn, splits, records_per_split
+        self.interleave = interleave
         self._splits: list[list[int]] = []
 
     @staticmethod
@@ -252,7 +270,23 @@ class GeneratorSource(SourceFunction):
     def open(self, splits: list[Any], ctx: RuntimeContext) -> None:
         self._splits = [[int(i), int(n)] for i, n in splits]
 
+    def poll_splits(self, max_records: int) -> list[tuple[str, list[Any]]]:
+        if not self.interleave:
+            return super().poll_splits(max_records)
+        live = [s for s in self._splits if s[1] < self.per_split]
+        out: list[tuple[str, list[Any]]] = []
+        left = max_records
+        for k, s in enumerate(live):
+            take = min(-(-left // (len(live) - k)), self.per_split - s[1])
+            if take > 0:
+                out.append((self._name(s[0]), [self.fn(s[0], n) for n in range(s[1], s[1] + take)]))
+                s[1] += take
+                left -= take
+        return out
+
     def poll(self, max_records: int) -> list[Any]:
+        if self.interleave:
+            return [r for _, records in self.poll_splits(max_records) for r in records]
         out: list[Any] = []
         for s in self._splits:
             while s[1] < self.per_split and len(out) < max_records:
@@ -261,6 +295,9 @@ class GeneratorSource(SourceFunction):
             if len(out) >= max_records:
                 break
         return out
+
+    def split_finished(self, name: str) -> bool:
+        return any(self._name(i) == name and n >= self.per_split for i, n in self._splits)
 
     def exhausted(self) -> bool:
         return all(n >= self.per_split for _, n in self._splits)

@@ -32,16 +32,29 @@ class GatedStorage:
             )
         self.mode, self.delay_ms = mode, int(delay_ms)
 
-    def write_subtask_state(
-        self, job_id: str, checkpoint_id: int, state: SubtaskStateSnapshot
-    ) -> StateFileHandle:
+    def _gate(self) -> None:
         if self.mode == "unavailable":
             raise OSError(errno.EIO, "checkpoint storage unavailable (injected)")
         if self.mode == "full":
             raise OSError(errno.ENOSPC, "no space left on checkpoint storage (injected)")
         if self.mode == "slow" and self.delay_ms:
             self.sleep(self.delay_ms)
+
+    def write_subtask_state(
+        self, job_id: str, checkpoint_id: int, state: SubtaskStateSnapshot
+    ) -> StateFileHandle:
+        self._gate()
         return self.storage.write_subtask_state(job_id, checkpoint_id, state)
+
+    def write_shared_file(self, job_id: str, name: str, data: bytes) -> int:
+        """A shared file of an incremental checkpoint: gated like every state write."""
+        self._gate()
+        return self.storage.write_shared_file(job_id, name, data)
+
+    def write_subtask_file(
+        self, job_id: str, checkpoint_id: int, operator_id: str, subtask_index: int, data: bytes
+    ) -> StateFileHandle:
+        return self.storage.write_subtask_file(job_id, checkpoint_id, operator_id, subtask_index, data)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.storage, name)

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from harness.barriers import Alignment, BarrierAligner
 from harness.failpoints import Failpoints
-from harness.items import CancelCheckpointMarker, CheckpointBarrier, EndOfInput
+from harness.items import CancelCheckpointMarker, CheckpointBarrier, EndOfInput, Watermark
 from harness.job import JobGraph, RuntimeContext, StageSpec, apply_chain, task_name  # task_name re-exported
 from harness.run_store import RunStore
 from harness.sinks import SINK_STATE, TwoPhaseCommitFileSink
@@ -34,8 +34,8 @@ from reference_impl.keygroups import (
 from reference_impl.operator_state import OperatorStateBackend
 from reference_impl.rescale import RestoredSubtask
 from reference_impl.snapshot import SubtaskStateSnapshot
-from reference_impl.state import HeapKeyedStateBackend
 from reference_impl.time import TimeProvider
+from reference_impl.timers import MAX_WATERMARK, MIN_WATERMARK, InternalTimerService, TimerService
 
 __all__ = [
     "task_name",
@@ -50,6 +50,8 @@ __all__ = [
 ]
 
 SPLITS_STATE = "__source_splits"
+SPLIT_TIMESTAMPS_STATE = "__split_max_timestamps"  # union: [split, largest event time] per split
+WATERMARK_STATE = "__watermark"  # union: each keyed subtask's watermark at the checkpoint
 Emit = Callable[..., None]
 
 
@@ -139,16 +141,26 @@ class _TaskBase:
                 self.keyed.restore(restored.keyed)
             self.op_state.restore(restored.operator)
 
-    def _subtask_snapshot(self) -> SubtaskStateSnapshot:
-        """Keyed (if any) and operator state of this subtask, as checkpoints and restored files hold it."""
+    def _subtask_snapshot(self, keyed: bool = True) -> SubtaskStateSnapshot:
+        """Keyed (if any, and if asked) and operator state of this subtask, as checkpoints and restored
+        files hold it."""
         return SubtaskStateSnapshot(
             self.operator,
             self.subtask,
             self.parallelism,
             self.max_p,
-            keyed=None if self.keyed is None else self.keyed.snapshot(),
+            keyed=None if self.keyed is None or not keyed else self.keyed.snapshot(),
             operator=self.op_state.snapshot(),
         )
+
+    @property
+    def _incremental(self) -> bool:
+        return self.keyed is not None and self.env.graph.state_backend.incremental
+
+    def _checkpoint_snapshot(self) -> SubtaskStateSnapshot:
+        """What a checkpoint writes: with incremental checkpoints the keyed part is written from the
+        backend itself (only changed key groups) when the snapshot is persisted."""
+        return self._subtask_snapshot(keyed=not self._incremental)
 
     def _write_restored_file(self, checkpoint_id: int | None, path: str | None) -> None:
         """Record what this subtask actually holds after restore: the restored-state oracle compares it
@@ -167,13 +179,28 @@ class _TaskBase:
             parallelism=self.parallelism,
             key_group_range=[self.key_group_range.start, self.key_group_range.end],
             restored_state_file=f"restored/{fname}",
+            **self._restore_event_extra(),
         )
+
+    def _restore_event_extra(self) -> dict[str, Any]:
+        return {}
 
     def _write_and_ack(
         self, checkpoint_id: int, snap: SubtaskStateSnapshot, extra: dict[str, Any] | None
     ) -> None:
         try:
-            handle = self.env.storage.write_subtask_state(self.env.job_id, checkpoint_id, snap)
+            if self._incremental:
+                handle = self.keyed.checkpoint_incremental(
+                    self.env.storage,
+                    self.env.job_id,
+                    checkpoint_id,
+                    self.operator,
+                    self.subtask,
+                    self.parallelism,
+                    snap.operator,
+                ).handle
+            else:
+                handle = self.env.storage.write_subtask_state(self.env.job_id, checkpoint_id, snap)
         except OSError as e:  # storage unavailable or full: this checkpoint cannot complete
             self.env.gateway.decline(checkpoint_id, self.operator, self.subtask, f"state write failed: {e}")
             return
@@ -191,26 +218,35 @@ class _TaskBase:
 
 
 class SourceTask(_TaskBase):
-    """One subtask of the source: polls the source function and routes records by key group."""
+    """One subtask of a source: polls the source function and routes records by key group to the
+    first stage, or, for a source broadcast to stage ``broadcast_to``, sends each to every subtask."""
 
     is_source = True
 
-    def __init__(self, env: TaskEnv, subtask: int) -> None:
-        spec = env.graph.source
+    def __init__(self, env: TaskEnv, subtask: int, broadcast_to: int | None = None) -> None:
+        spec = env.graph.source if broadcast_to is None else env.graph.stages[broadcast_to].broadcast
+        assert spec is not None
         super().__init__(env, spec.name, subtask, spec.parallelism)
         self.function = copy.deepcopy(spec.function)
         self.chain = list(spec.chain)
-        first = env.graph.stages[0]
+        self.broadcast_to = broadcast_to
+        first = env.graph.stages[0 if broadcast_to is None else broadcast_to]
         self.partition = Partitioner(first.key_selector, self.max_p, first.parallelism)
+        self.fan_out = first.parallelism
         self.ctx = RuntimeContext(
             None, self.op_state, env.clock, spec.name, subtask, spec.parallelism, self.max_p
         )
         self.finished = False
+        self.watermarks = spec.watermarks
+        self.split_max: dict[str, int] = {}  # split -> largest event time read from it
+        self.watermark = MIN_WATERMARK  # the last watermark emitted
 
     def restore(
         self, restored: RestoredSubtask | None, checkpoint_id: int | None = None, path: str | None = None
     ) -> None:
         self._restore_state(restored)
+        stamps = self.op_state.get_union_list_state(SPLIT_TIMESTAMPS_STATE)
+        restored_stamps = {str(n): int(ts) for n, ts in stamps.get()}
         splits_state = self.op_state.get_list_state(SPLITS_STATE)
         if restored is None:
             everything = self.function.initial_splits()
@@ -218,20 +254,58 @@ class SourceTask(_TaskBase):
             start = self.subtask * base + min(self.subtask, rem)
             splits_state.update(everything[start : start + base + (1 if self.subtask < rem else 0)])
         self.function.open(splits_state.get(), self.ctx)
+        own = self.function.offsets()
+        self.split_max = {n: ts for n, ts in restored_stamps.items() if n in own}
         self._write_restored_file(checkpoint_id, path)
+        stamps.clear()  # the restored file shows the union as restored; snapshots write this subtask's
+
+    def _poll_with_watermarks(self, max_records: int) -> list[Any]:
+        assert self.watermarks is not None
+        ts_of, out = self.watermarks.timestamp, []
+        for split, records in self.function.poll_splits(max_records):
+            if records:
+                top = max(int(ts_of(r)) for r in records)
+                if top > self.split_max.get(split, MIN_WATERMARK):
+                    self.split_max[split] = top
+                out.extend(records)
+        return out
+
+    def _emit_watermark(self) -> None:
+        """The minimum over this subtask's unfinished splits (a split not read yet holds it at the
+        minimum; finished splits no longer count), emitted when it rose."""
+        fn, wms = self.function, []
+        for split in fn.offsets():
+            if not fn.split_finished(split):
+                top = self.split_max.get(split)
+                wms.append(MIN_WATERMARK if top is None else self.watermarks.watermark_for(top))
+        if wms and min(wms) > self.watermark:
+            self.watermark = min(wms)
+            assert self.env.output is not None
+            self.env.output.broadcast(Watermark(self.watermark))
 
     def poll(self, max_records: int) -> int:
-        """Emit up to ``max_records`` records downstream; returns how many."""
-        records = self.function.poll(max_records)
+        """Emit up to ``max_records`` records downstream, then the watermark if it rose; returns how
+        many records were polled."""
+        if self.watermarks is not None:
+            records = self._poll_with_watermarks(max_records)
+        else:
+            records = self.function.poll(max_records)
         polled = len(records)
         if self.chain:
             records = apply_chain(self.chain, records)
         out = self.env.output
         assert out is not None
         part = self.partition
-        for r in records:
-            out.send(part(r), r)
+        if self.broadcast_to is not None:
+            for r in records:
+                for target in range(self.fan_out):
+                    out.send(target, r)
+        else:
+            for r in records:
+                out.send(part(r), r)
         self.records_out += len(records)
+        if self.watermarks is not None:
+            self._emit_watermark()
         return polled
 
     def exhausted(self) -> bool:
@@ -242,14 +316,21 @@ class SourceTask(_TaskBase):
         channel, then persist the snapshot and acknowledge with the offsets it covers."""
         self._hit("before_snapshot")
         self.op_state.get_list_state(SPLITS_STATE).update(self.function.snapshot_splits())
+        if self.watermarks is not None:
+            self.op_state.get_union_list_state(SPLIT_TIMESTAMPS_STATE).update(
+                [[n, ts] for n, ts in sorted(self.split_max.items())]
+            )
         snap = self._subtask_snapshot()
         offsets = self.function.offsets()
+        if self.broadcast_to is not None:  # kept apart from the main source's splits
+            offsets = {f"{self.operator}/{k}": v for k, v in offsets.items()}
         assert self.env.output is not None
         self.env.output.broadcast(CheckpointBarrier(checkpoint_id, timestamp, kind))
         self._write_and_ack(checkpoint_id, snap, {"source_offsets": offsets})
 
     def end_input(self) -> None:
-        """The job is done: tell downstream no more records come."""
+        """This subtask's input is exhausted: tell downstream no more records come (which stands for
+        the maximum watermark, as Flink sends ``MAX_WATERMARK`` before end of partition)."""
         if not self.finished:
             self.finished = True
             assert self.env.output is not None
@@ -273,18 +354,22 @@ class StreamTask(_TaskBase):
     ) -> None:
         self.stage: StageSpec = env.graph.stages[stage_index]
         super().__init__(env, self.stage.name, subtask, self.stage.parallelism)
-        factory = keyed_backend_factory or (
-            lambda max_p, kgr, clock: HeapKeyedStateBackend(max_p, kgr, clock)
-        )
+        factory = keyed_backend_factory or env.graph.state_backend.create
         self.keyed = factory(self.max_p, self.key_group_range, env.clock)
         self.function = copy.deepcopy(self.stage.function)
         self.chain = list(self.stage.chain)
         self.ctx = RuntimeContext(
             self.keyed, self.op_state, env.clock, self.stage.name, subtask, self.stage.parallelism, self.max_p
         )
+        self.timers = InternalTimerService(self.keyed)
+        self.ctx._timers = TimerService(self.timers, env.clock)
+        self.channel_watermarks = [MIN_WATERMARK] * num_inputs
+        self.processing_timers_quiesced = False
         self.aligner = BarrierAligner(num_inputs)
         self._aligning: tuple[int, int] | None = None  # (checkpoint id, since ms) of a blocking alignment
         self.num_inputs = num_inputs
+        b = self.stage.broadcast
+        self.keyed_inputs = num_inputs - (b.parallelism if b is not None else 0)  # broadcast ones last
         last = stage_index == len(env.graph.stages) - 1
         self.partition = (
             None
@@ -313,20 +398,82 @@ class StreamTask(_TaskBase):
     def restore(
         self, restored: RestoredSubtask | None, checkpoint_id: int | None = None, path: str | None = None
     ) -> None:
+        if restored is not None:
+            self.timers.restore(restored.keyed)
         self._restore_state(restored)
+        self._restore_watermark()
         self._write_restored_file(checkpoint_id, path)
+        self.op_state.get_union_list_state(WATERMARK_STATE).clear()  # snapshots write this subtask's
         if self.sink is not None:
             txns = self.op_state.get_union_list_state(SINK_STATE)
             self.sink.restore(txns.get(), self.parallelism)
             txns.clear()
         self.function.open(self.ctx)
 
+    def _restore_watermark(self) -> None:
+        """The restored watermark is the smallest any subtask had at the checkpoint: every record
+        after the checkpoint is later than it, at any parallelism. Input channels start there."""
+        wms = self.op_state.get_union_list_state(WATERMARK_STATE)
+        restored = min((int(w) for w in wms.get()), default=MIN_WATERMARK)
+        self.timers.watermark = restored
+        self.channel_watermarks = [restored] * self.num_inputs
+
+    def _restore_event_extra(self) -> dict[str, Any]:
+        return {"watermark": self.timers.watermark}
+
     def blocked_channels(self) -> set[int]:
         return self.aligner.blocked_channels()
+
+    # ------------------------------------------------------------------ time
+
+    def _on_timer(self, domain: str, timestamp: int, key: Any, namespace: Any) -> None:
+        ctx = self.ctx
+        ctx.time_domain, ctx.timer_namespace = domain, namespace
+        try:
+            self.function.on_timer(timestamp, ctx)
+        finally:
+            ctx.time_domain = ctx.timer_namespace = None
+
+    def _advance_watermark(self) -> None:
+        """The watermark is the minimum over the input channels (a finished one counts as the
+        maximum); when it rises, due event-time timers fire, then it is forwarded."""
+        finished = self.aligner.finished
+        wm = min(
+            MAX_WATERMARK if i in finished else w for i, w in enumerate(self.channel_watermarks)
+        )
+        if wm <= self.timers.watermark:
+            return
+        self.timers.advance_watermark(wm, self._on_timer)
+        if self.ctx._out:
+            self._emit(self.ctx._drain())
+        if self.env.output is not None and wm < MAX_WATERMARK:
+            self.env.output.broadcast(Watermark(wm))
+
+    def advance_time(self) -> None:
+        """Fire the processing-time timers due on this subtask's clock (executors call it per step)."""
+        if self.processing_timers_quiesced:
+            return
+        nxt = self.timers.next_timestamp("processing")
+        if nxt is not None and nxt <= self.env.clock.now_ms():
+            self.timers.advance_processing_time(self.env.clock.now_ms(), self._on_timer)
+            if self.ctx._out:
+                self._emit(self.ctx._drain())
 
     # ------------------------------------------------------------------ input
 
     def on_records(self, channel: int, records: list[Any]) -> None:
+        if channel >= self.keyed_inputs:  # the broadcast input: no key, broadcast state writable
+            ctx = self.ctx
+            ctx._broadcast_side = True
+            try:
+                for r in records:
+                    self.function.process_broadcast_element(r, ctx)
+            finally:
+                ctx._broadcast_side = False
+            self.records_in += len(records)
+            if ctx._out:
+                self._emit(ctx._drain())
+            return
         set_key, process, ctx, sel = (
             self.keyed.set_current_key,
             self.function.process_element,
@@ -380,6 +527,10 @@ class StreamTask(_TaskBase):
             if aligned:
                 self._snapshot(item)
             self._forward_cancellations()
+        elif isinstance(item, Watermark):
+            if item.timestamp > self.channel_watermarks[channel]:
+                self.channel_watermarks[channel] = item.timestamp
+                self._advance_watermark()
         elif isinstance(item, CancelCheckpointMarker):
             self.aligner.on_cancel(item.checkpoint_id)
             self._track_alignment("cancelled")
@@ -391,6 +542,10 @@ class StreamTask(_TaskBase):
             if aligned and pending is not None:
                 self._snapshot(CheckpointBarrier(pending.checkpoint_id, self.env.clock.now_ms()))
             if len(self.aligner.finished) == self.num_inputs and not self.finished:
+                # end of input is the maximum watermark: every event-time timer fires; pending
+                # processing-time timers are dropped, as Flink quiesces the processing-time service
+                self._advance_watermark()
+                self.processing_timers_quiesced = True
                 self.finished = True
                 if self.env.output is not None:
                     self.env.output.broadcast(item)
@@ -410,7 +565,9 @@ class StreamTask(_TaskBase):
         self._hit("before_snapshot")
         if self.sink is not None:
             self.op_state.get_union_list_state(SINK_STATE).update(self.sink.pre_commit(cid))
-        snap = self._subtask_snapshot()
+        if self.env.graph.source.watermarks is not None:
+            self.op_state.get_union_list_state(WATERMARK_STATE).update([self.timers.watermark])
+        snap = self._checkpoint_snapshot()
         if self.env.output is not None:
             self.env.output.broadcast(barrier)
         self._write_and_ack(cid, snap, None)

@@ -11,6 +11,7 @@ from typing import Any
 
 from reference_impl.checkpoint.storage import CompletedCheckpoint, read_subtask_state, validate_checkpoint
 from reference_impl.snapshot import OperatorStateMode, TtlValue
+from reference_impl.timers import TIMER_STATE_PREFIX
 
 __all__ = ["SubtaskSummary", "OperatorView", "CheckpointView", "inspect_checkpoint", "diff"]
 
@@ -111,6 +112,7 @@ class CheckpointView:
                 f"  operator {name}: parallelism {op.parallelism}, max parallelism {op.max_parallelism}, "
                 f"{len(op.keyed)} key groups, {entries} keyed entries"
             )
+            lines += _time_and_broadcast_summary(op)
             for kg in sorted(op.keyed):
                 for st_name, per_ns in sorted(op.keyed[kg].items()):
                     for ns, per_key in per_ns.items():
@@ -120,6 +122,28 @@ class CheckpointView:
                 for n, (mode, v) in sorted(states.items()):
                     lines.append(f"    subtask {i} operator state {n} ({mode}) = {v!r}")
         return "\n".join(lines)
+
+
+def _time_and_broadcast_summary(op: OperatorView) -> list[str]:
+    """A line for the operator's timers (key-grouped ``_timer_state/*`` state) and one for its
+    broadcast state, when it has them."""
+    timers: dict[str, int] = {}
+    for per_state in op.keyed.values():
+        for st_name, per_ns in per_state.items():
+            if st_name.startswith(TIMER_STATE_PREFIX):
+                domain = st_name[len(TIMER_STATE_PREFIX) :].split("_", 1)[0]
+                timers[domain] = timers.get(domain, 0) + sum(len(v) for ks in per_ns.values() for v in ks.values())
+    out = []
+    if timers:
+        out.append("    timers: " + ", ".join(f"{n} {d}-time" for d, n in sorted(timers.items())))
+    broadcast = {
+        n: len(v) for states in op.operator.values() for n, (mode, v) in states.items() if mode == "BROADCAST"
+    }
+    if broadcast:
+        out.append(
+            "    broadcast state: " + ", ".join(f"{n} ({k} entries per subtask)" for n, k in sorted(broadcast.items()))
+        )
+    return out
 
 
 def inspect_checkpoint(path: str | Path) -> CheckpointView:

@@ -62,5 +62,6 @@ def build_job(
 
 
 # the built-in jobs register themselves on import
+from harness.jobs import allround as _allround  # noqa: E402,F401
 from harness.jobs import keyed_count as _keyed_count  # noqa: E402,F401
 from harness.jobs import ttl_verify as _ttl_verify  # noqa: E402,F401

@@ -7,6 +7,9 @@ interleaving, for a deterministic job; a job whose state depends on interleaving
 says so, and then (2) is skipped: for the keyed states it names (the summary says which), or for all
 of them, when the verdict is *unknown* (not a pass) and says "model comparison skipped".
 
+A keyed subtask of an event-time job also restores its watermark: the smallest the checkpoint's
+subtasks of that operator had (``__watermark``); a restore that starts lower (or higher) is reported.
+
 TTL state is compared on the run's own clock: values are compared without their timestamps (the
 reference's clock stands still, so nothing expires in it), and an entry the reference holds but the
 run does not is accepted when the run's clock at the checkpoint was at least the state's TTL past
@@ -21,6 +24,7 @@ from harness.oracles.artifacts import RunArtifacts
 from harness.oracles.registry import register_oracle
 from harness.oracles.verdict import Status, Verdict
 from harness.reference_run import ReferenceRun
+from harness.tasks import WATERMARK_STATE
 from reference_impl.keygroups import KeyGroupRange
 from reference_impl.snapshot import TtlValue
 from reference_impl.ttl import StateTtlConfig
@@ -84,6 +88,13 @@ def check_restored_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
         opview = view.operators.get(op)
         theirs = {kg: per for kg, per in (opview.keyed.items() if opview else []) if kg in kgr}
         checked += 1
+        if "watermark" in e and opview is not None:
+            marks = [int(w) for st in opview.operator.values() for w in st.get(WATERMARK_STATE, ("", []))[1]]
+            if marks and int(e["watermark"]) != min(marks):
+                problems.append(
+                    f"{where}: restored watermark {e['watermark']}, the checkpoint's subtasks had "
+                    f"{sorted(set(marks))} (restore must start at their minimum {min(marks)})"
+                )
         for kg in sorted(set(mine) - set(kgr)):
             problems.append(f"{where}: holds key group {kg} outside its range {kgr}")
         for kg in sorted(set(mine) | set(theirs)):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,7 @@ class _Deployment:
     registered: set[str]
     restored: set[str]
     exhausted: set[str]
+    ended: set[str] = field(default_factory=set)  # keyed subtasks end of input has passed
 
 
 class SparkExecutor:
@@ -278,6 +279,9 @@ class SparkExecutor:
         elif kind == "exhausted":
             if dep is not None:
                 dep.exhausted.add(task)
+        elif kind == "ended":
+            if dep is not None:
+                dep.ended.add(task)
         elif kind == "failpoint":
             self._on_failpoint(task, msg[1], msg[2])
         elif kind == "route":
@@ -362,7 +366,8 @@ class SparkExecutor:
                     if (
                         dep is not None
                         and self.final_after is None
-                        and len(dep.exhausted) == dep.graph.source.parallelism
+                        and len(dep.exhausted) == sum(src.parallelism for src, _ in dep.graph.sources())
+                        and len(dep.ended) == sum(st.parallelism for st in dep.graph.stages)
                         and not self._input_held(now)
                     ):
                         self.final_after = self.coord.next_id

@@ -197,7 +197,13 @@ def run_subtask(
         names = [down for up, down in channels if up == name]
         if names:
             ends = [_route(link, net, name, n, tuple(everyone[n])) for n in names]
-            outs = [OutputChannel(e, sub, secret, n, deployment, batch_records=256) for e, n in zip(ends, names, strict=True)]
+            # this task's input index at each downstream gate: its place among that task's inputs
+            # (not its subtask index: a broadcast source's subtasks come after the keyed inputs)
+            at = [[u for u, d in channels if d == n].index(name) for n in names]
+            outs = [
+                OutputChannel(e, i, secret, n, deployment, batch_records=256)
+                for e, i, n in zip(ends, at, names, strict=True)
+            ]
             output = _Output(outs, names)
         if gate is not None:
             gate.accept(timeout_s=60)
@@ -226,7 +232,11 @@ def run_subtask(
             Path(run_dir),
             output,
         )
-        task = SourceTask(env, sub) if stage == -1 else StreamTask(env, stage, sub, n_inputs)
+        task = (
+            SourceTask(env, sub, None if stage == -1 else -2 - stage)
+            if stage < 0
+            else StreamTask(env, stage, sub, n_inputs)
+        )
         restored = None
         chk = None
         if chk_path is not None:
@@ -283,6 +293,7 @@ def _loop(
 ) -> dict[str, Any]:
     is_source = task.is_source
     exhausted_sent = False
+    ended_sent = False
     stopped = False
     got_finish = False
     last_stats, n_in, n_out = time.monotonic(), 0, 0
@@ -321,6 +332,9 @@ def _loop(
             if not stopped and not task.exhausted():
                 task.poll(256)
             elif not exhausted_sent and task.exhausted():
+                task.end_input()  # end of input flows downstream now; checkpoints go on until "finish"
+                assert output is not None
+                output.flush()
                 link.send("exhausted")
                 exhausted_sent = True
                 time.sleep(0.002)
@@ -328,6 +342,7 @@ def _loop(
                 time.sleep(0.002)
         else:
             assert gate is not None
+            task.advance_time()
             for ch, msg in gate.poll(task.blocked_channels(), 0.005, 512):
                 tag = msg[0]
                 if tag == "records":
@@ -343,6 +358,11 @@ def _loop(
                     raise ConnectionError(f"{task.name}: input channel {ch} failed: {msg[1]}")
                 else:
                     task.on_control(ch, from_wire(msg))
+            if task.finished and not ended_sent:
+                ended_sent = True
+                if output is not None:
+                    output.flush()
+                link.send("ended")  # end of input passed this subtask: the final checkpoint may come
             if task.finished and got_finish:
                 link.send("stats", task.records_in - n_in, task.records_out - n_out)
                 return {"task": task.name, "status": "finished"}

@@ -326,8 +326,11 @@ def _decode(
                     decoders,
                     per_state,
                 )
-            for st_name in [n for n, per_ns in per_state.items() if not any(per_ns.values())]:
-                del per_state[st_name]
+            for st_name, per_ns in list(per_state.items()):  # deltas' deletions leave empty entries
+                for ns in [ns for ns, keys in per_ns.items() if not keys]:
+                    del per_ns[ns]
+                if not per_ns:
+                    del per_state[st_name]
             if per_state:
                 done(kg, per_state)
     snap = SubtaskStateSnapshot(

@@ -198,3 +198,54 @@ def test_same_module_name_in_two_folders_resolves_to_each_folders_own(tmp_path):
     fa, _ = resolve_factory("samename_job:build", tmp_path / "a")
     fb, _ = resolve_factory("samename_job:build", tmp_path / "b")
     assert (fa(), fb()) == (1, 2)
+
+
+# ---------------------------------------------------------------- broadcast inputs and timers
+
+
+def _bcast_graph(fn=None):
+    from harness import ExactlyOnceFileSinkSpec, GeneratorSource, JobBuilder
+    from harness.job import KeyedBroadcastProcessFunction
+
+    class Rules(KeyedBroadcastProcessFunction):
+        def process_broadcast_element(self, value, ctx):
+            ctx.broadcast_state("rules").put(value, True)
+
+        def process_element(self, value, ctx):
+            ctx.broadcast_state("rules").put(value, True)  # not allowed on the keyed side
+
+    b = (
+        JobBuilder("b", 8)
+        .source("src", GeneratorSource(_gen, 1, 3), 1)
+        .key_by(lambda r: r)
+        .connect_broadcast("rules", GeneratorSource(_gen, 1, 2), 1)
+        .process("stage", fn or Rules(), 2)
+        .sink(ExactlyOnceFileSinkSpec())
+    )
+    return b.build()
+
+
+def _gen(split, n):
+    return f"r{n}"
+
+
+def test_a_broadcast_input_adds_a_source_and_channels_to_every_subtask():
+    g = _bcast_graph()
+    assert g.operators() == ["src", "rules", "stage"]
+    assert g.parallelism() == {"src": 1, "rules": 1, "stage": 2}
+    assert ("rules[0]", "stage[1]") in g.channels() and ("rules", 0, -2) in g.subtasks()
+    g2 = g.with_parallelism({"rules": 2, "stage": 3})
+    assert g2.stages[0].broadcast.parallelism == 2 and g.stages[0].broadcast.parallelism == 1
+
+
+def test_broadcast_needs_a_keyed_broadcast_function_and_is_read_only_on_the_keyed_side():
+    from harness import JobDefinitionError, KeyedProcessFunction
+    from harness.job import ReadOnlyBroadcastState
+    from reference_impl.operator_state import OperatorStateBackend
+
+    with pytest.raises(JobDefinitionError, match="KeyedBroadcastProcessFunction"):
+        _bcast_graph(KeyedProcessFunction())
+    ro = ReadOnlyBroadcastState(OperatorStateBackend().get_broadcast_state("rules"))
+    with pytest.raises(JobDefinitionError, match="read-only"):
+        ro.put("x", 1)
+    assert ro.items() == [] and ro.get("x") is None
