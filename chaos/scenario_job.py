@@ -43,16 +43,9 @@ def scenario_job(sc: Any, base_dir: Path | None = None) -> JobSpec:
 
 
 def default_checks(graph: JobGraph) -> list[str]:
-    """The default checks, less those the job says it cannot support: ``sequence`` without a per-key
-    sequence number, ``restored_state`` for a job whose whole state depends on interleaving (asked for
-    anyway, its model comparison is skipped and the verdict is unknown, not a pass)."""
+    """The default checks, without ``sequence`` for a job that declares no per-key sequence number."""
     c = graph.contract
-    return [
-        n
-        for n in DEFAULT_CHECKS
-        if (n != "sequence" or (c.key is not None and c.seq is not None))
-        and (n != "restored_state" or c.interleaving is None or c.interleaving_states is not None)
-    ]
+    return [n for n in DEFAULT_CHECKS if n != "sequence" or (c.key is not None and c.seq is not None)]
 
 
 def checks_for(sc: Any, graph: JobGraph) -> list[str]:
