@@ -231,6 +231,7 @@ CONCURRENT = {
 }
 # checkpoint 2 expires while count[1] waits for a barrier held back on one of its channels
 EXPIRY = {
+    "records": 30_000,  # the sources are still running when the delayed barrier is due
     "checkpoint": {
         "interval_ms": 40,
         "timeout_ms": 60,
