@@ -198,7 +198,7 @@ def _label_missing(node: pytest.Item | None, label_type: str) -> bool:
 
 
 def _replay_text(outcome: Any, node: pytest.Item | None) -> str:
-    from chaos.runner import replay_command
+    from chaos.replay_command import replay_command
 
     lines = [replay_command(Path(outcome.run_dir))]
     if node is not None:
@@ -355,7 +355,7 @@ def run_scenario(
     attached to Allure. A run that ends in an error instead of verdicts raises
     :class:`ScenarioInfrastructureError` unless ``allow_error=True``.
     """
-    from chaos.runner import replay_command
+    from chaos.replay_command import replay_command
     from chaos.runner import run_scenario as _run
 
     def run(
@@ -395,7 +395,7 @@ def assert_oracles() -> Callable[..., None]:
     """``assert_oracles(outcome, *names)``: every oracle (or the named ones) held; otherwise an
     AssertionError naming each failed oracle, why, its first details and the replay command."""
     from chaos.allure_results import failure_message
-    from chaos.runner import replay_command
+    from chaos.replay_command import replay_command
 
     def check(outcome: Any, *names: str) -> None:
         if outcome.error:

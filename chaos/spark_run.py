@@ -16,6 +16,8 @@ from chaos.errors import EnvironmentProblem, InputError
 from chaos.injectors.base import Injector, InjectorError, NotReady
 from chaos.injectors.network import DisableLink, ProxyRouter, ToxicFault
 from chaos.injectors.process import KillProcess, PauseProcess
+from chaos.injectors.runtime import runtime_injector
+from chaos.runtime_config import checkpoint_config, rescale_requests
 from chaos.scenario import Fault, Scenario
 from chaos.schedule import Nemesis, PlannedFault, plan
 from chaos.scope import RunScope
@@ -143,7 +145,6 @@ def run_spark(sc: Scenario, spec: JobSpec, run_dir: Path, resume: bool = False) 
 def _run_spark(
     sc: Scenario, spec: JobSpec, run_dir: Path, stack: contextlib.ExitStack, resume: bool
 ) -> dict[str, Any]:
-    from chaos.execute import checkpoint_config, rescale_requests, runtime_injector
     from chaos.scenario_job import checks_for
     from chaos.toxiproxy.launch import toxiproxy_client, toxiproxy_server
     from harness.spark.cluster import SparkCluster, SparkEnvironmentError
