@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.errors import InfrastructureError, InputError
-from chaos.injectors.runtime import runtime_injector
+from chaos.faults import FaultTarget, fault_injector
 from chaos.runtime_config import checkpoint_config, rescale_requests
 from chaos.scenario import Scenario
 from chaos.schedule import Nemesis, plan
@@ -84,7 +84,7 @@ def _run_sim(sc: Scenario, spec: JobSpec, run_dir: Path) -> dict[str, Any]:
         config=SimConfig(max_restarts=sc.max_restarts, time_limit_ms=int(sc.timeout_s * 1000)),
         run_info={"scenario": sc.name, "records": sc.records, "keys": sc.keys, "checks": checks_for(sc, spec.graph)},
     )
-    nemesis = Nemesis(plan(sc), lambda p, rng: runtime_injector(ex, scope, p, rng), ex.history.emit)
+    nemesis = Nemesis(plan(sc), fault_injector(FaultTarget(ex, scope)), ex.history.emit)
     ex.hooks = nemesis
     ex.failpoints.handler = nemesis
     return ex.run().to_stats()

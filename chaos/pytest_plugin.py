@@ -423,12 +423,12 @@ def oracles() -> Any:
 def injectors() -> SimpleNamespace:
     """The injector classes (``start()``/``stop()``/``describe()``, each refusing anything outside its
     :class:`~chaos.scope.RunScope`), and the fault kinds a scenario file accepts per cluster."""
+    from chaos.faults import FAULT_KINDS
     from chaos.injectors.base import Injector, InjectorError
     from chaos.injectors.containers import ContainerFault, PartitionContainer
     from chaos.injectors.network import DisableLink, ToxicFault
     from chaos.injectors.process import KillProcess, PauseProcess
     from chaos.injectors.storage_files import CorruptFile, TruncateFile
-    from chaos.scenario import FAULT_KINDS
 
     return SimpleNamespace(
         Injector=Injector,
@@ -441,7 +441,7 @@ def injectors() -> SimpleNamespace:
         DisableLink=DisableLink,
         ContainerFault=ContainerFault,
         PartitionContainer=PartitionContainer,
-        FAULT_KINDS=FAULT_KINDS,
+        FAULT_KINDS={name: kind.clusters for name, kind in FAULT_KINDS.items()},
     )
 
 

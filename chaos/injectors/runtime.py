@@ -5,17 +5,11 @@ storage gate (slow, unavailable, full). Both executors offer the same hooks (``c
 
 from __future__ import annotations
 
-import random
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from chaos.injectors.base import Injector, InjectorError, NotReady
-from chaos.injectors.storage_files import CorruptFile, TruncateFile, pick_checkpoint_file
-from chaos.scope import RunScope
+from chaos.injectors.base import Injector, InjectorError
 
-if TYPE_CHECKING:
-    from chaos.schedule import PlannedFault
-
-__all__ = ["CrashTask", "DelayBarrier", "SkewClock", "StorageGateFault", "runtime_injector"]
+__all__ = ["CrashTask", "DelayBarrier", "SkewClock", "StorageGateFault"]
 
 
 class CrashTask(Injector):
@@ -106,33 +100,3 @@ class StorageGateFault(Injector):
             "target": "checkpoint storage",
             "delay_ms": self.delay_ms,
         }
-
-
-def runtime_injector(executor: Any, scope: RunScope, p: PlannedFault, rng: random.Random) -> Injector | None:
-    """The injector for faults the runtime performs through executor hooks (every cluster)."""
-    f = p.fault
-    if f.kind == "crash_task":
-        names = executor.task_names()
-        if not names:
-            raise NotReady("no subtask is running")
-        return CrashTask(executor, str(f.target) if f.target is not None else rng.choice(names))
-    if f.kind == "failpoint":
-        return None  # the runtime acts at the failpoint itself (Nemesis.on_failpoint)
-    if f.kind == "delay_barrier":
-        channels = executor.channel_names()
-        return DelayBarrier(executor, f.channel or rng.choice(channels), f.delay_ms or 0)
-    if f.kind == "clock_skew":
-        return SkewClock(
-            executor,
-            str(f.target) if f.target is not None else rng.choice(executor.task_names()),
-            int(f.skew_ms or 0),
-        )
-    if f.kind == "storage":
-        if f.mode in ("corrupt", "truncate"):
-            d = executor.latest_checkpoint_dir()
-            if d is None:
-                raise NotReady("no completed checkpoint to damage yet")
-            path = pick_checkpoint_file(d, rng)
-            return (CorruptFile if f.mode == "corrupt" else TruncateFile)(scope, path, rng)
-        return StorageGateFault(executor, str(f.mode), f.delay_ms or 0)
-    raise InjectorError(f"fault kind {f.kind!r} is not supported by this executor")
