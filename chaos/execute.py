@@ -1,10 +1,8 @@
 """Executes a validated scenario on its cluster and returns the oracle verdicts.
 
 The scenario's job (registered or ``module:factory``, ``chaos.scenario_job``) is built at its
-parallelism; the
-:class:`~chaos.schedule.Nemesis` fires its faults through injectors built here for the executor in
-use (sim: ``harness.sim``; Spark: ``harness.spark``), rescale steps become restart requests, and
-``harness.oracles`` checks what the run left behind.
+parallelism; its cluster (``chaos.cluster.registry``) builds the executor and the injectors of its fault
+kinds (``chaos.faults``) and runs it; ``harness.oracles`` checks what the run left behind.
 """
 
 from __future__ import annotations
@@ -12,12 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from chaos.cluster.registry import cluster_for
 from chaos.errors import InfrastructureError, InputError
-from chaos.faults import FaultTarget, fault_injector
-from chaos.runtime_config import checkpoint_config, rescale_requests
 from chaos.scenario import Scenario
-from chaos.schedule import Nemesis, plan
-from chaos.scope import RunScope
+from chaos.schedule import plan
 from harness.jobs import JobSpec
 from harness.run_store import RunStore
 
@@ -70,26 +66,6 @@ def record_input(spec: JobSpec, run_dir: Path) -> None:
         RunStore(run_dir).input.write_text(json.dumps(describe(), indent=2, sort_keys=True, default=str))
 
 
-def _run_sim(sc: Scenario, spec: JobSpec, run_dir: Path) -> dict[str, Any]:
-    from chaos.scenario_job import checks_for
-    from harness.sim import SimConfig, SimExecutor
-
-    scope = RunScope(run_id=run_dir.name, paths=[RunStore(run_dir).checkpoints])
-    ex = SimExecutor(
-        spec.graph,
-        run_dir,
-        checkpoint_config(sc),
-        seed=sc.seed,
-        rescales=rescale_requests(sc),
-        config=SimConfig(max_restarts=sc.max_restarts, time_limit_ms=int(sc.timeout_s * 1000)),
-        run_info={"scenario": sc.name, "records": sc.records, "keys": sc.keys, "checks": checks_for(sc, spec.graph)},
-    )
-    nemesis = Nemesis(plan(sc), fault_injector(FaultTarget(ex, scope)), ex.history.emit)
-    ex.hooks = nemesis
-    ex.failpoints.handler = nemesis
-    return ex.run().to_stats()
-
-
 def execute_scenario(
     sc: Scenario, run_dir: Path, resume: bool = False
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -100,12 +76,7 @@ def execute_scenario(
 
     spec = scenario_spec(sc)
     record_input(spec, run_dir)
-    if sc.cluster_kind == "sim":
-        stats = _run_sim(sc, spec, run_dir)
-    else:
-        from chaos.spark_run import run_spark
-
-        stats = run_spark(sc, spec, run_dir, resume=resume)
+    stats = cluster_for(sc).run(sc, spec, run_dir, resume=resume)
     if stats.get("status") == "failed":
         # the restart strategy (or Spark) gave up: the oracles would only count what never ran
         raise RunGaveUp(

@@ -17,6 +17,9 @@ Fixtures (see ``docs/pytest-plugin.md``):
   ``scenarios`` marker;
 - ``oracles`` (the oracle library), ``injectors`` (the injector classes), ``run_scope`` (a
   blast-radius scope for injectors), ``statechaos_cluster`` and ``statechaos_seed`` (the options).
+
+One module although long: pytest loads a plugin's hooks and fixtures from its ``pytest11`` entry
+point module, and users read the fixtures they may use in one place.
 """
 
 from __future__ import annotations

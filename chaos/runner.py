@@ -3,6 +3,9 @@
 Every run gets its own directory holding the scenario (as run, after overrides), the history, the
 checkpoints, the committed output, the verdicts and the timeline plot, so ``statechaos replay RUN_DIR``
 can run the very same experiment again and ``statechaos report`` can plot it.
+
+One module although long: run, replay and resume share the run directory's set-up and the copy
+of the job module; replay and resume are runs of ``run_scenario``.
 """
 
 from __future__ import annotations

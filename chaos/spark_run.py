@@ -11,18 +11,19 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+from chaos.cluster.base import attach_nemesis
 from chaos.errors import EnvironmentProblem, InputError
-from chaos.faults import FaultTarget, fault_injector
+from chaos.faults import FaultTarget
 from chaos.faults.network import network_link
 from chaos.injectors.network import ProxyRouter
 from chaos.runtime_config import checkpoint_config, rescale_requests
 from chaos.scenario import Scenario
-from chaos.schedule import Nemesis, plan
+from chaos.schedule import plan
 from chaos.scope import RunScope
 from harness.jobs import JobSpec
 from harness.run_store import RunStore
 
-__all__ = ["run_spark", "spark_master"]
+__all__ = ["SparkRun", "spark_master"]
 
 
 def _slots(sc: Scenario, spec: JobSpec) -> int:
@@ -86,10 +87,14 @@ def ship_user_modules(spec: JobSpec) -> list[str]:
     return sorted(shipped)
 
 
-def run_spark(sc: Scenario, spec: JobSpec, run_dir: Path, resume: bool = False) -> dict[str, Any]:
-    """``resume``: a new driver takes over ``run_dir`` from one that died (chaos.resume)."""
-    with contextlib.ExitStack() as stack:
-        return _run_spark(sc, spec, run_dir, stack, resume)
+class SparkRun:
+    """The Spark clusters (embedded local-cluster, a ``spark://`` master, the docker stack) as a
+    :class:`~chaos.cluster.base.Cluster`."""
+
+    def run(self, sc: Scenario, spec: JobSpec, run_dir: Path, resume: bool = False) -> dict[str, Any]:
+        """``resume``: a new driver takes over ``run_dir`` from one that died (chaos.resume)."""
+        with contextlib.ExitStack() as stack:
+            return _run_spark(sc, spec, run_dir, stack, resume)
 
 
 def _run_spark(
@@ -177,9 +182,7 @@ def _run_spark(
     except TransportError as e:  # tls: true without openssl
         raise EnvironmentProblem(f"scenario {sc.name!r}: {e}") from None
 
-    on = FaultTarget(ex, scope, spark=cluster, docker=docker, router=router)
-    nemesis = Nemesis(planned, fault_injector(on), ex.history.emit)
-    ex.hooks = nemesis
+    attach_nemesis(ex, planned, FaultTarget(ex, scope, spark=cluster, docker=docker, router=router))
     ship_user_modules(spec)
     summary = ex.run()
     from harness.spark.executor import JOB_CODE_FAILED
