@@ -42,6 +42,7 @@ Fault = FaultParams  # every fault entry is one; its kind's model says which par
 # a fault entry is validated by its kind's model (chaos.faults), chosen by its ``kind``
 AnyFault = Annotated[Union[tuple(k.params for k in FAULT_KINDS.values())], Field(discriminator="kind")]  # noqa: UP007
 
+
 class ScenarioError(InputError, ValueError):
     """A scenario file is malformed. ``problems`` holds (line, field, message) triples."""
 

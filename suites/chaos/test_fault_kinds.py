@@ -25,7 +25,9 @@ def test_every_kind_is_its_own_module_and_named_after_it():
 
 def test_a_kind_registers_once():
     with pytest.raises(ValueError, match="registered twice"):
-        register(FaultKind(FAULT_KINDS["crash_task"].params, EVERY_CLUSTER, FAULT_KINDS["crash_task"].injector))
+        register(
+            FaultKind(FAULT_KINDS["crash_task"].params, EVERY_CLUSTER, FAULT_KINDS["crash_task"].injector)
+        )
 
 
 def test_each_entry_is_validated_by_its_kinds_model():
@@ -35,5 +37,7 @@ def test_each_entry_is_validated_by_its_kinds_model():
         "  - {at: checkpoint:2, kind: storage, mode: slow, delay_ms: 2s}\n"
         "  - {at: checkpoint:3, kind: network, toxic: latency, attributes: {latency: 50}}\n"
     )
-    assert [type(f) for f in sc.faults] == [FAULT_KINDS[k].params for k in ("crash_task", "storage", "network")]
+    assert [type(f) for f in sc.faults] == [
+        FAULT_KINDS[k].params for k in ("crash_task", "storage", "network")
+    ]
     assert sc.faults[1].delay_ms == 2000 and sc.faults[2].attributes == {"latency": 50}

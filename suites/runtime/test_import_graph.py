@@ -44,7 +44,9 @@ def test_scan_sees_every_kind_of_import(tmp_path: Path) -> None:
     (pkg / "a.py").write_text("def f():\n    from chaos import b\n")
     (pkg / "b.py").write_text("from .c import thing\n")
     (pkg / "c.py").write_text("import chaos.a.sub\nthing = 1\n")
-    (pkg / "d.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from chaos.e import x\n")
+    (pkg / "d.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from chaos.e import x\n"
+    )
     (pkg / "e.py").write_text("from chaos.d import y\n")
     g = import_graph(tmp_path)
     assert g["chaos.a"] == {"chaos.b"} and g["chaos.b"] == {"chaos.c"} and g["chaos.c"] == {"chaos.a"}
