@@ -296,7 +296,7 @@ def run_attachments(
 
 def write_allure_results(outcomes: Iterable[Any], alluredir: Path) -> None:
     """One Allure test result per :class:`chaos.runner.ScenarioOutcome`."""
-    from chaos.runner import replay_command
+    from chaos.replay_command import replay_command
 
     outcomes = list(outcomes)
     alluredir.mkdir(parents=True, exist_ok=True)

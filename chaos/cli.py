@@ -18,16 +18,19 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from chaos.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, InputError, classify, exit_code_for
+from chaos.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_CHECK_FAILED,
+    EXIT_OK,
+    UsageError,
+    classify,
+    exit_code_for,
+)
 from chaos.scenario import ScenarioError, load_scenarios
 from harness.run_store import RunStore
 
 console = Console(stderr=False, highlight=False)
 err = Console(stderr=True, highlight=False)
-
-
-class UsageError(InputError):
-    """Bad input or environment: reported in one message, exit code 2."""
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:

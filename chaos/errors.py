@@ -18,6 +18,7 @@ __all__ = [
     "InfrastructureError",
     "InputError",
     "StatechaosError",
+    "UsageError",
     "classify",
     "EXIT_OK",
     "EXIT_CHECK_FAILED",
@@ -30,6 +31,10 @@ EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 class EnvironmentProblem(EnvironmentFault, RuntimeError):
     """The machine lacks something a run needs (Java, a Docker engine, free task slots, ...)."""
+
+
+class UsageError(InputError):
+    """Bad command-line use (a missing run directory, conflicting options): one message, exit code 2."""
 
 
 def _foreign_kinds() -> list[tuple[type[BaseException], ErrorKind]]:

@@ -1,65 +1,28 @@
 """Executes a validated scenario on its cluster and returns the oracle verdicts.
 
 The scenario's job (registered or ``module:factory``, ``chaos.scenario_job``) is built at its
-parallelism; the
-:class:`~chaos.schedule.Nemesis` fires its faults through injectors built here for the executor in
-use (sim: ``harness.sim``; Spark: ``harness.spark``), rescale steps become restart requests, and
-``harness.oracles`` checks what the run left behind.
+parallelism; its cluster (``chaos.cluster.registry``) builds the executor and the injectors of its fault
+kinds (``chaos.faults``) and runs it; ``harness.oracles`` checks what the run left behind.
 """
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 from typing import Any
 
+from chaos.cluster.registry import cluster_for
 from chaos.errors import InfrastructureError, InputError
-from chaos.injectors.base import Injector, InjectorError, NotReady
-from chaos.injectors.runtime import CrashTask, DelayBarrier, SkewClock, StorageGateFault
-from chaos.injectors.storage_files import CorruptFile, TruncateFile, pick_checkpoint_file
 from chaos.scenario import Scenario
-from chaos.schedule import Nemesis, PlannedFault, plan
-from chaos.scope import RunScope
-from harness.coordinator import CheckpointConfig
+from chaos.schedule import plan
 from harness.jobs import JobSpec
 from harness.run_store import RunStore
 
 __all__ = [
     "execute_scenario",
-    "runtime_injector",
-    "checkpoint_config",
-    "rescale_requests",
     "liveness_bound_ms",
     "alignment_bound_ms",
     "RunGaveUp",
 ]
-
-
-def checkpoint_config(sc: Scenario) -> CheckpointConfig:
-    c = sc.checkpoint
-    return CheckpointConfig(
-        interval_ms=c.interval_ms,
-        timeout_ms=c.timeout_ms,
-        max_concurrent=c.max_concurrent,
-        min_pause_ms=c.min_pause_ms,
-        tolerable_failures=c.tolerable_failures,
-        retained=c.retained,
-    )
-
-
-def rescale_requests(sc: Scenario) -> list[Any]:
-    from harness.jobmaster import RescaleRequest
-
-    out = []
-    for i, step in enumerate(sc.rescale):
-        kind = step.at.kind
-        if kind not in ("checkpoint", "time_ms", "records"):
-            raise InputError(
-                f"scenario {sc.name!r}: rescale[{i}].at: a rescale fires at checkpoint:N, time:T or records:N, "
-                f"not {kind}"
-            )
-        out.append(RescaleRequest(kind, int(getattr(step.at, kind)), step.parallelism, step.savepoint))
-    return out
 
 
 def liveness_bound_ms(sc: Scenario) -> int:
@@ -80,36 +43,6 @@ def alignment_bound_ms(sc: Scenario) -> int:
     if sc.cluster_kind == "sim":
         return int(sc.checkpoint.interval_ms)
     return max(5_000, 2 * sc.checkpoint.interval_ms)
-
-
-def runtime_injector(executor: Any, scope: RunScope, p: PlannedFault, rng: random.Random) -> Injector | None:
-    """The injector for faults the runtime performs through executor hooks (every cluster)."""
-    f = p.fault
-    if f.kind == "crash_task":
-        names = executor.task_names()
-        if not names:
-            raise NotReady("no subtask is running")
-        return CrashTask(executor, str(f.target) if f.target is not None else rng.choice(names))
-    if f.kind == "failpoint":
-        return None  # the runtime acts at the failpoint itself (Nemesis.on_failpoint)
-    if f.kind == "delay_barrier":
-        channels = executor.channel_names()
-        return DelayBarrier(executor, f.channel or rng.choice(channels), f.delay_ms or 0)
-    if f.kind == "clock_skew":
-        return SkewClock(
-            executor,
-            str(f.target) if f.target is not None else rng.choice(executor.task_names()),
-            int(f.skew_ms or 0),
-        )
-    if f.kind == "storage":
-        if f.mode in ("corrupt", "truncate"):
-            d = executor.latest_checkpoint_dir()
-            if d is None:
-                raise NotReady("no completed checkpoint to damage yet")
-            path = pick_checkpoint_file(d, rng)
-            return (CorruptFile if f.mode == "corrupt" else TruncateFile)(scope, path, rng)
-        return StorageGateFault(executor, str(f.mode), f.delay_ms or 0)
-    raise InjectorError(f"fault kind {f.kind!r} is not supported by this executor")
 
 
 def scenario_spec(sc: Scenario) -> JobSpec:
@@ -133,26 +66,6 @@ def record_input(spec: JobSpec, run_dir: Path) -> None:
         RunStore(run_dir).input.write_text(json.dumps(describe(), indent=2, sort_keys=True, default=str))
 
 
-def _run_sim(sc: Scenario, spec: JobSpec, run_dir: Path) -> dict[str, Any]:
-    from chaos.scenario_job import checks_for
-    from harness.sim import SimConfig, SimExecutor
-
-    scope = RunScope(run_id=run_dir.name, paths=[RunStore(run_dir).checkpoints])
-    ex = SimExecutor(
-        spec.graph,
-        run_dir,
-        checkpoint_config(sc),
-        seed=sc.seed,
-        rescales=rescale_requests(sc),
-        config=SimConfig(max_restarts=sc.max_restarts, time_limit_ms=int(sc.timeout_s * 1000)),
-        run_info={"scenario": sc.name, "records": sc.records, "keys": sc.keys, "checks": checks_for(sc, spec.graph)},
-    )
-    nemesis = Nemesis(plan(sc), lambda p, rng: runtime_injector(ex, scope, p, rng), ex.history.emit)
-    ex.hooks = nemesis
-    ex.failpoints.handler = nemesis
-    return ex.run().to_stats()
-
-
 def execute_scenario(
     sc: Scenario, run_dir: Path, resume: bool = False
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -163,12 +76,7 @@ def execute_scenario(
 
     spec = scenario_spec(sc)
     record_input(spec, run_dir)
-    if sc.cluster_kind == "sim":
-        stats = _run_sim(sc, spec, run_dir)
-    else:
-        from chaos.spark_run import run_spark
-
-        stats = run_spark(sc, spec, run_dir, resume=resume)
+    stats = cluster_for(sc).run(sc, spec, run_dir, resume=resume)
     if stats.get("status") == "failed":
         # the restart strategy (or Spark) gave up: the oracles would only count what never ran
         raise RunGaveUp(

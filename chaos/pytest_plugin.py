@@ -17,6 +17,9 @@ Fixtures (see ``docs/pytest-plugin.md``):
   ``scenarios`` marker;
 - ``oracles`` (the oracle library), ``injectors`` (the injector classes), ``run_scope`` (a
   blast-radius scope for injectors), ``statechaos_cluster`` and ``statechaos_seed`` (the options).
+
+One module although long: pytest loads a plugin's hooks and fixtures from its ``pytest11`` entry
+point module, and users read the fixtures they may use in one place.
 """
 
 from __future__ import annotations
@@ -198,7 +201,7 @@ def _label_missing(node: pytest.Item | None, label_type: str) -> bool:
 
 
 def _replay_text(outcome: Any, node: pytest.Item | None) -> str:
-    from chaos.runner import replay_command
+    from chaos.replay_command import replay_command
 
     lines = [replay_command(Path(outcome.run_dir))]
     if node is not None:
@@ -355,7 +358,7 @@ def run_scenario(
     attached to Allure. A run that ends in an error instead of verdicts raises
     :class:`ScenarioInfrastructureError` unless ``allow_error=True``.
     """
-    from chaos.runner import replay_command
+    from chaos.replay_command import replay_command
     from chaos.runner import run_scenario as _run
 
     def run(
@@ -395,7 +398,7 @@ def assert_oracles() -> Callable[..., None]:
     """``assert_oracles(outcome, *names)``: every oracle (or the named ones) held; otherwise an
     AssertionError naming each failed oracle, why, its first details and the replay command."""
     from chaos.allure_results import failure_message
-    from chaos.runner import replay_command
+    from chaos.replay_command import replay_command
 
     def check(outcome: Any, *names: str) -> None:
         if outcome.error:
@@ -423,12 +426,12 @@ def oracles() -> Any:
 def injectors() -> SimpleNamespace:
     """The injector classes (``start()``/``stop()``/``describe()``, each refusing anything outside its
     :class:`~chaos.scope.RunScope`), and the fault kinds a scenario file accepts per cluster."""
+    from chaos.faults import FAULT_KINDS
     from chaos.injectors.base import Injector, InjectorError
     from chaos.injectors.containers import ContainerFault, PartitionContainer
     from chaos.injectors.network import DisableLink, ToxicFault
     from chaos.injectors.process import KillProcess, PauseProcess
     from chaos.injectors.storage_files import CorruptFile, TruncateFile
-    from chaos.scenario import FAULT_KINDS
 
     return SimpleNamespace(
         Injector=Injector,
@@ -441,7 +444,7 @@ def injectors() -> SimpleNamespace:
         DisableLink=DisableLink,
         ContainerFault=ContainerFault,
         PartitionContainer=PartitionContainer,
-        FAULT_KINDS=FAULT_KINDS,
+        FAULT_KINDS={name: kind.clusters for name, kind in FAULT_KINDS.items()},
     )
 
 

@@ -3,13 +3,15 @@
 Every run gets its own directory holding the scenario (as run, after overrides), the history, the
 checkpoints, the committed output, the verdicts and the timeline plot, so ``statechaos replay RUN_DIR``
 can run the very same experiment again and ``statechaos report`` can plot it.
+
+One module although long: run, replay and resume share the run directory's set-up and the copy
+of the job module; replay and resume are runs of ``run_scenario``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import shlex
 import sys
 import time
 import traceback
@@ -24,11 +26,12 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.table import Table
 
 from chaos.errors import EXIT_CHECK_FAILED, EXIT_OK, exit_code_for
+from chaos.replay_command import replay_command
 from chaos.scenario import Scenario, load_scenario
 from harness.oracles.verdict import status_of
 from harness.run_store import RunStore
 
-__all__ = ["ScenarioOutcome", "run_scenario", "run_scenarios", "replay", "replay_command"]
+__all__ = ["ScenarioOutcome", "run_scenario", "run_scenarios", "replay"]
 
 
 RUNS: list[ScenarioOutcome] = []
@@ -80,10 +83,6 @@ class ScenarioOutcome:
         d["result"] = self.result
         d["replay"] = replay_command(Path(self.run_dir))
         return d
-
-
-def replay_command(run_dir: Path) -> str:
-    return f"statechaos replay {shlex.quote(str(run_dir))}"
 
 
 def _new_run_dir(runs_dir: Path, sc: Scenario) -> Path:
@@ -372,7 +371,7 @@ def run_scenarios(
 
 def replay(run_dir: Path, runs_dir: Path, console: Console, json_path: Path | None = None) -> int:
     """Run a recorded scenario again: same scenario (after its overrides), same seed, same schedule."""
-    from chaos.cli import UsageError
+    from chaos.errors import UsageError
 
     src = RunStore(run_dir).scenario
     if not src.is_file():
@@ -385,7 +384,7 @@ def replay(run_dir: Path, runs_dir: Path, console: Console, json_path: Path | No
 
 def _check_input(run_dir: Path, sc: Scenario) -> None:
     """A replay must read the input the run read: the files ``input.json`` names, unchanged."""
-    from chaos.cli import UsageError
+    from chaos.errors import UsageError
 
     recorded = RunStore(run_dir).input
     if not recorded.is_file():
@@ -405,7 +404,7 @@ def _check_input(run_dir: Path, sc: Scenario) -> None:
 def resume(run_dir: Path, console: Console, json_path: Path | None = None) -> int:
     """Replace the dead driver of a Spark run: a new driver restores the job from the newest intact
     checkpoint of its storage, finishes it in the same run directory, and the oracles judge the whole."""
-    from chaos.cli import UsageError
+    from chaos.errors import UsageError
 
     src = RunStore(run_dir).scenario
     if not src.is_file():

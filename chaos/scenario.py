@@ -9,19 +9,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    PrivateAttr,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from chaos.faults import FAULT_KINDS, FaultParams
+from chaos.trigger import Duration, Strict, Trigger, coerce_trigger, parse_duration_ms
 from harness.failpoints import FAILPOINTS  # the runtime owns its failpoint names
 from harness.oracles import ORACLES  # the oracle registry owns the check names
 from reference_impl.errors import InputError
@@ -35,6 +29,7 @@ __all__ = [
     "Fault",
     "RescaleStep",
     "Trigger",
+    "parse_duration_ms",
     "CheckpointSettings",
     "load_scenario",
     "load_scenarios",
@@ -43,55 +38,9 @@ __all__ = [
 
 ORACLE_NAMES = tuple(ORACLES)
 
-# fault kind -> cluster kinds it works on ("*" = every cluster)
-FAULT_KINDS: dict[str, tuple[str, ...]] = {
-    "crash_task": ("*",),
-    "failpoint": ("*",),
-    "delay_barrier": ("*",),
-    "clock_skew": ("*",),
-    "storage": ("*",),
-    "kill_executor": ("local", "spark", "docker"),
-    "kill_python_worker": ("local", "spark", "docker"),
-    "pause_executor": ("local", "spark", "docker"),
-    "network": ("local", "spark", "docker"),
-    "kill_worker": ("docker",),
-    "stop_worker": ("docker",),
-    "restart_worker": ("docker",),
-    "pause_worker": ("docker",),
-    "partition_worker": ("docker",),
-}
-
-STORAGE_MODES = ("slow", "unavailable", "full", "corrupt", "truncate")
-TOXICS = (
-    "latency",
-    "jitter",
-    "bandwidth",
-    "slow_close",
-    "timeout",
-    "reset_peer",
-    "slicer",
-    "limit_data",
-    "disable",
-)
-
-
-def _check_toxic_attributes(toxic: str, attributes: dict[str, Any]) -> None:
-    """Toxiproxy ignores attributes a toxic does not have and refuses non-integers: catch both here,
-    where the scenario file can be named, instead of a typo silently doing nothing."""
-    from chaos.toxiproxy.toxics import TOXIC_TYPES
-
-    known = TOXIC_TYPES.get("latency" if toxic == "jitter" else toxic, {})
-    for name, value in attributes.items():
-        if name not in known:
-            has = f"has: {', '.join(known)}" if known else "takes none"
-            raise ValueError(f"toxic {toxic} has no attribute {name!r} ({has})")
-        if isinstance(value, bool) or not isinstance(value, int) and not float(value).is_integer():
-            raise ValueError(
-                f"toxic {toxic} attribute {name} must be a whole number (Toxiproxy's are), got {value!r}"
-            )
-
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
+Fault = FaultParams  # every fault entry is one; its kind's model says which parameters it has
+# a fault entry is validated by its kind's model (chaos.faults), chosen by its ``kind``
+AnyFault = Annotated[Union[tuple(k.params for k in FAULT_KINDS.values())], Field(discriminator="kind")]  # noqa: UP007
 
 
 class ScenarioError(InputError, ValueError):
@@ -110,84 +59,6 @@ class ScenarioError(InputError, ValueError):
         super().__init__("invalid scenario\n  " + "\n  ".join(lines))
 
 
-def parse_duration_ms(value: Any) -> int:
-    """``250``, ``"250ms"``, ``"2s"``, ``"1.5m"`` -> milliseconds."""
-    if isinstance(value, bool):
-        raise ValueError("expected a duration such as 500, '500ms', '2s' or '1m'")
-    if isinstance(value, int | float):
-        if value < 0:
-            raise ValueError("a duration must be >= 0")
-        return int(value)
-    if isinstance(value, str):
-        m = _DURATION.match(value)
-        if m:
-            n = float(m.group(1))
-            return int(n * {"ms": 1, None: 1, "s": 1000, "m": 60_000}[m.group(2)])
-    raise ValueError(f"expected a duration such as 500, '500ms', '2s' or '1m', got {value!r}")
-
-
-Duration = Annotated[int, Field(ge=0)]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Trigger(_Strict):
-    """When a fault or rescale fires: exactly one of time, checkpoint, records, failpoint, random."""
-
-    time_ms: Duration | None = None
-    checkpoint: Annotated[int, Field(ge=1)] | None = None
-    records: Annotated[int, Field(ge=0)] | None = None
-    failpoint: str | None = None
-    random: Annotated[int, Field(ge=1, description="how many firings, at seeded random times")] | None = None
-    within_ms: Duration | None = None  # window for random triggers
-    # fire this long after a checkpoint or records trigger is reached (e.g. in the middle of the next
-    # checkpoint's barrier alignment, which the completion of the previous one cannot catch)
-    after_ms: Duration | None = None
-
-    @field_validator("time_ms", "within_ms", "after_ms", mode="before")
-    @classmethod
-    def _duration(cls, v: Any) -> Any:
-        return None if v is None else parse_duration_ms(v)
-
-    @field_validator("failpoint")
-    @classmethod
-    def _known_failpoint(cls, v: str | None) -> str | None:
-        if v is not None and v not in FAILPOINTS:
-            raise ValueError(f"unknown failpoint {v!r}; expected one of: {', '.join(FAILPOINTS)}")
-        return v
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> Trigger:
-        set_ = [
-            k
-            for k in ("time_ms", "checkpoint", "records", "failpoint", "random")
-            if getattr(self, k) is not None
-        ]
-        if len(set_) != 1:
-            raise ValueError(
-                "a trigger needs exactly one of time_ms, checkpoint, records, failpoint, random "
-                f"(got {', '.join(set_) or 'none'})"
-            )
-        if self.within_ms is not None and self.random is None:
-            raise ValueError("within_ms only applies to random triggers")
-        if self.after_ms is not None and self.checkpoint is None and self.records is None:
-            raise ValueError("after_ms only applies to checkpoint and records triggers")
-        return self
-
-    @property
-    def kind(self) -> str:
-        for k in ("time_ms", "checkpoint", "records", "failpoint", "random"):
-            if getattr(self, k) is not None:
-                return k
-        raise AssertionError("validated trigger has a kind")
-
-    def describe(self) -> str:
-        after = f"+{self.after_ms}ms" if self.after_ms else ""
-        return f"{self.kind}={getattr(self, self.kind)}{after}"
-
-
 def _check_parallelism(v: Any) -> Any:
     """One clear message instead of pydantic's per-branch union errors."""
     if isinstance(v, bool) or not isinstance(v, int | dict):
@@ -201,94 +72,7 @@ def _check_parallelism(v: Any) -> Any:
     return v
 
 
-def _coerce_trigger(v: Any) -> Any:
-    """Accept shorthand strings: ``"checkpoint:3"``, ``"time:2s"``, ``"records:1000"``, ``"failpoint:x"``,
-    ``"random:5"``."""
-    if isinstance(v, str):
-        if ":" not in v:
-            raise ValueError(
-                f"trigger {v!r}: expected 'checkpoint:N', 'time:2s', 'records:N', 'failpoint:NAME' or 'random:N'"
-            )
-        kind, _, arg = v.partition(":")
-        kind = kind.strip()
-        key = {
-            "time": "time_ms",
-            "checkpoint": "checkpoint",
-            "records": "records",
-            "failpoint": "failpoint",
-            "random": "random",
-        }.get(kind)
-        if key is None:
-            raise ValueError(f"trigger {v!r}: unknown trigger kind {kind!r}")
-        return {key: arg.strip()}
-    return v
-
-
-class Fault(_Strict):
-    """One fault: when (``at``), what (``kind``), on what (``target``), and kind-specific parameters."""
-
-    at: Trigger
-    kind: str
-    target: str | int | None = None
-    duration_ms: Duration | None = None
-    action: Literal["crash", "delay"] | None = None  # failpoint
-    delay_ms: Duration | None = None  # failpoint delay, barrier delay
-    channel: str | None = None  # delay_barrier / network: "source[0]->count[1]" or "coordinator"
-    skew_ms: int | None = None  # clock_skew
-    mode: str | None = None  # storage
-    toxic: str | None = None  # network
-    attributes: dict[str, int | float] = Field(default_factory=dict)  # network toxic attributes
-    toxicity: Annotated[float, Field(ge=0, le=1)] = 1.0
-    # network: Toxiproxy direction; none = the way records flow (a data channel: upstream, from the
-    # sending task to the receiving one; the coordinator link: downstream, the driver's triggers to a task)
-    stream: Literal["upstream", "downstream"] | None = None
-
-    _coerce_at = field_validator("at", mode="before")(classmethod(lambda cls, v: _coerce_trigger(v)))
-
-    @field_validator("duration_ms", "delay_ms", mode="before")
-    @classmethod
-    def _duration(cls, v: Any) -> Any:
-        return None if v is None else parse_duration_ms(v)
-
-    @field_validator("kind")
-    @classmethod
-    def _known_kind(cls, v: str) -> str:
-        if v not in FAULT_KINDS:
-            raise ValueError(f"unknown fault kind {v!r}; expected one of: {', '.join(FAULT_KINDS)}")
-        return v
-
-    @model_validator(mode="after")
-    def _kind_params(self) -> Fault:
-        k = self.kind
-        if k == "failpoint":
-            if self.at.failpoint is None:
-                raise ValueError("a failpoint fault needs at: {failpoint: NAME}")
-            if self.action is None:
-                raise ValueError("a failpoint fault needs action: crash or delay")
-            if self.action == "delay" and self.delay_ms is None:
-                raise ValueError("action: delay needs delay_ms")
-        if k == "delay_barrier" and self.delay_ms is None:
-            raise ValueError("delay_barrier needs delay_ms (how long the barrier is held on its channel)")
-        if k == "clock_skew" and self.skew_ms is None:
-            raise ValueError("clock_skew needs skew_ms")
-        if k == "storage":
-            if self.mode not in STORAGE_MODES:
-                raise ValueError(f"storage faults need mode: one of {', '.join(STORAGE_MODES)}")
-        elif self.mode is not None:
-            raise ValueError(f"mode only applies to storage faults, not {k}")
-        if k == "network":
-            if self.toxic not in TOXICS:
-                raise ValueError(f"network faults need toxic: one of {', '.join(TOXICS)}")
-            _check_toxic_attributes(self.toxic, self.attributes)
-        elif self.toxic is not None or self.attributes:
-            raise ValueError(f"toxic/attributes only apply to network faults, not {k}")
-        if k == "pause_executor" or k == "pause_worker":
-            if self.duration_ms is None:
-                raise ValueError(f"{k} needs duration_ms (how long the target stays paused)")
-        return self
-
-
-class RescaleStep(_Strict):
+class RescaleStep(Strict):
     """Restart the job with another parallelism at a trigger, from a savepoint or the latest checkpoint."""
 
     at: Trigger
@@ -298,10 +82,10 @@ class RescaleStep(_Strict):
     _check_p = field_validator("parallelism", mode="before")(
         classmethod(lambda cls, v: _check_parallelism(v))
     )
-    _coerce_at = field_validator("at", mode="before")(classmethod(lambda cls, v: _coerce_trigger(v)))
+    _coerce_at = field_validator("at", mode="before")(classmethod(lambda cls, v: coerce_trigger(v)))
 
 
-class CheckpointSettings(_Strict):
+class CheckpointSettings(Strict):
     """Checkpoint coordinator settings; defaults as Flink's, except the interval, which Flink leaves off."""
 
     interval_ms: Annotated[int, Field(ge=1)] = 500
@@ -323,7 +107,7 @@ _CLUSTER = re.compile(
 )
 
 
-class Scenario(_Strict):
+class Scenario(Strict):
     """A whole chaos experiment."""
 
     name: Annotated[str, Field(min_length=1)]
@@ -342,7 +126,7 @@ class Scenario(_Strict):
     records: Annotated[int, Field(ge=1)] = 10_000
     keys: Annotated[int, Field(ge=1)] = 100
     checkpoint: CheckpointSettings = Field(default_factory=CheckpointSettings)
-    faults: list[Fault] = Field(default_factory=list)
+    faults: list[AnyFault] = Field(default_factory=list)  # type: ignore[valid-type]
     rescale: list[RescaleStep] = Field(default_factory=list)
     checks: list[str] = Field(
         default_factory=lambda: [
@@ -427,8 +211,8 @@ class Scenario(_Strict):
         except ValidationError as e:  # e.g. docker-only faults with --cluster local: exit 2, no traceback
             problems: list[tuple[int | None, str, str]] = []
             for err in e.errors():
-                msg = err["msg"].removeprefix("Value error, ")
-                for path_, m in _ENCODED.findall(msg) or [(".".join(map(str, err["loc"])), msg)]:
+                loc, msg = _error(err)
+                for path_, m in _ENCODED.findall(msg) or [(".".join(map(str, loc)), msg)]:
                     loc = tuple(int(x) if x.isdigit() else x for x in path_.split(".") if x)
                     problems.append((None, _field_name(loc), m))
             raise ScenarioError(
@@ -456,8 +240,8 @@ def consistency_problems(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
     for i, step in enumerate(s.rescale):
         check_p(step.parallelism, ("rescale", i, "parallelism"))
     for i, f in enumerate(s.faults):
-        allowed = FAULT_KINDS[f.kind]
-        if "*" not in allowed and s.cluster_kind not in allowed:
+        allowed = FAULT_KINDS[f.kind].clusters
+        if s.cluster_kind not in allowed:
             out.append(
                 (
                     ("faults", i, "kind"),
@@ -468,6 +252,26 @@ def consistency_problems(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
 
 
 _ENCODED = re.compile(r"@([^@]*)@ ([^;]*)(?:; |$)")
+
+
+def _error(err: Any) -> tuple[tuple[Any, ...], str]:
+    """A pydantic error as (field path, message) in the scenario's own terms: a fault's path without
+    the union branch pydantic inserts, and an unknown or missing ``kind`` named as such."""
+    loc, msg = tuple(err["loc"]), err["msg"].removeprefix("Value error, ")
+    kinds = ", ".join(FAULT_KINDS)
+    if err["type"] == "union_tag_invalid":
+        return (*loc, "kind"), f"unknown fault kind {err['ctx']['tag']!r}; expected one of: {kinds}"
+    if err["type"] == "union_tag_not_found":
+        return (*loc, "kind"), f"a fault needs kind: one of {kinds}"
+    tag = loc[2] if len(loc) > 2 and loc[0] == "faults" and loc[2] in FAULT_KINDS else None
+    if tag is not None:
+        loc = (*loc[:2], *loc[3:])
+    if err["type"] == "extra_forbidden":
+        if tag is not None:
+            takes = ", ".join(FAULT_KINDS[tag].params.model_fields)
+            return loc, f"unknown field for a {tag} fault (it takes: {takes})"
+        return loc, "unknown field"
+    return loc, msg
 
 
 # ------------------------------------------------------------------ loading with line numbers
@@ -540,10 +344,7 @@ def parse_scenario(text: str, path: str = "<string>", base_dir: Path | None = No
         problems = []
         seen = set()
         for err in e.errors():
-            loc = tuple(err["loc"])
-            msg = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "extra_forbidden":
-                msg = "unknown field"
+            loc, msg = _error(err)
             # one message per field: unions report each branch; keep the first
             encoded = _ENCODED.findall(msg)
             if encoded:

@@ -137,7 +137,7 @@ class Nemesis:
             if p.fault.target is not None and target is not None and str(p.fault.target) != target:
                 continue
             self._fire(p, target_override=target)
-            if p.fault.action == "delay":
+            if getattr(p.fault, "action", None) == "delay":  # a failpoint fault's; other kinds crash
                 return FailpointAction("delay", p.fault.delay_ms or 0, p.fault_id)
             return FailpointAction("crash", 0, p.fault_id)
         return None

@@ -8,21 +8,22 @@ gone when this returns, also on failure and Ctrl-C."""
 from __future__ import annotations
 
 import contextlib
-import random
 from pathlib import Path
 from typing import Any
 
+from chaos.cluster.base import attach_nemesis
 from chaos.errors import EnvironmentProblem, InputError
-from chaos.injectors.base import Injector, InjectorError, NotReady
-from chaos.injectors.network import DisableLink, ProxyRouter, ToxicFault
-from chaos.injectors.process import KillProcess, PauseProcess
-from chaos.scenario import Fault, Scenario
-from chaos.schedule import Nemesis, PlannedFault, plan
+from chaos.faults import FaultTarget
+from chaos.faults.network import network_link
+from chaos.injectors.network import ProxyRouter
+from chaos.runtime_config import checkpoint_config, rescale_requests
+from chaos.scenario import Scenario
+from chaos.schedule import plan
 from chaos.scope import RunScope
 from harness.jobs import JobSpec
 from harness.run_store import RunStore
 
-__all__ = ["run_spark", "spark_master"]
+__all__ = ["SparkRun", "spark_master"]
 
 
 def _slots(sc: Scenario, spec: JobSpec) -> int:
@@ -45,40 +46,6 @@ def spark_master(sc: Scenario, slots: int) -> str:
         raise InputError(f"scenario {sc.name!r}: cluster: {e}") from None
 
 
-def _executor_target(cluster: Any, target: str | None, rng: random.Random) -> tuple[str, int]:
-    pids = cluster.executor_pids()
-    if not pids:
-        raise InjectorError("no executor process of this run is visible on this host")
-    ids = sorted(pids, key=lambda x: int(x) if x.isdigit() else x)
-    if target is None:
-        eid = rng.choice(ids)
-    else:
-        want = str(target).removeprefix("executor:")
-        if not want.isdigit():
-            raise InjectorError(f"target {target!r}: expected executor:N")
-        eid = ids[int(want) % len(ids)]  # the N-th live executor (ids grow as Spark replaces them)
-    return eid, pids[eid]
-
-
-def network_link(channel: str | None) -> str:
-    """The link a network fault's ``channel`` names: ``"up->down"`` a data channel, ``"coordinator"``
-    every task's coordinator link, ``"coordinator:task"`` one of them; none: every data channel (one
-    is picked when the fault starts). A trailing ``:`` marks a prefix."""
-    from harness.spark.network import coordinator_link
-
-    if channel is None:
-        return "data:"
-    if channel == "coordinator":
-        return "coord:"
-    if channel.startswith("coordinator:"):
-        return coordinator_link(channel.removeprefix("coordinator:"))
-    if "->" not in channel:
-        raise EnvironmentProblem(
-            f"network fault channel {channel!r}: expected 'up[i]->down[j]', 'coordinator' or 'coordinator:task'"
-        )
-    return f"data:{channel}"
-
-
 class _LinkRouter(ProxyRouter):
     """Proxies exactly the links the scenario's network faults name (prefixes for 'every ...')."""
 
@@ -88,20 +55,6 @@ class _LinkRouter(ProxyRouter):
     def wants(self, link: str) -> bool:
         assert self.links is not None
         return any(link == x or (x.endswith(":") and link.startswith(x)) for x in self.links)
-
-
-def _network_injector(router: ProxyRouter, f: Fault, run_id: str, rng: random.Random) -> Injector:
-    link = network_link(f.channel)
-    proxies = router.proxies_for(link)
-    if link == "data:" and proxies:
-        proxies = [rng.choice(proxies)]
-    if not proxies:
-        live = ", ".join(sorted(router.proxies)) or "none yet"
-        raise NotReady(f"no live proxied link matches {f.channel or 'a data channel'!r} (proxied: {live})")
-    if f.toxic == "disable":
-        return DisableLink(proxies)
-    stream = f.stream or ("upstream" if link.startswith("data:") else "downstream")
-    return ToxicFault(proxies, str(f.toxic), dict(f.attributes), stream, f.toxicity, run_id)
 
 
 _PROJECT_PACKAGES = ("harness", "reference_impl", "chaos")
@@ -134,16 +87,19 @@ def ship_user_modules(spec: JobSpec) -> list[str]:
     return sorted(shipped)
 
 
-def run_spark(sc: Scenario, spec: JobSpec, run_dir: Path, resume: bool = False) -> dict[str, Any]:
-    """``resume``: a new driver takes over ``run_dir`` from one that died (chaos.resume)."""
-    with contextlib.ExitStack() as stack:
-        return _run_spark(sc, spec, run_dir, stack, resume)
+class SparkRun:
+    """The Spark clusters (embedded local-cluster, a ``spark://`` master, the docker stack) as a
+    :class:`~chaos.cluster.base.Cluster`."""
+
+    def run(self, sc: Scenario, spec: JobSpec, run_dir: Path, resume: bool = False) -> dict[str, Any]:
+        """``resume``: a new driver takes over ``run_dir`` from one that died (chaos.resume)."""
+        with contextlib.ExitStack() as stack:
+            return _run_spark(sc, spec, run_dir, stack, resume)
 
 
 def _run_spark(
     sc: Scenario, spec: JobSpec, run_dir: Path, stack: contextlib.ExitStack, resume: bool
 ) -> dict[str, Any]:
-    from chaos.execute import checkpoint_config, rescale_requests, runtime_injector
     from chaos.scenario_job import checks_for
     from chaos.toxiproxy.launch import toxiproxy_client, toxiproxy_server
     from harness.spark.cluster import SparkCluster, SparkEnvironmentError
@@ -226,34 +182,7 @@ def _run_spark(
     except TransportError as e:  # tls: true without openssl
         raise EnvironmentProblem(f"scenario {sc.name!r}: {e}") from None
 
-    def factory(p: PlannedFault, rng: random.Random) -> Injector | None:
-        f = p.fault
-        if docker is not None:
-            from chaos.cluster.docker_spark import docker_injector
-
-            target = None if f.target is None else str(f.target)
-            injector = docker_injector(docker, cluster, scope, f.kind, target, rng, f.duration_ms)
-            if injector is not None:
-                return injector
-        if f.kind == "kill_executor":
-            _, pid = _executor_target(cluster, None if f.target is None else str(f.target), rng)
-            return KillProcess(scope, pid, "executor")
-        if f.kind == "pause_executor":
-            _, pid = _executor_target(cluster, None if f.target is None else str(f.target), rng)
-            return PauseProcess(scope, pid, "executor")
-        if f.kind == "kill_python_worker":
-            eid, _ = _executor_target(cluster, None if f.target is None else str(f.target), rng)
-            workers = cluster.python_worker_pids().get(eid, [])
-            if not workers:
-                raise InjectorError(f"executor {eid} has no Python worker running")
-            return KillProcess(scope, rng.choice(workers), "python_worker")
-        if f.kind == "network":
-            assert router is not None
-            return _network_injector(router, f, run_dir.name, rng)
-        return runtime_injector(ex, scope, p, rng)
-
-    nemesis = Nemesis(planned, factory, ex.history.emit)
-    ex.hooks = nemesis
+    attach_nemesis(ex, planned, FaultTarget(ex, scope, spark=cluster, docker=docker, router=router))
     ship_user_modules(spec)
     summary = ex.run()
     from harness.spark.executor import JOB_CODE_FAILED

@@ -48,7 +48,7 @@ def run_benchmarks(
     names = [m for m in MODULES if not only or m in only]
     unknown = set(only or []) - set(MODULES)
     if unknown:
-        from chaos.cli import UsageError
+        from chaos.errors import UsageError
 
         raise UsageError(
             f"unknown benchmark module(s): {', '.join(sorted(unknown))}; known: {', '.join(MODULES)}"

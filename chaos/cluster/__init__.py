@@ -1,5 +1,17 @@
-"""Clusters a run starts and owns: the dockerised Spark standalone stack (:mod:`.docker_stack`)."""
+"""Where a scenario runs (:mod:`.base`: one interface for sim, local, ``spark://`` and docker) and the
+clusters a run starts and owns: the dockerised Spark standalone stack (:mod:`.docker_stack`),
+imported on first use so a simulated run never loads the Docker SDK."""
 
-from chaos.cluster.docker_stack import DockerStack, DockerStackError, build_images
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["DockerStack", "DockerStackError", "build_images"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from chaos.cluster import docker_stack
+
+        return getattr(docker_stack, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

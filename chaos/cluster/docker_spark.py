@@ -41,22 +41,18 @@ from chaos.cluster.docker_stack import (
 )
 from chaos.errors import EnvironmentProblem
 from chaos.injectors.base import Injector, InjectorError
-from chaos.injectors.containers import ContainerFault, PartitionContainer
 from chaos.scope import RunScope
 
 __all__ = [
-    "CONTAINER_FAULTS",
     "DockerSparkCluster",
     "ExecSignal",
     "docker_cluster_for",
-    "docker_injector",
     "docker_session",
     "workers_for",
 ]
 
 IMAGE_PYTHON = "/opt/statechaos/venv/bin/python"
 CORES_PER_WORKER = 2
-CONTAINER_FAULTS = ("kill_worker", "stop_worker", "restart_worker", "pause_worker", "partition_worker")
 # Spark declares an executor lost after spark.network.timeout without a heartbeat: short, so a cut or
 # frozen worker fails the stage in seconds, yet longer than the pauses scenarios use to expire a
 # checkpoint (a pause is meant to be survived).
@@ -307,27 +303,6 @@ class ExecSignal(Injector):
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "target": self.container.name, "pid": self.pid}
-
-
-def docker_injector(
-    dc: DockerSparkCluster,
-    spark: Any,
-    scope: RunScope,
-    kind: str,
-    target: str | None,
-    rng: random.Random,
-    duration_ms: int | None = None,
-) -> Injector | None:
-    """The injector for a container or process fault on the docker cluster, None for other kinds.
-    A ``kill_worker`` with a duration starts the killed worker again when it heals."""
-    if kind in ("kill_executor", "pause_executor", "kill_python_worker"):
-        return ExecSignal(scope, dc.pick_worker(spark, target, rng), kind, rng)
-    if kind == "partition_worker":
-        assert dc.stack is not None
-        return PartitionContainer(scope, dc.pick_worker(spark, target, rng), dc.stack.network())
-    if kind in CONTAINER_FAULTS:
-        return ContainerFault(scope, dc.pick_worker(spark, target, rng), kind, duration_ms is not None)
-    return None
 
 
 # ---- sessions: one stack for several runs ------------------------------------------------------------

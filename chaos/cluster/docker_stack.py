@@ -18,6 +18,9 @@ Usage::
 
     with DockerStack("run-42", workers=2) as stack:   # up + wait_healthy; down on exit, error or signal
         code, out = stack.run_in_driver(["python", "-c", "..."])
+
+One module although long: compose up/down, the label sweep and the owner check are the lifecycle
+of one resource, the run's stack.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ one answers as Toxiproxy 2.12 does, status codes, JSON shapes, headers and error
 its toxics act on bytes as Toxiproxy's do; ``suites/chaos/test_toxiproxy_conformance.py`` runs the same
 probes against both and fails on any difference. Runs use a real Toxiproxy when one is at hand (see
 ``launch``). Run ``python -m chaos.toxiproxy`` or use :class:`ToxiproxyServer` in-process.
+
+One module although long: Toxiproxy's REST API and the server that serves it (the proxies and
+toxics are in ``proxy``, ``link`` and ``toxics``).
 """
 
 from __future__ import annotations

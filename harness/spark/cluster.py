@@ -36,6 +36,9 @@ Measured facts (this machine: 2 cores, local-cluster[2,1,1024], other engineers'
 - Executors import the project without ``spark.files``: ``spark.pyspark.python`` points at this venv,
   where statechaos is installed editable. ``ship_project=True`` zips the packages into pyFiles for
   masters whose Python lacks them.
+
+One module although long: starting, discovering and reaping a run's processes walk the same
+process tree (the pids the blast-radius guard allows are the pids ``stop`` reaps).
 """
 
 from __future__ import annotations

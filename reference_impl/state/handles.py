@@ -5,6 +5,9 @@ The plain handles store values as they are; the TTL handles (Flink's TTL decorat
 into :class:`~reference_impl.snapshot.TtlValue`) — one per value for Value/Reducing/Aggregating, one per element for List,
 one per entry for Map — and check expiry on every access. Handles are deliberately lean: they run
 once or more per record.
+
+One module although long: every handle derives from ``_Handle``/``_MergingHandle`` and its TTL
+variant differs from the plain one in a few lines; split, the expiry rules would be spread over files.
 """
 
 from __future__ import annotations

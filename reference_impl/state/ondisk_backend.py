@@ -24,6 +24,9 @@ Incremental checkpoints (:meth:`OnDiskKeyedStateBackend.checkpoint_incremental`)
 group, a base file and then delta files with only the entries changed since the previous checkpoint
 into ``<job>/shared/`` (named by content hash), and a manifest into ``chk-<n>``; unchanged key groups
 reuse the previous files. A chain is rewritten as a fresh base when its deltas outgrow the base.
+
+One module although long: the namespace views, the table and the backend all work on the one
+RocksDB key layout and codec defined at its top, and mean nothing apart.
 """
 
 from __future__ import annotations

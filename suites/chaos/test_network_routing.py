@@ -17,8 +17,9 @@ import psutil
 import pytest
 
 from chaos.errors import EnvironmentProblem
+from chaos.faults.network import network_link
 from chaos.injectors.network import ToxicFault
-from chaos.spark_run import _LinkRouter, network_link
+from chaos.spark_run import _LinkRouter
 from chaos.toxiproxy.launch import toxiproxy_client, toxiproxy_server
 
 pytestmark = [allure.epic("chaos"), allure.feature("network faults")]

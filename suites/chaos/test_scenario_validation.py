@@ -132,17 +132,32 @@ MALFORMED = [
         "needs cluster docker",
     ),
     (
-        "name: x\ncluster: sim\nfaults:\n  - at: checkpoint:1\n    kind: crash_task\n    toxicity: 2\n",
-        6,
+        "name: x\ncluster: local\nfaults:\n  - at: checkpoint:1\n    kind: network\n    toxic: latency\n"
+        "    toxicity: 2\n",
+        7,
         "faults[0].toxicity",
         "less than or equal to 1",
     ),
     (
-        "name: x\ncluster: sim\nfaults:\n  - at: checkpoint:1\n    kind: crash_task\n    stream: sideways\n",
-        6,
+        "name: x\ncluster: local\nfaults:\n  - at: checkpoint:1\n    kind: network\n    toxic: latency\n"
+        "    stream: sideways\n",
+        7,
         "faults[0].stream",
         "upstream",
     ),
+    (  # a parameter of another kind is named as such, not ignored
+        "name: x\ncluster: sim\nfaults:\n  - at: checkpoint:1\n    kind: crash_task\n    toxicity: 0.5\n",
+        6,
+        "faults[0].toxicity",
+        "unknown field for a crash_task fault (it takes: at, kind, target, duration_ms)",
+    ),
+    (
+        "name: x\ncluster: sim\nfaults:\n  - at: checkpoint:1\n    kind: crash_task\n    mode: corrupt\n",
+        6,
+        "faults[0].mode",
+        "unknown field for a crash_task fault",
+    ),
+    ("name: x\ncluster: sim\nfaults:\n  - at: checkpoint:1\n", 4, "faults[0].kind", "a fault needs kind: one of"),
     ("name: x\nrescale:\n  - parallelism: 3\n", 3, "rescale[0].at", "Field required"),
     (
         "name: x\nrescale:\n  - at: checkpoint:2\n    parallelism: 999\n",

@@ -1,0 +1,29 @@
+"""One interface for every cluster a scenario names (sim, local, ``spark://``, docker): each starts
+what the run needs, builds the executor and the :class:`~chaos.faults.FaultTarget` its faults act on,
+runs the job under the scenario's nemesis and leaves nothing running."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+from chaos.faults import FaultTarget, fault_injector
+from chaos.scenario import Scenario
+from chaos.schedule import Nemesis, PlannedFault
+from harness.jobs import JobSpec
+
+__all__ = ["Cluster", "attach_nemesis"]
+
+
+class Cluster(Protocol):
+    def run(self, sc: Scenario, spec: JobSpec, run_dir: Path, resume: bool = False) -> dict[str, Any]:
+        """Run ``spec`` for ``sc`` in ``run_dir`` (``resume``: take over a dead driver's run); the run's
+        statistics."""
+        ...
+
+
+def attach_nemesis(executor: Any, planned: list[PlannedFault], on: FaultTarget) -> Nemesis:
+    """The nemesis fires ``planned`` through each fault kind's injector, on ``executor``'s hooks."""
+    nemesis = Nemesis(planned, fault_injector(on), executor.history.emit)
+    executor.hooks = nemesis
+    return nemesis

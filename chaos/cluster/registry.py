@@ -1,0 +1,20 @@
+"""Which :class:`~chaos.cluster.base.Cluster` runs a scenario, by its ``cluster`` field."""
+
+from __future__ import annotations
+
+from chaos.cluster.base import Cluster
+from chaos.scenario import Scenario
+
+__all__ = ["cluster_for"]
+
+
+def cluster_for(sc: Scenario) -> Cluster:
+    """The simulator for ``sim``; Spark (embedded local-cluster, ``spark://``, docker) otherwise, imported
+    only when a scenario needs it."""
+    if sc.cluster_kind == "sim":
+        from chaos.cluster.sim import SimCluster
+
+        return SimCluster()
+    from chaos.spark_run import SparkRun
+
+    return SparkRun()

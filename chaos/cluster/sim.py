@@ -1,0 +1,42 @@
+"""The simulator as a cluster: one process, deterministic from the seed; faults act through the
+executor's hooks and failpoints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from chaos.cluster.base import attach_nemesis
+from chaos.faults import FaultTarget
+from chaos.runtime_config import checkpoint_config, rescale_requests
+from chaos.scenario import Scenario
+from chaos.scenario_job import checks_for
+from chaos.schedule import plan
+from chaos.scope import RunScope
+from harness.jobs import JobSpec
+from harness.run_store import RunStore
+from harness.sim import SimConfig, SimExecutor
+
+__all__ = ["SimCluster"]
+
+
+class SimCluster:
+    def run(self, sc: Scenario, spec: JobSpec, run_dir: Path, resume: bool = False) -> dict[str, Any]:
+        scope = RunScope(run_id=run_dir.name, paths=[RunStore(run_dir).checkpoints])
+        ex = SimExecutor(
+            spec.graph,
+            run_dir,
+            checkpoint_config(sc),
+            seed=sc.seed,
+            rescales=rescale_requests(sc),
+            config=SimConfig(max_restarts=sc.max_restarts, time_limit_ms=int(sc.timeout_s * 1000)),
+            run_info={
+                "scenario": sc.name,
+                "records": sc.records,
+                "keys": sc.keys,
+                "checks": checks_for(sc, spec.graph),
+            },
+        )
+        nemesis = attach_nemesis(ex, plan(sc), FaultTarget(ex, scope))
+        ex.failpoints.handler = nemesis
+        return ex.run().to_stats()

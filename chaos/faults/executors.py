@@ -1,0 +1,33 @@
+"""Which executor (or, on the docker cluster, which worker container) a process fault acts on."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from chaos.faults.registry import FaultTarget
+from chaos.injectors.base import InjectorError
+
+__all__ = ["executor_target", "worker_container"]
+
+
+def executor_target(spark: Any, target: str | None, rng: random.Random) -> tuple[str, int]:
+    """(executor id, pid): ``executor:N`` the N-th live executor (ids grow as Spark replaces them),
+    none a random one."""
+    pids = spark.executor_pids()
+    if not pids:
+        raise InjectorError("no executor process of this run is visible on this host")
+    ids = sorted(pids, key=lambda x: int(x) if x.isdigit() else x)
+    if target is None:
+        eid = rng.choice(ids)
+    else:
+        want = str(target).removeprefix("executor:")
+        if not want.isdigit():
+            raise InjectorError(f"target {target!r}: expected executor:N")
+        eid = ids[int(want) % len(ids)]
+    return eid, pids[eid]
+
+
+def worker_container(on: FaultTarget, target: str | None, rng: random.Random) -> Any:
+    """The docker worker container a fault acts on (``worker:N``, none a busy one)."""
+    return on.docker.pick_worker(on.spark, target, rng)

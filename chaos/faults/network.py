@@ -1,0 +1,101 @@
+"""``network``: a Toxiproxy toxic (latency, bandwidth, reset_peer, ...) or ``disable`` on the data
+channels or coordinator links ``channel`` names, which the run routes through its own proxies.
+Spark clusters (the simulator has no sockets)."""
+
+from __future__ import annotations
+
+import random
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from chaos.errors import EnvironmentProblem
+from chaos.faults.params import FaultParams
+from chaos.faults.registry import SPARK_CLUSTERS, FaultKind, FaultTarget, register
+from chaos.injectors.base import Injector, NotReady
+from chaos.injectors.network import DisableLink, ToxicFault
+
+__all__ = ["NetworkFault", "TOXICS", "network_link"]
+
+TOXICS = (
+    "latency",
+    "jitter",
+    "bandwidth",
+    "slow_close",
+    "timeout",
+    "reset_peer",
+    "slicer",
+    "limit_data",
+    "disable",
+)
+
+
+def _check_toxic_attributes(toxic: str, attributes: dict[str, Any]) -> None:
+    """Toxiproxy ignores attributes a toxic does not have and refuses non-integers: catch both here,
+    where the scenario file can be named, instead of a typo silently doing nothing."""
+    from chaos.toxiproxy.toxics import TOXIC_TYPES
+
+    known = TOXIC_TYPES.get("latency" if toxic == "jitter" else toxic, {})
+    for name, value in attributes.items():
+        if name not in known:
+            has = f"has: {', '.join(known)}" if known else "takes none"
+            raise ValueError(f"toxic {toxic} has no attribute {name!r} ({has})")
+        if isinstance(value, bool) or not isinstance(value, int) and not float(value).is_integer():
+            raise ValueError(
+                f"toxic {toxic} attribute {name} must be a whole number (Toxiproxy's are), got {value!r}"
+            )
+
+
+class NetworkFault(FaultParams):
+    kind: Literal["network"]
+    channel: str | None = None  # "source[0]->count[1]", "coordinator" or "coordinator:task"
+    toxic: str | None = None
+    attributes: dict[str, int | float] = Field(default_factory=dict)  # the toxic's attributes
+    toxicity: Annotated[float, Field(ge=0, le=1)] = 1.0
+    # Toxiproxy direction; none = the way records flow (a data channel: upstream, from the sending task
+    # to the receiving one; the coordinator link: downstream, the driver's triggers to a task)
+    stream: Literal["upstream", "downstream"] | None = None
+
+    @model_validator(mode="after")
+    def _needs(self) -> NetworkFault:
+        if self.toxic not in TOXICS:
+            raise ValueError(f"network faults need toxic: one of {', '.join(TOXICS)}")
+        _check_toxic_attributes(self.toxic, self.attributes)
+        return self
+
+
+def network_link(channel: str | None) -> str:
+    """The link a network fault's ``channel`` names: ``"up->down"`` a data channel, ``"coordinator"``
+    every task's coordinator link, ``"coordinator:task"`` one of them; none: every data channel (one
+    is picked when the fault starts). A trailing ``:`` marks a prefix."""
+    from harness.spark.network import coordinator_link
+
+    if channel is None:
+        return "data:"
+    if channel == "coordinator":
+        return "coord:"
+    if channel.startswith("coordinator:"):
+        return coordinator_link(channel.removeprefix("coordinator:"))
+    if "->" not in channel:
+        raise EnvironmentProblem(
+            f"network fault channel {channel!r}: expected 'up[i]->down[j]', 'coordinator' or 'coordinator:task'"
+        )
+    return f"data:{channel}"
+
+
+def injector(f: NetworkFault, on: FaultTarget, rng: random.Random) -> Injector:
+    assert on.router is not None, "a run with network faults routes its links through proxies"
+    link = network_link(f.channel)
+    proxies = on.router.proxies_for(link)
+    if link == "data:" and proxies:
+        proxies = [rng.choice(proxies)]
+    if not proxies:
+        live = ", ".join(sorted(on.router.proxies)) or "none yet"
+        raise NotReady(f"no live proxied link matches {f.channel or 'a data channel'!r} (proxied: {live})")
+    if f.toxic == "disable":
+        return DisableLink(proxies)
+    stream = f.stream or ("upstream" if link.startswith("data:") else "downstream")
+    return ToxicFault(proxies, str(f.toxic), dict(f.attributes), stream, f.toxicity, on.scope.run_id)
+
+
+register(FaultKind(NetworkFault, SPARK_CLUSTERS, injector))

@@ -1,0 +1,36 @@
+"""``pause_executor``: SIGSTOP an executor JVM for ``duration_ms``, then SIGCONT. Spark clusters."""
+
+from __future__ import annotations
+
+import random
+from typing import Literal
+
+from pydantic import model_validator
+
+from chaos.faults.executors import executor_target, worker_container
+from chaos.faults.params import FaultParams
+from chaos.faults.registry import SPARK_CLUSTERS, FaultKind, FaultTarget, register
+from chaos.injectors.base import Injector
+from chaos.injectors.process import PauseProcess
+
+
+class PauseExecutorFault(FaultParams):
+    kind: Literal["pause_executor"]
+
+    @model_validator(mode="after")
+    def _needs(self) -> PauseExecutorFault:
+        if self.duration_ms is None:
+            raise ValueError(f"{self.kind} needs duration_ms (how long the target stays paused)")
+        return self
+
+
+def injector(f: PauseExecutorFault, on: FaultTarget, rng: random.Random) -> Injector:
+    if on.docker is not None:
+        from chaos.cluster.docker_spark import ExecSignal
+
+        return ExecSignal(on.scope, worker_container(on, f.target_name, rng), f.kind, rng)
+    _, pid = executor_target(on.spark, f.target_name, rng)
+    return PauseProcess(on.scope, pid, "executor")
+
+
+register(FaultKind(PauseExecutorFault, SPARK_CLUSTERS, injector))
