@@ -3,10 +3,11 @@
 
 A scenario's faults fire at checkpoint N, at a time or at a failpoint; a fast machine can finish the
 whole input before those are reached, and the run then proves nothing (or, worse, passes or fails
-depending on the machine's speed). So when the sources are exhausted the executor asks this gate
-before it starts the final checkpoint that ends the job: while a planned trigger is still reachable
-the job keeps running — idle sources, periodic checkpoints, time going on — so checkpoint, time and
-failpoint triggers are reached whatever the speed. Record-count triggers cannot be reached once the
+depending on the machine's speed). So a source that ran out keeps its end of input back while a
+planned trigger is pending, and when every source is exhausted the executor asks this gate before
+end of input flows and the final checkpoint ends the job: while a planned trigger is still reachable
+the job keeps running — idle sources that still pass barriers, periodic checkpoints, time going on —
+so checkpoint, time and failpoint triggers are reached whatever the speed. Record-count triggers cannot be reached once the
 input has ended and are not waited for. A hold is bounded (``limit_ms`` after the input ended), so a
 trigger that can never come (a failpoint on a path the job does not take) ends as "never fired" in
 the fault-schedule verdict rather than as a hung run.
@@ -49,6 +50,11 @@ class EndOfInputGate:
         if self.rescales is not None and getattr(self.rescales, "busy", False):
             out.append("a rescale in progress")
         return out
+
+    def pending(self) -> bool:
+        """Would the gate hold the input now? Asked while some sources still read, so that a source
+        that ran out keeps its end of input back (no event recorded; ``holds`` decides at the end)."""
+        return not self.released and bool(self._waiting())
 
     def holds(self, now_ms: int) -> bool:
         if self.released:

@@ -371,8 +371,15 @@ class SimExecutor:
                 self.records_emitted += n
                 if self.hooks is not None:
                     self.hooks.on_records(self.records_emitted)
-        if s.exhausted():
+        if s.exhausted() and not s.finished and not self._input_kept_open():
             s.end_input()  # this subtask is done: end of input (the maximum watermark) flows downstream
+
+    def _input_kept_open(self) -> bool:
+        """A source that ran out keeps its end of input back while a planned trigger is pending (its
+        channels still carry barriers, so faults aimed at them act), until the gate releases it."""
+        if all(x.exhausted() for x in self.sources):
+            return self._input_held()
+        return self._input_held_gate().pending()
 
     def _step_stream(self, t: StreamTask, inputs: list[_Channel]) -> None:
         budget = self.cfg.task_budget
@@ -450,12 +457,15 @@ class SimExecutor:
             self._emit_stats()
             self._last_stats = self.now
 
-    def _input_held(self) -> bool:
-        """Keep the job going after its input ended while a planned fault or rescale is still to come."""
+    def _input_held_gate(self) -> EndOfInputGate:
         if self._gate is None:
             limit = hold_limit_ms(self.master.config.interval_ms, 10_000)
             self._gate = EndOfInputGate(self.hooks, self.rescales, self.history.emit, limit)
-        return self._gate.holds(self.now)
+        return self._gate
+
+    def _input_held(self) -> bool:
+        """Keep the job going after its input ended while a planned fault or rescale is still to come."""
+        return self._input_held_gate().holds(self.now)
 
     def run(self) -> RunSummary:
         """Run until the bounded job has committed everything, or fails; always writes ``run_end``."""

@@ -72,6 +72,7 @@ class _Deployment:
     restored: set[str]
     exhausted: set[str]
     ended: set[str] = field(default_factory=set)  # keyed subtasks end of input has passed
+    input_ended: set[str] = field(default_factory=set)  # exhausted sources told to send end of input
 
 
 class SparkExecutor:
@@ -363,16 +364,8 @@ class SparkExecutor:
                     except JobFailedError as e:
                         self._fail_deployment(str(e))
                     dep = self.dep
-                    if (
-                        dep is not None
-                        and self.final_after is None
-                        and len(dep.exhausted) == sum(src.parallelism for src, _ in dep.graph.sources())
-                        and len(dep.ended) == sum(st.parallelism for st in dep.graph.stages)
-                        and not self._input_held(now)
-                    ):
-                        self.final_after = self.coord.next_id
-                        if not self.coord.pending:
-                            self.coord.trigger(now)
+                    if dep is not None and self.final_after is None:
+                        self._end_input_when_released(dep, now)
         th.join()
         if "error" in result:
             if self.stopping_for_rescale:
@@ -399,13 +392,36 @@ class SparkExecutor:
         last = [ln for ln in self.root_cause.splitlines() if ln.strip()]
         return last[-1].strip()[:300] if last else _short(error)
 
-    def _input_held(self, now: int) -> bool:
-        """Keep the job going after its input ended while a planned fault or rescale is still to come
-        (a fast machine must not finish before a scenario's triggers)."""
+    def _end_input_when_released(self, dep: _Deployment, now: int) -> None:
+        """An exhausted source keeps its end of input back while a planned trigger is pending (its
+        channels still carry barriers); once every source is exhausted and the gate releases, end of
+        input flows, and when it has passed every keyed subtask the final checkpoint is triggered."""
+        exhausted_all = len(dep.exhausted) == sum(src.parallelism for src, _ in dep.graph.sources())
+        if exhausted_all:
+            released = not self._input_held(now)
+        else:
+            released = not self._input_held_gate().pending()
+        if not released:
+            return
+        for t in sorted(dep.exhausted - dep.input_ended):
+            self.server.send(t, ("end_input",))
+            dep.input_ended.add(t)
+        if exhausted_all and len(dep.ended) == sum(st.parallelism for st in dep.graph.stages):
+            assert self.coord is not None
+            self.final_after = self.coord.next_id
+            if not self.coord.pending:
+                self.coord.trigger(now)
+
+    def _input_held_gate(self) -> EndOfInputGate:
         if self._gate is None:
             limit = hold_limit_ms(self.master.config.interval_ms, 30_000)
             self._gate = EndOfInputGate(self.hooks, self.rescales, self.history.emit, limit)
-        return self._gate.holds(now)
+        return self._gate
+
+    def _input_held(self, now: int) -> bool:
+        """Keep the job going after its input ended while a planned fault or rescale is still to come
+        (a fast machine must not finish before a scenario's triggers)."""
+        return self._input_held_gate().holds(now)
 
     def _fail_deployment(self, reason: str) -> None:
         """Too many checkpoint failures: fail every task, so Spark relaunches the stage."""

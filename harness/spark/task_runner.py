@@ -308,6 +308,10 @@ def _loop(
                 task.notify_checkpoint_complete(int(m[1]))
             elif kind == "abort":
                 task.notify_checkpoint_aborted(int(m[1]))
+            elif kind == "end_input" and is_source:  # the driver's gate released the end of input
+                task.end_input()
+                assert output is not None
+                output.flush()
             elif kind == "finish":
                 got_finish = True
                 if is_source:
@@ -332,7 +336,8 @@ def _loop(
             if not stopped and not task.exhausted():
                 task.poll(256)
             elif not exhausted_sent and task.exhausted():
-                task.end_input()  # end of input flows downstream now; checkpoints go on until "finish"
+                # end of input flows when the driver says so ("end_input": no planned trigger is
+                # pending); checkpoints go on until "finish"
                 assert output is not None
                 output.flush()
                 link.send("exhausted")
