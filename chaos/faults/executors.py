@@ -8,7 +8,7 @@ from typing import Any
 from chaos.faults.registry import FaultTarget
 from chaos.injectors.base import InjectorError
 
-__all__ = ["executor_target", "worker_container"]
+__all__ = ["executor_target", "worker_container", "in_worker_container"]
 
 
 def executor_target(spark: Any, target: str | None, rng: random.Random) -> tuple[str, int]:
@@ -31,3 +31,13 @@ def executor_target(spark: Any, target: str | None, rng: random.Random) -> tuple
 def worker_container(on: FaultTarget, target: str | None, rng: random.Random) -> Any:
     """The docker worker container a fault acts on (``worker:N``, none a busy one)."""
     return on.docker.pick_worker(on.spark, target, rng)
+
+
+def in_worker_container(kind: str, on: FaultTarget, target: str | None, rng: random.Random) -> Any | None:
+    """On the docker cluster a process fault is sent into a worker's container (the executor's
+    processes live there, not on this host): its injector; elsewhere None."""
+    if on.docker is None:
+        return None
+    from chaos.cluster.docker_spark import ExecSignal
+
+    return ExecSignal(on.scope, worker_container(on, target, rng), kind, rng)

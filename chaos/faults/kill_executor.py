@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from typing import Literal
 
-from chaos.faults.executors import executor_target, worker_container
+from chaos.faults.executors import executor_target, in_worker_container
 from chaos.faults.params import FaultParams
 from chaos.faults.registry import SPARK_CLUSTERS, FaultKind, FaultTarget, register
 from chaos.injectors.base import Injector
@@ -18,10 +18,8 @@ class KillExecutorFault(FaultParams):
 
 
 def injector(f: KillExecutorFault, on: FaultTarget, rng: random.Random) -> Injector:
-    if on.docker is not None:
-        from chaos.cluster.docker_spark import ExecSignal
-
-        return ExecSignal(on.scope, worker_container(on, f.target_name, rng), f.kind, rng)
+    if (inside := in_worker_container(f.kind, on, f.target_name, rng)) is not None:
+        return inside
     _, pid = executor_target(on.spark, f.target_name, rng)
     return KillProcess(on.scope, pid, "executor")
 

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import model_validator
 
-from chaos.faults.executors import executor_target, worker_container
+from chaos.faults.executors import executor_target, in_worker_container
 from chaos.faults.params import FaultParams
 from chaos.faults.registry import SPARK_CLUSTERS, FaultKind, FaultTarget, register
 from chaos.injectors.base import Injector
@@ -25,10 +25,8 @@ class PauseExecutorFault(FaultParams):
 
 
 def injector(f: PauseExecutorFault, on: FaultTarget, rng: random.Random) -> Injector:
-    if on.docker is not None:
-        from chaos.cluster.docker_spark import ExecSignal
-
-        return ExecSignal(on.scope, worker_container(on, f.target_name, rng), f.kind, rng)
+    if (inside := in_worker_container(f.kind, on, f.target_name, rng)) is not None:
+        return inside
     _, pid = executor_target(on.spark, f.target_name, rng)
     return PauseProcess(on.scope, pid, "executor")
 
