@@ -51,10 +51,13 @@ class EndOfInputGate:
             out.append("a rescale in progress")
         return out
 
-    def pending(self) -> bool:
-        """Would the gate hold the input now? Asked while some sources still read, so that a source
-        that ran out keeps its end of input back (no event recorded; ``holds`` decides at the end)."""
-        return not self.released and bool(self._waiting())
+    def releases(self, all_exhausted: bool, now_ms: int) -> bool:
+        """May an exhausted source send its end of input now? While some sources still read, not
+        while a planned trigger is pending (nothing recorded yet); once every source is exhausted,
+        when ``holds`` lets go."""
+        if all_exhausted:
+            return not self.holds(now_ms)
+        return self.released or not self._waiting()
 
     def holds(self, now_ms: int) -> bool:
         if self.released:

@@ -377,9 +377,7 @@ class SimExecutor:
     def _input_kept_open(self) -> bool:
         """A source that ran out keeps its end of input back while a planned trigger is pending (its
         channels still carry barriers, so faults aimed at them act), until the gate releases it."""
-        if all(x.exhausted() for x in self.sources):
-            return self._input_held()
-        return self._input_held_gate().pending()
+        return not self._input_held_gate().releases(all(x.exhausted() for x in self.sources), self.now)
 
     def _step_stream(self, t: StreamTask, inputs: list[_Channel]) -> None:
         budget = self.cfg.task_budget
@@ -445,8 +443,7 @@ class SimExecutor:
             and not self.stopping
             and self.sources
             and all(s.finished for s in self.sources)
-            and all(t.finished for t, _ in self.streams)
-            and not self._input_held()
+            and all(t.finished for t, _ in self.streams)  # the sources end only once the gate released
         ):
             # end of input has passed every operator (timers fired, their output sent on): a
             # checkpoint triggered from now on covers everything, as Flink's final checkpoint (FLIP-147)
@@ -462,10 +459,6 @@ class SimExecutor:
             limit = hold_limit_ms(self.master.config.interval_ms, 10_000)
             self._gate = EndOfInputGate(self.hooks, self.rescales, self.history.emit, limit)
         return self._gate
-
-    def _input_held(self) -> bool:
-        """Keep the job going after its input ended while a planned fault or rescale is still to come."""
-        return self._input_held_gate().holds(self.now)
 
     def run(self) -> RunSummary:
         """Run until the bounded job has committed everything, or fails; always writes ``run_end``."""

@@ -397,11 +397,7 @@ class SparkExecutor:
         channels still carry barriers); once every source is exhausted and the gate releases, end of
         input flows, and when it has passed every keyed subtask the final checkpoint is triggered."""
         exhausted_all = len(dep.exhausted) == sum(src.parallelism for src, _ in dep.graph.sources())
-        if exhausted_all:
-            released = not self._input_held(now)
-        else:
-            released = not self._input_held_gate().pending()
-        if not released:
+        if not self._input_held_gate().releases(exhausted_all, now):
             return
         for t in sorted(dep.exhausted - dep.input_ended):
             self.server.send(t, ("end_input",))
@@ -417,11 +413,6 @@ class SparkExecutor:
             limit = hold_limit_ms(self.master.config.interval_ms, 30_000)
             self._gate = EndOfInputGate(self.hooks, self.rescales, self.history.emit, limit)
         return self._gate
-
-    def _input_held(self, now: int) -> bool:
-        """Keep the job going after its input ended while a planned fault or rescale is still to come
-        (a fast machine must not finish before a scenario's triggers)."""
-        return self._input_held_gate().holds(now)
 
     def _fail_deployment(self, reason: str) -> None:
         """Too many checkpoint failures: fail every task, so Spark relaunches the stage."""
