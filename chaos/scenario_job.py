@@ -20,19 +20,25 @@ _TASK_TARGETED = ("crash_task", "clock_skew", "failpoint")  # target: a subtask 
 _CHANNEL_KINDS = ("delay_barrier", "network")  # channel: "up[i]->down[j]"
 
 
-def scenario_job(sc: Any, base_dir: Path | None = None) -> JobSpec:
-    """The scenario's job at its parallelism (when the scenario sets it) and max parallelism (idem)."""
+def _load(sc: Any, base_dir: Path | None, parallelism: bool) -> JobSpec:
+    """The scenario's job with its options, max parallelism (when set) and, if asked, parallelism."""
     fields = sc.model_fields_set
-    spec = load_job(
+    return load_job(
         sc.job,
         sc.job_options,
         records=sc.records,
         keys=sc.keys,
         seed=sc.seed,
-        parallelism=sc.parallelism if "parallelism" in fields else None,
+        parallelism=sc.parallelism if parallelism and "parallelism" in fields else None,
         max_parallelism=sc.max_parallelism if "max_parallelism" in fields else None,
         base_dir=base_dir,
     )
+
+
+def scenario_job(sc: Any, base_dir: Path | None = None) -> JobSpec:
+    """The scenario's job at its parallelism (when the scenario sets it) and max parallelism (idem)."""
+    fields = sc.model_fields_set
+    spec = _load(sc, base_dir, parallelism=True)
     if fields & {"state_backend", "incremental"}:
         backend = spec.graph.state_backend
         spec.graph = spec.graph.with_state_backend(
@@ -59,15 +65,7 @@ def _known(graph: JobGraph) -> str:
 def job_problems(sc: Any, base_dir: Path | None = None) -> list[tuple[tuple[Any, ...], str]]:
     """Every name the scenario uses that its job does not have, with the field path it is at."""
     try:
-        base = load_job(
-            sc.job,
-            sc.job_options,
-            records=sc.records,
-            keys=sc.keys,
-            seed=sc.seed,
-            max_parallelism=sc.max_parallelism if "max_parallelism" in sc.model_fields_set else None,
-            base_dir=base_dir,
-        ).graph
+        base = _load(sc, base_dir, parallelism=False).graph  # the names are checked against its own
     except UnknownJobError as e:
         field = "job_options" if "job_options" in str(e) else "job"
         return [((field,), str(e))]
