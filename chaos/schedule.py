@@ -16,6 +16,7 @@ from typing import Any
 
 from chaos.injectors.base import Injector, InjectorError, NotReady
 from chaos.scenario import Fault, Scenario
+from harness.controls import Emit, ExecutorControls
 
 __all__ = ["PlannedFault", "plan", "Nemesis", "DEFAULT_RANDOM_WINDOW_MS", "FailpointAction"]
 
@@ -79,24 +80,36 @@ class FailpointAction:
 
 
 InjectorFactory = Callable[[PlannedFault, random.Random], Injector | None]
-Emit = Callable[..., None]
+
+
+def _unbound(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError("the Nemesis is not bound to an executor yet (pass it as the executor's faults)")
 
 
 class Nemesis:
-    """Fires planned faults when their triggers are reached and heals them after ``duration_ms``.
+    """Fires planned faults when their triggers are reached and heals them after ``duration_ms``; the
+    :class:`~harness.controls.FaultScheduler` of an executor, which it gets as a constructor argument.
 
-    ``factory(planned, rng)`` builds the executor-specific injector for a fault (or returns None when
-    the executor performs the fault itself, e.g. a sim crash, after being told through ``on_fire``).
-    ``emit(type, **fields)`` appends to the run history.
+    ``injectors(controls)``, called when the executor binds it, gives the factory that builds each
+    planned fault's injector on that executor (``factory(planned, rng)``; None when the runtime acts
+    by itself, e.g. at a failpoint). ``emit(type, **fields)`` (the executor's history) comes with the
+    binding too.
     """
 
-    def __init__(self, planned: list[PlannedFault], factory: InjectorFactory, emit: Emit) -> None:
+    def __init__(
+        self, planned: list[PlannedFault], injectors: Callable[[ExecutorControls], InjectorFactory]
+    ) -> None:
         self.planned = planned
-        self.factory = factory
-        self.emit = emit
+        self.injectors = injectors
+        self.factory: InjectorFactory = _unbound
+        self.emit: Emit = _unbound
         self.records = 0
         self.last_checkpoint = 0
         self.now_ms = 0
+
+    def bind(self, controls: ExecutorControls, emit: Emit) -> None:
+        """The executor this nemesis acts on, and its history."""
+        self.factory, self.emit = self.injectors(controls), emit
 
     # ---------------------------------------------------------------- observations
 

@@ -11,7 +11,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from chaos.cluster.base import attach_nemesis
+from chaos.cluster.base import nemesis_for
 from chaos.errors import EnvironmentProblem, InputError
 from chaos.faults import FaultTarget
 from chaos.faults.network import network_link
@@ -163,6 +163,9 @@ def _run_spark(
         from chaos.resume import resume_point
 
         graph, rescales, planned = resume_point(run_dir, graph, rescales, planned)
+    nemesis = nemesis_for(
+        planned, lambda controls: FaultTarget(controls, scope, spark=cluster, docker=docker, router=router)
+    )
     try:
         ex = SparkExecutor(
             graph,
@@ -170,6 +173,7 @@ def _run_spark(
             checkpoint_config(sc),
             cluster,
             seed=sc.seed,
+            faults=nemesis,
             rescales=rescales,
             max_restarts=sc.max_restarts,
             time_limit_s=sc.timeout_s,
@@ -182,7 +186,6 @@ def _run_spark(
     except TransportError as e:  # tls: true without openssl
         raise EnvironmentProblem(f"scenario {sc.name!r}: {e}") from None
 
-    attach_nemesis(ex, planned, FaultTarget(ex, scope, spark=cluster, docker=docker, router=router))
     ship_user_modules(spec)
     summary = ex.run()
     from harness.spark.executor import JOB_CODE_FAILED

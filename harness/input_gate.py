@@ -17,37 +17,38 @@ Executor-agnostic: the sim executor and the Spark driver ask it the same way.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING
 
-__all__ = ["EndOfInputGate", "TriggerSource", "hold_limit_ms"]
+from harness.controls import Emit
+
+if TYPE_CHECKING:
+    from harness.controls import FaultScheduler
+    from harness.jobmaster import RescaleSchedule
+
+__all__ = ["EndOfInputGate", "hold_limit_ms"]
 
 REACHABLE_AFTER_INPUT = ("time_ms", "checkpoint", "failpoint")
-
-
-class TriggerSource(Protocol):
-    """What the gate asks the fault scheduler: descriptions of planned triggers not reached yet."""
-
-    def awaiting(self, kinds: tuple[str, ...]) -> list[str]: ...
 
 
 class EndOfInputGate:
     """``holds(now_ms)``: keep the job going although its input has ended? Records the hold in the
     history (``input_held``, ``input_released``) so a reader sees why a run went on."""
 
-    def __init__(self, hooks: Any, rescales: Any, emit: Any, limit_ms: int) -> None:
-        self.hooks, self.rescales, self.emit, self.limit_ms = hooks, rescales, emit, int(limit_ms)
+    def __init__(
+        self, faults: FaultScheduler | None, rescales: RescaleSchedule, emit: Emit, limit_ms: int
+    ) -> None:
+        self.faults, self.rescales, self.emit, self.limit_ms = faults, rescales, emit, int(limit_ms)
         self.since: int | None = None
         self.released = False
 
     def _waiting(self) -> list[str]:
         out: list[str] = []
-        awaiting = getattr(self.hooks, "awaiting", None)
-        if awaiting is not None:
-            out += awaiting(REACHABLE_AFTER_INPUT)
-        for req in getattr(self.rescales, "requests", []):
+        if self.faults is not None:
+            out += self.faults.awaiting(REACHABLE_AFTER_INPUT)
+        for req in self.rescales.requests:
             if not req.done and req.kind in REACHABLE_AFTER_INPUT:
                 out.append(f"rescale at {req.kind}={req.value}")
-        if self.rescales is not None and getattr(self.rescales, "busy", False):
+        if self.rescales.busy:
             out.append("a rescale in progress")
         return out
 

@@ -2,12 +2,13 @@
 simulated clock. Interleavings, barrier delays, crashes and rescales are reproducible from the
 seed: the same seed gives the same history byte for byte.
 
-Each tick of simulated time the coordinator may trigger a checkpoint, the fault hooks (the chaos
-layer's nemesis) see the time, and every runnable subtask takes one step in a seeded order: a source
+Each tick of simulated time the coordinator may trigger a checkpoint, the fault scheduler (the chaos
+layer's nemesis) sees the time, and every runnable subtask takes one step in a seeded order: a source
 emits a seeded number of records, a keyed subtask consumes items from its unblocked channels. A crash
 anywhere restarts the whole job (one failover region, as with Flink's all-to-all keyed edges) from
 the newest intact checkpoint after a restart delay; a rescale restarts it at another parallelism from
-a savepoint or the latest checkpoint. The task code is ``harness.tasks``, shared with Spark.
+a savepoint or the latest checkpoint. The task code is ``harness.tasks``, shared with Spark; what every
+driver does the same way (coordinator, restarts, rescales, controls) is ``harness.driver``.
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.coordinator import CheckpointConfig, CheckpointCoordinator, JobFailedError
+from harness.controls import FaultScheduler
+from harness.coordinator import CheckpointConfig, JobFailedError
+from harness.driver import Driver
 from harness.failpoints import Failpoints, InjectedCrash
 from harness.history import HistoryWriter
-from harness.input_gate import EndOfInputGate, hold_limit_ms
 from harness.items import CheckpointBarrier, is_control
 from harness.job import JobGraph, task_name
-from harness.jobmaster import JobFailure, JobMaster, RescaleRequest, RescaleSchedule, RestorePlan, RunSummary
+from harness.jobmaster import JobFailure, RescaleRequest, RestorePlan, RunSummary
+from harness.messages import Ack, Decline, Message
 from harness.run_store import RunStore
 from harness.storage_gate import GatedStorage
 from harness.tasks import SourceTask, StreamTask, TaskEnv
@@ -104,14 +107,17 @@ class _Gateway:
         handle: StateFileHandle | None,
         extra: dict[str, Any] | None = None,
     ) -> None:
-        self.ex._to_coordinator(("ack", checkpoint_id, operator, subtask, handle, extra))
+        self.ex._to_coordinator(Ack(self.ex.attempt, checkpoint_id, operator, subtask, handle, extra))
 
     def decline(self, checkpoint_id: int, operator: str, subtask: int, reason: str) -> None:
-        self.ex._to_coordinator(("decline", checkpoint_id, operator, subtask, reason))
+        self.ex._to_coordinator(Decline(self.ex.attempt, checkpoint_id, operator, subtask, reason))
 
 
-class SimExecutor:
+class SimExecutor(Driver):
     """Runs one job graph to completion (or failure) under simulated time."""
+
+    EXECUTOR = "sim"
+    SIMULATED = True
 
     def __init__(
         self,
@@ -119,45 +125,43 @@ class SimExecutor:
         run_dir: Path,
         checkpoint: CheckpointConfig,
         seed: int = 0,
-        hooks: Any = None,
+        faults: FaultScheduler | None = None,
         rescales: list[RescaleRequest] | None = None,
         config: SimConfig | None = None,
         run_info: dict[str, Any] | None = None,
         keyed_backend_factory: Callable[..., Any] | None = None,
     ) -> None:
         graph.validate()
-        self.graph = graph
-        self.run_dir = Path(run_dir)
         self.cfg = config or SimConfig()
-        self.seed = seed
         self.rng = random.Random(f"statechaos-sim-{seed}")
-        self.hooks = hooks
-        self.rescales = RescaleSchedule(list(rescales or []))
         self.clock = ManualClock(0)
-        self.history = HistoryWriter(RunStore(self.run_dir).history, self.clock.now_ms)
-        self.master = JobMaster(
-            graph, self.run_dir, checkpoint, self.history, max_restarts=self.cfg.max_restarts
+        run_dir = Path(run_dir)
+        super().__init__(
+            graph,
+            run_dir,
+            checkpoint,
+            HistoryWriter(RunStore(run_dir).history, self.clock.now_ms),
+            seed=seed,
+            faults=faults,
+            rescales=rescales,
+            max_restarts=self.cfg.max_restarts,
+            hold_floor_ms=10_000,
+            run_info=run_info,
         )
         self.storage = GatedStorage(self.master.storage, sleep=self._sleep)
-        self.failpoints = Failpoints(hooks, sleep=self._sleep)
+        self.failpoints = Failpoints(faults, sleep=self._sleep)
         self.keyed_backend_factory = keyed_backend_factory
-        self.run_info = run_info or {}
         self.attempt = -1
         self.tasks: list[Any] = []
         self.sources: list[SourceTask] = []
         self.streams: list[tuple[StreamTask, list[_Channel]]] = []
         self.channels: dict[str, _Channel] = {}
-        self.coord: CheckpointCoordinator | None = None
-        self.skews: dict[str, int] = {}
         self.stalled: dict[str, int] = {}
         self.crash_requests: list[str | None] = []
-        self._inbox: deque[tuple[int, tuple[Any, ...]]] = deque()
+        self._inbox: deque[tuple[int, Message]] = deque()
         self._step_delay = 0
         self._current: str | None = None
-        self.records_emitted = 0
-        self.completed = 0
-        self.final_after: int | None = None
-        self._gate: EndOfInputGate | None = None  # built on first use: hooks are attached after __init__
+        self._finished = False
         self._last_stats = 0
         self._reported: dict[str, tuple[int, int]] = {}  # task -> counts already in the history
 
@@ -165,41 +169,28 @@ class SimExecutor:
     def now(self) -> int:
         return self.clock.now_ms()
 
-    # ------------------------------------------------------------------ hooks for the chaos layer
+    def now_ms(self) -> int:
+        return self.clock.now_ms()
 
-    def task_names(self) -> list[str]:
-        return [t.name for t in self.tasks]
+    def _attempts(self) -> int:
+        return self.attempt + 1
 
-    def channel_names(self) -> list[str]:
-        return sorted(self.channels)
+    # ------------------------------------------------------------------ how the controls reach the tasks
 
-    def crash(self, target: str | None = None) -> None:
-        """Crash a subtask (the whole job fails over) at the next step."""
-        if target is not None and target not in self.task_names():
-            raise ValueError(f"no subtask {target!r} (running: {', '.join(self.task_names())})")
+    def _crash(self, target: str | None) -> None:
+        """At the next tick (any subtask's crash fails the whole job over: one failover region)."""
         self.crash_requests.append(target)
 
-    def delay_next_barrier(self, channel: str, delay_ms: int) -> None:
-        """Hold the next barrier written to ``channel`` (``up[i]->down[j]``) for ``delay_ms``."""
-        if channel not in self.channels:
-            raise ValueError(f"no channel {channel!r} (channels: {', '.join(self.channel_names())})")
-        self.channels[channel].barrier_delay_ms = int(delay_ms)
+    def _delay_barrier(self, channel: str, delay_ms: int) -> None:
+        self.channels[channel].barrier_delay_ms = delay_ms
 
-    def skew_clock(self, target: str, skew_ms: int) -> None:
-        """Shift ``target``'s processing time by ``skew_ms`` (0 heals it); survives restarts."""
-        if target not in self.task_names():
-            raise ValueError(f"no subtask {target!r} (running: {', '.join(self.task_names())})")
-        self.skews[target] = int(skew_ms)
+    def _skew(self, target: str, skew_ms: int) -> None:
         for t in self.tasks:
             if t.name == target:
-                t.env.clock.skew_ms = int(skew_ms)
+                t.env.clock.skew_ms = skew_ms
 
-    def storage_gate(self, mode: str | None, delay_ms: int = 0) -> None:
-        """Make checkpoint writes slow, unavailable or full (None heals)."""
+    def _gate_storage(self, mode: str | None, delay_ms: int) -> None:
         self.storage.set(mode, delay_ms)
-
-    def latest_checkpoint_dir(self) -> Path | None:
-        return self.master.latest_checkpoint_dir()
 
     # ------------------------------------------------------------------ internals
 
@@ -209,44 +200,30 @@ class SimExecutor:
         if self._current is not None:
             self.stalled[self._current] = self.now + self._step_delay
 
-    def _to_coordinator(self, msg: tuple[Any, ...]) -> None:
+    def _to_coordinator(self, msg: Message) -> None:
         self._inbox.append((self.now + self.cfg.ack_latency_ms + self._step_delay, msg))
 
-    def _notify(self, what: str, checkpoint_id: int) -> None:
-        if what == "trigger":
-            kind = self.coord.pending[checkpoint_id].kind if self.coord else "checkpoint"
-            for s in self.sources:
-                self._current = s.name
-                try:
-                    s.trigger_checkpoint(checkpoint_id, self.now, kind)
-                finally:
-                    self._current = None
-        elif what == "complete":
-            self.completed += 1
-            for t in self.tasks:
-                self._current = t.name
-                try:
-                    t.notify_checkpoint_complete(checkpoint_id)
-                finally:
-                    self._current = None
-            self._on_completed(checkpoint_id)
-        elif what == "abort":
-            for t in self.tasks:
-                t.notify_checkpoint_aborted(checkpoint_id)
-            self.rescales.on_lost(checkpoint_id)
+    def _each_task(self, tasks: list[Any], call: Callable[[Any], None]) -> None:
+        """``call`` on every task, with delays inside it attributed to that task."""
+        for t in tasks:
+            self._current = t.name
+            try:
+                call(t)
+            finally:
+                self._current = None
 
-    def _on_completed(self, cid: int) -> None:
-        if self.hooks is not None:
-            self.hooks.on_checkpoint_completed(cid)
-        self.rescales.on_completed(cid)
-        self.rescales.check(self.now, self.records_emitted, self.coord, cid)
-        if self.final_after is not None and cid >= self.final_after:
-            self._finished = True
+    def _trigger_sources(self, checkpoint_id: int, kind: str) -> None:
+        self._each_task(self.sources, lambda s: s.trigger_checkpoint(checkpoint_id, self.now, kind))
 
-    @property
-    def stopping(self) -> bool:
-        """Sources stop while a savepoint for a rescale is pending (stop-with-savepoint)."""
-        return self.rescales.savepoint is not None
+    def _tell_complete(self, checkpoint_id: int) -> None:
+        self._each_task(self.tasks, lambda t: t.notify_checkpoint_complete(checkpoint_id))
+
+    def _tell_aborted(self, checkpoint_id: int) -> None:
+        for t in self.tasks:
+            t.notify_checkpoint_aborted(checkpoint_id)
+
+    def _final_checkpoint_done(self) -> None:
+        self._finished = True
 
     # ------------------------------------------------------------------ deploy and restart
 
@@ -308,13 +285,9 @@ class SimExecutor:
                 t.restore(restored, plan.checkpoint_id, path)
             finally:
                 self._current = None
-        self.coord = self.master.new_coordinator(
-            graph, self._notify, self.now, failpoint=lambda name: self.failpoints.hit(name, None)
-        )
+        self._new_coordinator(failpoint=lambda name: self.failpoints.hit(name, None))
 
-    def _teardown(self, reason: str) -> None:
-        self.master.retire(self.coord, self.now, reason)
-        self.coord = None
+    def _close_tasks(self) -> None:
         for t in self.tasks:
             try:
                 t.close()
@@ -324,9 +297,8 @@ class SimExecutor:
 
     def _fail_over(self, reason: str) -> None:
         """The job failed: tear it down, count the restart, wait the restart delay."""
-        self._teardown(f"job restart: {reason}")
-        self.rescales.on_lost()  # a pending savepoint died with the job
-        self.master.failover(self.attempt + 1, reason)
+        self._retire(f"job restart: {reason}")
+        self._attempt_lost(self.attempt + 1, reason)
         self.clock.advance(self.cfg.restart_delay_ms)
 
     def _safe_deploy(self, graph: JobGraph) -> None:
@@ -341,11 +313,7 @@ class SimExecutor:
                 self._fail_over(_reason(e))
 
     def _rescale(self, req: RescaleRequest) -> None:
-        old = self.graph.parallelism()
-        new_graph = self.graph.with_parallelism(req.parallelism)
-        self._teardown("rescale")
-        self.master.record_rescale(old, new_graph.parallelism(), req.savepoint)
-        self._safe_deploy(new_graph)
+        self._safe_deploy(self._rescaled(req))
 
     # ------------------------------------------------------------------ the loop
 
@@ -368,16 +336,14 @@ class SimExecutor:
         if not s.exhausted():
             n = s.poll(self.rng.randint(1, self.cfg.source_batch))
             if n:
-                self.records_emitted += n
-                if self.hooks is not None:
-                    self.hooks.on_records(self.records_emitted)
+                self._count_records(n)
         if s.exhausted() and not s.finished and not self._input_kept_open():
             s.end_input()  # this subtask is done: end of input (the maximum watermark) flows downstream
 
     def _input_kept_open(self) -> bool:
         """A source that ran out keeps its end of input back while a planned trigger is pending (its
         channels still carry barriers, so faults aimed at them act), until the gate releases it."""
-        return not self._input_held_gate().releases(all(x.exhausted() for x in self.sources), self.now)
+        return not self.gate.releases(all(x.exhausted() for x in self.sources), self.now)
 
     def _step_stream(self, t: StreamTask, inputs: list[_Channel]) -> None:
         budget = self.cfg.task_budget
@@ -403,21 +369,20 @@ class SimExecutor:
     def _deliver_to_coordinator(self) -> None:
         while self._inbox and self._inbox[0][0] <= self.now and self.coord is not None:
             _, msg = self._inbox.popleft()
-            if msg[0] == "ack":
-                _, cid, op, sub, handle, extra = msg
-                self.coord.acknowledge(cid, op, sub, handle, self.now, extra)
-            else:
-                _, cid, op, sub, reason = msg
-                self.coord.decline(cid, op, sub, reason, self.now)
+            match msg:
+                case Ack(_, cid, op, sub, handle, extra):
+                    self.coord.acknowledge(cid, op, sub, handle, self.now, extra)
+                case Decline(_, cid, op, sub, reason):
+                    self.coord.decline(cid, op, sub, reason, self.now)
+                case _:
+                    raise TypeError(f"not a message for the coordinator: {msg!r}")
 
     def _tick(self) -> None:
         assert self.coord is not None
         if self.crash_requests:
             target = self.crash_requests.pop(0)
             raise InjectedCrash("crash_task", target)
-        if self.hooks is not None:
-            self.hooks.on_time(self.now)
-        self.rescales.check(self.now, self.records_emitted, self.coord)
+        self._observe_time(self.now)
         self._deliver_to_coordinator()
         if self.rescales.ready is not None:
             return
@@ -445,73 +410,34 @@ class SimExecutor:
             and all(s.finished for s in self.sources)
             and all(t.finished for t, _ in self.streams)  # the sources end only once the gate released
         ):
-            # end of input has passed every operator (timers fired, their output sent on): a
-            # checkpoint triggered from now on covers everything, as Flink's final checkpoint (FLIP-147)
-            self.final_after = self.coord.next_id
-            if not self.coord.pending:
-                self.coord.trigger(self.now)
+            self._trigger_final(self.now)
         if self.now - self._last_stats >= self.cfg.stats_every_ms:
             self._emit_stats()
             self._last_stats = self.now
 
-    def _input_held_gate(self) -> EndOfInputGate:
-        if self._gate is None:
-            limit = hold_limit_ms(self.master.config.interval_ms, 10_000)
-            self._gate = EndOfInputGate(self.hooks, self.rescales, self.history.emit, limit)
-        return self._gate
-
-    def run(self) -> RunSummary:
-        """Run until the bounded job has committed everything, or fails; always writes ``run_end``."""
-        self._finished = False
-        self.history.emit(
-            "run_start",
-            job=self.graph.name,
-            executor="sim",
-            seed=self.seed,
-            parallelism=self.graph.parallelism(),
-            max_parallelism=self.graph.max_parallelism,
-            config=self.run_info,
-        )
-        status, reason = "finished", "all input processed and committed"
-        try:
-            self._safe_deploy(self.graph)
-            while not self._finished:
-                if self.now > self.cfg.time_limit_ms:
-                    raise JobFailure(f"simulated time limit of {self.cfg.time_limit_ms} ms reached")
-                try:
-                    self._tick()
-                    req = self.rescales.take()
-                    if req is not None:
-                        self._rescale(req)
-                        continue
-                except JobFailure:
-                    raise
-                except Exception as e:  # any task failure fails the job over, as in Flink
-                    if self._finished:
-                        break
-                    self._fail_over(_reason(e))
-                    self._safe_deploy(self.graph)
+    def _drive(self) -> None:
+        self._safe_deploy(self.graph)
+        while not self._finished:
+            if self.now > self.cfg.time_limit_ms:
+                raise JobFailure(f"simulated time limit of {self.cfg.time_limit_ms} ms reached")
+            try:
+                self._tick()
+                req = self.rescales.take()
+                if req is not None:
+                    self._rescale(req)
                     continue
-                self.clock.advance(self.cfg.tick_ms)
-            for s in self.sources:
-                s.end_input()
-        except JobFailure as e:
-            status, reason = "failed", str(e)
-        finally:
-            self._emit_stats()
-            if self.hooks is not None:
-                try:
-                    self.hooks.heal_all()
-                except Exception:
-                    pass
-            self._teardown("run end")
-            self.master.end_run(status, reason, self.attempt + 1)
-        return RunSummary(
-            status,
-            reason,
-            self.attempt + 1,
-            self.completed,
-            self.records_emitted,
-            self.now,
-            self.graph.parallelism(),
-        )
+            except JobFailure:
+                raise
+            except Exception as e:  # any task failure fails the job over, as in Flink
+                if self._finished:
+                    break
+                self._fail_over(_reason(e))
+                self._safe_deploy(self.graph)
+                continue
+            self.clock.advance(self.cfg.tick_ms)
+        for s in self.sources:
+            s.end_input()
+
+    def _end_run(self, status: str, reason: str) -> None:
+        self._emit_stats()
+        super()._end_run(status, reason)

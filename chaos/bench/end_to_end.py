@@ -108,9 +108,8 @@ def run_ours(
         time_limit_s=time_limit_s,
         authenticate=authenticate,
         tls=tls,
+        faults=hooks,
     )
-    if hooks is not None:
-        hooks.attach(ex)
     t0, c0 = time.perf_counter(), _tree_cpu_seconds()
     summary = ex.run()
     seconds = time.perf_counter() - t0

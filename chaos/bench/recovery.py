@@ -70,9 +70,8 @@ class KillAfterCheckpoint:
         self.killed_deployment = -1
         self.recovery_seconds: float | None = None
 
-    def attach(self, ex: Any) -> None:
-        self.ex = ex
-        ex.hooks = self
+    def bind(self, controls: Any, emit: Any) -> None:
+        self.ex = controls  # the SparkExecutor: which deployment runs
 
     def on_checkpoint_completed(self, checkpoint_id: int) -> None:
         dep = self.ex.dep.number if self.ex is not None and self.ex.dep is not None else 0
@@ -94,6 +93,9 @@ class KillAfterCheckpoint:
 
     def on_failpoint(self, name: str, target: str | None = None) -> None:
         return None
+
+    def awaiting(self, kinds: tuple[str, ...]) -> list[str]:
+        return []
 
     def heal_all(self) -> None:
         pass

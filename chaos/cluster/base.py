@@ -4,15 +4,17 @@ runs the job under the scenario's nemesis and leaves nothing running."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
 from chaos.faults import FaultTarget, fault_injector
 from chaos.scenario import Scenario
 from chaos.schedule import Nemesis, PlannedFault
+from harness.controls import ExecutorControls
 from harness.jobs import JobSpec
 
-__all__ = ["Cluster", "attach_nemesis"]
+__all__ = ["Cluster", "nemesis_for"]
 
 
 class Cluster(Protocol):
@@ -22,8 +24,7 @@ class Cluster(Protocol):
         ...
 
 
-def attach_nemesis(executor: Any, planned: list[PlannedFault], on: FaultTarget) -> Nemesis:
-    """The nemesis fires ``planned`` through each fault kind's injector, on ``executor``'s hooks."""
-    nemesis = Nemesis(planned, fault_injector(on), executor.history.emit)
-    executor.hooks = nemesis
-    return nemesis
+def nemesis_for(planned: list[PlannedFault], target: Callable[[ExecutorControls], FaultTarget]) -> Nemesis:
+    """The nemesis that fires ``planned`` through each fault kind's injector, on what ``target(controls)``
+    names once the executor (constructed with this nemesis as its ``faults``) binds it."""
+    return Nemesis(planned, lambda controls: fault_injector(target(controls)))

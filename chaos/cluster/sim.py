@@ -1,12 +1,12 @@
 """The simulator as a cluster: one process, deterministic from the seed; faults act through the
-executor's hooks and failpoints."""
+executor's controls and failpoints."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from chaos.cluster.base import attach_nemesis
+from chaos.cluster.base import nemesis_for
 from chaos.faults import FaultTarget
 from chaos.runtime_config import checkpoint_config, rescale_requests
 from chaos.scenario import Scenario
@@ -28,6 +28,7 @@ class SimCluster:
             run_dir,
             checkpoint_config(sc),
             seed=sc.seed,
+            faults=nemesis_for(plan(sc), lambda controls: FaultTarget(controls, scope)),
             rescales=rescale_requests(sc),
             config=SimConfig(max_restarts=sc.max_restarts, time_limit_ms=int(sc.timeout_s * 1000)),
             run_info={
@@ -37,6 +38,4 @@ class SimCluster:
                 "checks": checks_for(sc, spec.graph),
             },
         )
-        nemesis = attach_nemesis(ex, plan(sc), FaultTarget(ex, scope))
-        ex.failpoints.handler = nemesis
         return ex.run().to_stats()

@@ -14,6 +14,7 @@ from typing import Any
 from chaos.faults.params import FaultParams
 from chaos.injectors.base import Injector
 from chaos.scope import RunScope
+from harness.controls import ExecutorControls
 
 __all__ = [
     "EVERY_CLUSTER",
@@ -32,10 +33,10 @@ DOCKER = ("docker",)
 
 @dataclass
 class FaultTarget:
-    """What a fault can act on in one run: the executor's hooks (every cluster), and on Spark clusters
+    """What a fault can act on in one run: the executor's controls (every cluster), and on Spark clusters
     the Spark cluster, the docker stack and the proxy router when the run has them."""
 
-    executor: Any
+    executor: ExecutorControls
     scope: RunScope
     spark: Any = None  # harness.spark.cluster.SparkCluster
     docker: Any = None  # chaos.cluster.docker_spark.DockerSparkCluster

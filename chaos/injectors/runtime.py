@@ -1,13 +1,15 @@
-"""Faults the runtime performs on itself through an executor's public hooks: crash a subtask, hold
-a checkpoint barrier on one channel, skew a subtask's processing time, and close the checkpoint
-storage gate (slow, unavailable, full). Both executors offer the same hooks (``crash``,
-``delay_next_barrier``, ``skew_clock``, ``storage_gate``), so these injectors work on sim and Spark."""
+"""Faults the runtime performs on itself through an executor's controls
+(:class:`harness.controls.ExecutorControls`): crash a subtask, hold a checkpoint barrier on one
+channel, skew a subtask's processing time, and close the checkpoint storage gate (slow, unavailable,
+full). Every executor offers the same controls with the same semantics, so these injectors work on
+sim and Spark alike."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from chaos.injectors.base import Injector, InjectorError
+from harness.controls import ExecutorControls
 
 __all__ = ["CrashTask", "DelayBarrier", "SkewClock", "StorageGateFault"]
 
@@ -18,7 +20,7 @@ class CrashTask(Injector):
     kind = "crash_task"
     instant = True
 
-    def __init__(self, executor: Any, target: str) -> None:
+    def __init__(self, executor: ExecutorControls, target: str) -> None:
         self.executor, self.target = executor, target
 
     def start(self) -> None:
@@ -38,7 +40,7 @@ class DelayBarrier(Injector):
     kind = "delay_barrier"
     instant = True
 
-    def __init__(self, executor: Any, channel: str, delay_ms: int) -> None:
+    def __init__(self, executor: ExecutorControls, channel: str, delay_ms: int) -> None:
         self.executor, self.channel, self.delay_ms = executor, channel, int(delay_ms)
 
     def start(self) -> None:
@@ -56,7 +58,7 @@ class SkewClock(Injector):
 
     kind = "clock_skew"
 
-    def __init__(self, executor: Any, target: str, skew_ms: int) -> None:
+    def __init__(self, executor: ExecutorControls, target: str, skew_ms: int) -> None:
         self.executor, self.target, self.skew_ms = executor, target, int(skew_ms)
         self._on = False
 
@@ -84,7 +86,7 @@ class StorageGateFault(Injector):
 
     kind = "storage"
 
-    def __init__(self, executor: Any, mode: str, delay_ms: int = 0) -> None:
+    def __init__(self, executor: ExecutorControls, mode: str, delay_ms: int = 0) -> None:
         self.executor, self.mode, self.delay_ms = executor, mode, int(delay_ms)
 
     def start(self) -> None:

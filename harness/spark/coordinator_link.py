@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from harness.messages import LinkConnected, LinkDisconnected, LinkRejected
 from harness.spark.admission import MAX_ADMITTING, Admission
 from harness.spark.data_channels import Endpoint, dial
 from harness.spark.frames import FrameDecoder, FrameSealer, TransportClosed
@@ -28,9 +29,9 @@ from harness.spark.link_auth import HANDSHAKE_TIMEOUT_S, HandshakeRefused, Refus
 __all__ = ["CoordinatorServer", "CoordinatorClient", "CONNECTED", "DISCONNECTED", "REJECTED"]
 
 _RECV_CHUNK = 64 * 1024
-CONNECTED = "_connected"  # lifecycle events put on the server queue: (task_id, (CONNECTED, attempt))
-DISCONNECTED = "_disconnected"  # (task_id, (DISCONNECTED, attempt, reason))
-REJECTED = "_rejected"  # (task_id or "", (REJECTED, peer, reason)): refused connection, closed
+# lifecycle events put on the server queue, decoded as harness.messages.Link*: (task_id, (CONNECTED,
+# attempt)), (task_id, (DISCONNECTED, attempt, reason)), (task_id or "", (REJECTED, peer, reason))
+CONNECTED, DISCONNECTED, REJECTED = LinkConnected.TAG, LinkDisconnected.TAG, LinkRejected.TAG
 
 
 def _recv(sock: socket.socket, lock: threading.Lock) -> bytes:

@@ -5,62 +5,35 @@ retries). Every relaunch is a new *deployment*: the first task of a new attempt 
 the driver retire the old checkpoint coordinator and plan a restore from the newest intact
 checkpoint; every task of the deployment restores from it. When Spark gives up on the stage, the
 driver's restart strategy resubmits the job (up to ``max_restarts``); a rescale stops the job (after
-a savepoint, or at once) and resubmits it at the new parallelism. The coordinator, the history and
-the chaos hooks live here, in the driver; tasks reach them over the coordinator link.
+a savepoint, or at once) and resubmits it at the new parallelism. What every driver does the same
+way (coordinator, restarts, rescales, the chaos controls, the fault scheduler) is ``harness.driver``;
+this module keeps how the tasks run (a Spark job) and how they are reached (``harness.messages`` over
+each task's coordinator link).
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.coordinator import CheckpointConfig, CheckpointCoordinator, JobFailedError
+import harness.messages as ctl
+from harness.controls import FaultScheduler, ProcessHandles
+from harness.coordinator import CheckpointConfig, JobFailedError
+from harness.driver import Driver
 from harness.history import HistoryWriter
-from harness.input_gate import EndOfInputGate, hold_limit_ms
 from harness.job import JobGraph, task_name
-from harness.jobmaster import JobFailure, JobMaster, RescaleRequest, RescaleSchedule, RunSummary
+from harness.jobmaster import JobFailure, RescaleRequest
 from harness.run_store import RunStore
 from harness.spark.cluster import SparkCluster
 from harness.spark.network import Endpoint, TaskNetwork, coordinator_link
-from harness.spark.root_cause import root_cause
-from harness.spark.task_runner import run_subtask
-from harness.spark.transport import REJECTED, CoordinatorServer, RunSecret
-from reference_impl.checkpoint import StateFileHandle
+from harness.spark.root_cause import record_stage_failure
+from harness.spark.stage import JOB_CODE_FAILED, submit_stage
+from harness.spark.transport import CoordinatorServer, RunSecret
 
-__all__ = ["SparkExecutor", "JOB_CODE_FAILED"]
-
-# marks a task failure no restart can fix: the job's code does not load on the executor
-JOB_CODE_FAILED = "statechaos: the job's code cannot be loaded on the executor"
-
-
-def _stage_body(graph: JobGraph, run_dir: str, coordinators: dict[str, Endpoint], secret: RunSecret) -> Any:
-    """The barrier stage's function. The run's secret travels inside it (Spark ships the closure to
-    the executors), never on a command line, in a log or in a file. The job travels pickled, with the
-    user's modules registered by value, so it is loaded on the executor where a failure can be told
-    apart (its code cannot load there) from the job's own failures."""
-    from pyspark import cloudpickle
-
-    blob = cloudpickle.dumps(graph)  # user modules registered by value travel inside
-
-    def body(it: Any) -> Any:
-        import pickle
-        import traceback
-
-        from pyspark import BarrierTaskContext
-
-        try:
-            g = pickle.loads(blob)
-        except Exception:  # e.g. a module the job imports is missing on the executor
-            raise RuntimeError(f"{JOB_CODE_FAILED}\n{traceback.format_exc()}") from None
-        list(it)
-        ctx = BarrierTaskContext.get()
-        yield run_subtask(g, run_dir, coordinators, secret, ctx.partitionId(), ctx, ctx.taskAttemptId())
-
-    return body
+__all__ = ["SparkExecutor", "JOB_CODE_FAILED"]  # the latter re-exported
 
 
 @dataclass
@@ -75,8 +48,11 @@ class _Deployment:
     input_ended: set[str] = field(default_factory=set)  # exhausted sources told to send end of input
 
 
-class SparkExecutor:
+class SparkExecutor(Driver):
     """Runs one job graph on a Spark cluster (a started :class:`SparkCluster`)."""
+
+    EXECUTOR = "spark"
+    SIMULATED = False
 
     def __init__(
         self,
@@ -85,7 +61,7 @@ class SparkExecutor:
         checkpoint: CheckpointConfig,
         cluster: SparkCluster,
         seed: int = 0,
-        hooks: Any = None,
+        faults: FaultScheduler | None = None,
         rescales: list[RescaleRequest] | None = None,
         max_restarts: int = 10,
         time_limit_s: float = 600,
@@ -97,26 +73,30 @@ class SparkExecutor:
         authenticate: bool = True,
     ) -> None:
         graph.validate()
-        self.graph = graph
         # absolute: executors run in their own working directories and must find the same files
-        self.run_dir = Path(run_dir).resolve()
+        run_dir = Path(run_dir).resolve()
         self.cluster = cluster
-        self.seed = seed
-        self.hooks = hooks
-        self.rescales = RescaleSchedule(list(rescales or []))
         self.time_limit_s = time_limit_s
-        self.run_info = run_info or {}
         self.failpoints_on = failpoints_on
         self._t0 = self._started = time.monotonic()
         # resume: this driver replaces one that died; it goes on with the same history and storage
         self.resume = resume
-        self.history = HistoryWriter(
-            RunStore(self.run_dir).history, lambda: int((time.monotonic() - self._t0) * 1000), append=resume
-        )
-        prior = self.history.last_event if resume else None
+        history = HistoryWriter(RunStore(run_dir).history, self.now_ms, append=resume)
+        prior = history.last_event if resume else None
         if prior is not None:  # history time goes on from where the dead driver stopped
             self._t0 -= (int(prior["t"]) + 1) / 1000
-        self.master = JobMaster(graph, self.run_dir, checkpoint, self.history, max_restarts=max_restarts)
+        super().__init__(
+            graph,
+            run_dir,
+            checkpoint,
+            history,
+            seed=seed,
+            faults=faults,
+            rescales=rescales,
+            max_restarts=max_restarts,
+            hold_floor_ms=30_000,
+            run_info=run_info,
+        )
         self.lock = threading.RLock()
         self.network = network or TaskNetwork()
         # a fresh secret per driver: tasks of a dead driver's job cannot talk to its replacement
@@ -127,95 +107,66 @@ class SparkExecutor:
             else RunSecret.unauthenticated(self.run_dir.name)
         )
         self.server = CoordinatorServer(self.secret, self.network.coordinator_bind)
-        self.coord: CheckpointCoordinator | None = None
         self.dep: _Deployment | None = None
         self.deployments = _attempts_so_far(RunStore(self.run_dir).history) if resume else 0
-        self.skews: dict[str, int] = {}
-        self.storage_mode: tuple[str | None, int] = (None, 0)
-        self.records_emitted = 0
-        self.completed = 0
-        self.final_after: int | None = None
         self.finishing = False
         self.stopping_for_rescale = False
-        self._gate: EndOfInputGate | None = None  # built on first use: hooks may be attached later
-        self.root_cause = ""  # the first real error behind the last stage Spark gave up on
 
-    def now(self) -> int:
+    def now_ms(self) -> int:
         return int((time.monotonic() - self._t0) * 1000)
 
-    # ------------------------------------------------------------------ hooks for the chaos layer
+    def _attempts(self) -> int:
+        return self.deployments
 
-    def task_names(self) -> list[str]:
-        g = self.dep.graph if self.dep else self.graph
-        return [task_name(op, i) for op, i, _ in g.subtasks()]
+    def processes(self) -> ProcessHandles | None:
+        return self.cluster
 
-    def channel_names(self) -> list[str]:
-        g = self.dep.graph if self.dep else self.graph
-        return [f"{u}->{d}" for u, d in g.channels()]
+    def _send(self, task: str, msg: ctl.Message) -> bool:
+        return self.server.send(task, ctl.encode(msg))
 
-    def crash(self, target: str | None = None) -> None:
-        if target not in self.task_names():
-            raise ValueError(f"no subtask {target!r} (running: {', '.join(self.task_names())})")
-        self.server.send(target, ("crash",))
+    def _broadcast(self, msg: ctl.Message) -> None:
+        self.server.broadcast(ctl.encode(msg))
 
-    def delay_next_barrier(self, channel: str, delay_ms: int) -> None:
-        if channel not in self.channel_names():
-            raise ValueError(f"no channel {channel!r} (channels: {', '.join(self.channel_names())})")
+    # ------------------------------------------------------------------ how the controls reach the tasks
+
+    def _crash(self, target: str | None) -> None:
+        for t in self.task_names() if target is None else [target]:
+            self._send(t, ctl.Crash())
+
+    def _delay_barrier(self, channel: str, delay_ms: int) -> None:
         up, down = channel.split("->")
-        self.server.send(up, ("delay_barrier", down, int(delay_ms)))
+        self._send(up, ctl.DelayBarrier(down, delay_ms))
 
-    def skew_clock(self, target: str, skew_ms: int) -> None:
-        if target not in self.task_names():
-            raise ValueError(f"no subtask {target!r} (running: {', '.join(self.task_names())})")
-        self.skews[target] = int(skew_ms)
-        self.server.send(target, ("skew", int(skew_ms)))
+    def _skew(self, target: str, skew_ms: int) -> None:
+        self._send(target, ctl.Skew(skew_ms))
 
-    def storage_gate(self, mode: str | None, delay_ms: int = 0) -> None:
-        self.storage_mode = (mode, int(delay_ms))
-        self.server.broadcast(("storage", mode, int(delay_ms)))
-
-    def latest_checkpoint_dir(self) -> Path | None:
-        return self.master.latest_checkpoint_dir()
+    def _gate_storage(self, mode: str | None, delay_ms: int) -> None:
+        self._broadcast(ctl.StorageGate(mode, delay_ms))
 
     # ------------------------------------------------------------------ coordinator callbacks
 
-    def _notify(self, what: str, cid: int) -> None:
-        if what == "trigger":
-            assert self.coord is not None
-            kind = self.coord.pending[cid].kind
-            assert self.dep is not None
-            for op, i, stage in self.dep.graph.subtasks():
-                if stage < 0:
-                    self.server.send(task_name(op, i), ("trigger", cid, self.now(), kind))
-        elif what == "complete":
-            self.completed += 1
-            self.server.broadcast(("complete", cid))
-            if self.hooks is not None:
-                self.hooks.on_checkpoint_completed(cid)
-            self.rescales.on_completed(cid)
-            self.rescales.check(self.now(), self.records_emitted, self.coord, cid)
-            if self.final_after is not None and cid >= self.final_after and not self.finishing:
-                self.finishing = True
-                self.server.broadcast(("finish",))
-        elif what == "abort":
-            self.server.broadcast(("abort", cid))
-            self.rescales.on_lost(cid)
+    def _trigger_sources(self, checkpoint_id: int, kind: str) -> None:
+        for op, i, stage in self.graph.subtasks():
+            if stage < 0:
+                self._send(task_name(op, i), ctl.Trigger(checkpoint_id, self.now_ms(), kind))
 
-    def _on_failpoint(self, task: str, name: str, target: str | None) -> None:
-        action = self.hooks.on_failpoint(name, target) if self.hooks is not None else None
-        if action is None:
-            self.server.send(task, ("failpoint_reply", None, 0))
-        else:
-            self.server.send(task, ("failpoint_reply", action.action, int(action.delay_ms)))
+    def _tell_complete(self, checkpoint_id: int) -> None:
+        self._broadcast(ctl.Complete(checkpoint_id))
+
+    def _tell_aborted(self, checkpoint_id: int) -> None:
+        self._broadcast(ctl.Abort(checkpoint_id))
+
+    def _final_checkpoint_done(self) -> None:
+        if not self.finishing:
+            self.finishing = True
+            self._broadcast(ctl.Finish())
 
     # ------------------------------------------------------------------ messages from tasks
 
     def _new_deployment(self, graph: JobGraph, reason: str | None) -> None:
-        self.master.retire(self.coord, self.now(), f"job restart: {reason}" if reason else "redeploy")
-        self.coord = None
-        self.rescales.on_lost()  # a pending savepoint died with the deployment
-        if reason is not None:
-            self.master.failover(self.deployments, reason)
+        self._retire(f"job restart: {reason}" if reason else "redeploy")
+        self._attempt_lost(self.deployments, reason)
+        self.graph = graph
         plan = self.master.plan_restore(graph, self.deployments)
         self.dep = _Deployment(
             self.deployments, graph, plan.path(self.master.checkpoint_root), set(), set(), set()
@@ -224,111 +175,110 @@ class SparkExecutor:
         self.final_after = None
         self.finishing = False
 
-    def _handle(self, task: str, msg: Any) -> None:
-        kind = msg[0]
+    def _handle(self, task: str, msg: ctl.Message) -> None:
         dep = self.dep
-        if kind == REJECTED:  # a connection to the coordinator that failed the handshake, or stale
-            _, peer, reason = msg
-            self.history.emit("connection_refused", listener="coordinator", peer=peer, task=task, reason=reason)
-        elif kind == "refused":  # a task's input gate refused a connection
-            self.history.emit("connection_refused", listener=f"input gate of {task}", peer=msg[1], reason=msg[2])
-        elif kind == "listening":  # a task's input gate is up: where (the history documents every listener)
-            attempt = None if dep is None else dep.number
-            self.history.emit("listening", listener=f"input gate of {task}", endpoint=msg[1], attempt=attempt)
-        elif kind == "register":
-            assert dep is not None
-            if task in dep.registered:  # a new attempt of a task already deployed: Spark relaunched the stage
-                self._new_deployment(dep.graph, f"task {task} restarted by Spark (stage relaunch)")
-                dep = self.dep
-                assert dep is not None
-            dep.registered.add(task)
-            deploy = (dep.number, dep.checkpoint_path, self.failpoints_on, self.skews.get(task, 0))
-            self.server.send(task, ("deploy", *deploy, self.network.task_settings()))
-            if self.storage_mode[0] is not None:
-                self.server.send(task, ("storage", *self.storage_mode))
-            if self.stopping_for_rescale:
-                self.server.send(task, ("cancel",))
-        elif kind == "restored":
-            assert dep is not None
-            dep.restored.add(task)
-            if len(dep.restored) == len(self.task_names()) and self.coord is None:
-                self.coord = self.master.new_coordinator(
-                    dep.graph, self._notify, self.now(), failpoint=lambda n: self._driver_failpoint(n)
+        match msg:
+            case ctl.LinkRejected(peer, reason):  # a connection that failed the handshake, or stale
+                self.history.emit(
+                    "connection_refused", listener="coordinator", peer=peer, task=task, reason=reason
                 )
-        elif kind == "emit":
-            self.history.emit(msg[1], **msg[2])
-        elif kind == "stats":
-            op, sub = task.rstrip("]").split("[")
-            if msg[1]:
-                self.history.emit("records_in", operator=op, subtask=int(sub), count=int(msg[1]))
-            if msg[2]:
-                self.history.emit("records_out", operator=op, subtask=int(sub), count=int(msg[2]))
-                if dep is not None and op == dep.graph.source.name:
-                    self.records_emitted += int(msg[2])
-                    if self.hooks is not None:
-                        self.hooks.on_records(self.records_emitted)
-        elif kind in ("ack", "decline"):
-            if dep is None or int(msg[1]) != dep.number or self.coord is None:
-                return  # a zombie of an older deployment
-            if kind == "ack":
-                _, _, cid, op, sub, handle, extra = msg
-                h = None if handle is None else StateFileHandle(**handle)
-                self.coord.acknowledge(int(cid), op, int(sub), h, self.now(), extra)
-            else:
-                _, _, cid, op, sub, reason = msg
-                self.coord.decline(int(cid), op, int(sub), reason, self.now())
-        elif kind == "exhausted":
-            if dep is not None:
-                dep.exhausted.add(task)
-        elif kind == "ended":
-            if dep is not None:
-                dep.ended.add(task)
-        elif kind == "failpoint":
-            self._on_failpoint(task, msg[1], msg[2])
-        elif kind == "route":
-            self.server.send(task, ("route", *self._route(str(msg[1]), (str(msg[2]), int(msg[3])))))
+            case ctl.LinkConnected() | ctl.LinkDisconnected():
+                pass  # a task that is gone fails its Spark task, and Spark relaunches the stage
+            case ctl.Refused(peer, reason):  # a task's input gate refused a connection
+                self.history.emit(
+                    "connection_refused", listener=f"input gate of {task}", peer=peer, reason=reason
+                )
+            case ctl.Listening(endpoint):  # a task's input gate is up (the history documents every listener)
+                attempt = None if dep is None else dep.number
+                self.history.emit(
+                    "listening", listener=f"input gate of {task}", endpoint=endpoint, attempt=attempt
+                )
+            case ctl.Register():
+                self._register(task)
+            case ctl.Restored():
+                assert dep is not None
+                dep.restored.add(task)
+                if len(dep.restored) == len(self.task_names()) and self.coord is None:
+                    self._new_coordinator(failpoint=self._driver_failpoint)
+            case ctl.Emit(type_, fields):
+                self.history.emit(type_, **fields)
+            case ctl.Stats(n_in, n_out):
+                self._stats(task, n_in, n_out)
+            case ctl.Ack(deployment, cid, op, sub, handle, extra):
+                if dep is not None and deployment == dep.number and self.coord is not None:
+                    self.coord.acknowledge(cid, op, sub, handle, self.now_ms(), extra)
+            case ctl.Decline(deployment, cid, op, sub, reason):
+                if dep is not None and deployment == dep.number and self.coord is not None:
+                    self.coord.decline(cid, op, sub, reason, self.now_ms())
+            case ctl.Exhausted():
+                if dep is not None:
+                    dep.exhausted.add(task)
+            case ctl.Ended():
+                if dep is not None:
+                    dep.ended.add(task)
+            case ctl.FailpointHit(name, target):
+                action = self._failpoint_action(name, target)
+                reply = (
+                    ctl.FailpointReply(None, 0)
+                    if action is None
+                    else ctl.FailpointReply(action.action, int(action.delay_ms))
+                )
+                self._send(task, reply)
+            case ctl.RouteRequest(link, host, port):
+                self._send(task, ctl.Routed(*self._route(link, (host, port))))
+            case _:
+                raise TypeError(f"{task} sent a message the driver does not take: {msg!r}")
+
+    def _register(self, task: str) -> None:
+        dep = self.dep
+        assert dep is not None
+        if task in dep.registered:  # a new attempt of a task already deployed: Spark relaunched the stage
+            self._new_deployment(dep.graph, f"task {task} restarted by Spark (stage relaunch)")
+            dep = self.dep
+            assert dep is not None
+        dep.registered.add(task)
+        net = self.network.task_settings()
+        self._send(
+            task,
+            ctl.Deploy(dep.number, dep.checkpoint_path, self.failpoints_on, self.skews.get(task, 0), net),
+        )
+        if self.storage_mode[0] is not None:
+            self._send(task, ctl.StorageGate(*self.storage_mode))
+        if self.stopping_for_rescale:
+            self._send(task, ctl.Cancel())
+
+    def _stats(self, task: str, n_in: int, n_out: int) -> None:
+        op, sub = task.rstrip("]").split("[")
+        if n_in:
+            self.history.emit("records_in", operator=op, subtask=int(sub), count=n_in)
+        if n_out:
+            self.history.emit("records_out", operator=op, subtask=int(sub), count=n_out)
+            if self.dep is not None and op == self.dep.graph.source.name:
+                self._count_records(n_out)
 
     def _route(self, link: str, real: Endpoint) -> Endpoint:
         router = self.network.router
         return real if router is None else router(link, real)
 
     def _driver_failpoint(self, name: str) -> None:
-        if self.hooks is None:
-            return
-        action = self.hooks.on_failpoint(name, None)
+        action = self._failpoint_action(name, None)
         if action is not None and action.action == "crash":
-            # the driver's "crash" between _metadata and commit: every task fails over
-            for t in self.task_names():
-                self.server.send(t, ("crash",))
+            self._crash(None)  # the driver's "crash" between _metadata and commit: every task fails over
         elif action is not None and action.delay_ms:
             time.sleep(action.delay_ms / 1000)
 
     # ------------------------------------------------------------------ the job
 
     def _submit(self, graph: JobGraph) -> tuple[threading.Thread, dict[str, Any]]:
-        sc = self.cluster.sc
-        n = len(graph.subtasks())
-        result: dict[str, Any] = {}
         real = self.network.coordinator_endpoint(self.server.endpoint[1])
         coords = {
             t: self._route(coordinator_link(t), real)
             for t in (task_name(o, i) for o, i, _ in graph.subtasks())
         }
-        body = _stage_body(graph, str(self.run_dir), coords, self.secret)
+        return submit_stage(self.cluster.sc, graph, str(self.run_dir), coords, self.secret)
 
-        def run() -> None:
-            try:
-                rdd = sc.parallelize(range(n), n).barrier().mapPartitions(body)
-                result["tasks"] = rdd.map(lambda r: (0, r)).groupByKey(1).values().collect()
-            except BaseException as e:  # reported to the driver loop
-                result["error"] = e
-
-        th = threading.Thread(target=run, name="spark-job", daemon=True)
-        th.start()
-        return th, result
-
-    def _drive_once(self, graph: JobGraph, reason: str | None) -> str:
-        """One Spark job: returns "finished", "rescale" or "failed" (Spark gave up on the stage)."""
+    def _drive_once(self, graph: JobGraph, reason: str | None) -> _Outcome:
+        """One Spark job, until it finished, stopped for a rescale or Spark gave up on the stage."""
         self._new_deployment(graph, reason)
         th, result = self._submit(graph)
         while th.is_alive():
@@ -338,9 +288,9 @@ class SparkExecutor:
                 raise JobFailure(f"time limit of {self.time_limit_s:.0f} s reached")
             try:
                 while True:
-                    task, msg = self.server.get(timeout_s=0.005)
+                    task, raw = self.server.get(timeout_s=0.005)
                     with self.lock:
-                        self._handle(task, msg)
+                        self._handle(task, ctl.decode(raw))
             except Exception as e:
                 if isinstance(e, JobFailure):
                     raise
@@ -350,16 +300,14 @@ class SparkExecutor:
                     else:
                         raise
             with self.lock:
-                now = self.now()
-                if self.hooks is not None:
-                    self.hooks.on_time(now)
-                self.rescales.check(now, self.records_emitted, self.coord)
+                now = self.now_ms()
+                self._observe_time(now)
                 if self.rescales.ready is not None and not self.stopping_for_rescale:
                     self.stopping_for_rescale = True
-                    self.server.broadcast(("cancel",))
+                    self._broadcast(ctl.Cancel())
                 if self.coord is not None and not self.stopping_for_rescale:
                     try:
-                        if self.rescales.savepoint is None:
+                        if not self.stopping:
                             self.coord.tick(now)
                     except JobFailedError as e:
                         self._fail_deployment(str(e))
@@ -369,59 +317,42 @@ class SparkExecutor:
         th.join()
         if "error" in result:
             if self.stopping_for_rescale:
-                return "rescale"
+                return _Outcome("rescale")
             text = str(result["error"])
             if JOB_CODE_FAILED in text:  # no restart can fix this: fail now, with the executor's traceback
                 self._record_failure(result["error"])
                 tb = text[text.index(JOB_CODE_FAILED) :].split("\n\tat ")[0]
                 raise JobFailure(tb.strip())
-            return "failed:" + self._record_failure(result["error"])
-        if self.stopping_for_rescale:
-            return "rescale"
-        return "finished"
+            return _Outcome("failed", self._record_failure(result["error"]))
+        return _Outcome("rescale" if self.stopping_for_rescale else "finished")
 
     def _record_failure(self, error: BaseException) -> str:
-        """Spark gave up on the stage: keep its whole error in ``logs/spark-error.txt`` and the root
-        cause (the executor's Python traceback, not Py4J's wrapper); returns the cause's last line."""
-        self.root_cause = root_cause(error)
-        with contextlib.suppress(Exception):
-            logs = RunStore(self.run_dir).logs
-            logs.mkdir(parents=True, exist_ok=True)
-            with open(logs / "spark-error.txt", "a", encoding="utf-8") as fh:
-                fh.write(f"--- t={self.now()} ms\n{error}\n")
-        last = [ln for ln in self.root_cause.splitlines() if ln.strip()]
-        return last[-1].strip()[:300] if last else _short(error)
+        """Spark gave up on the stage: the cause's last line (``root_cause`` keeps the whole cause)."""
+        self.root_cause, last = record_stage_failure(RunStore(self.run_dir).logs, error, self.now_ms())
+        return last
 
     def _end_input_when_released(self, dep: _Deployment, now: int) -> None:
         """An exhausted source keeps its end of input back while a planned trigger is pending (its
         channels still carry barriers); once every source is exhausted and the gate releases, end of
         input flows, and when it has passed every keyed subtask the final checkpoint is triggered."""
         exhausted_all = len(dep.exhausted) == sum(src.parallelism for src, _ in dep.graph.sources())
-        if not self._input_held_gate().releases(exhausted_all, now):
+        if not self.gate.releases(exhausted_all, now):
             return
         for t in sorted(dep.exhausted - dep.input_ended):
-            self.server.send(t, ("end_input",))
+            self._send(t, ctl.EndInput())
             dep.input_ended.add(t)
         if exhausted_all and len(dep.ended) == sum(st.parallelism for st in dep.graph.stages):
-            assert self.coord is not None
-            self.final_after = self.coord.next_id
-            if not self.coord.pending:
-                self.coord.trigger(now)
-
-    def _input_held_gate(self) -> EndOfInputGate:
-        if self._gate is None:
-            limit = hold_limit_ms(self.master.config.interval_ms, 30_000)
-            self._gate = EndOfInputGate(self.hooks, self.rescales, self.history.emit, limit)
-        return self._gate
+            self._trigger_final(now)
 
     def _fail_deployment(self, reason: str) -> None:
         """Too many checkpoint failures: fail every task, so Spark relaunches the stage."""
         self.history.emit("job_failover", reason=reason)
-        for t in self.task_names():
-            self.server.send(t, ("crash",))
+        self._crash(None)
 
-    def run(self) -> RunSummary:
-        if self.resume:
+    def _start(self) -> None:
+        if not self.resume:
+            super()._start()
+        else:
             # checkpoints the dead driver had in flight never completed: abort them as it would have
             storage = self.master.storage
             for cid, d in storage.checkpoint_dirs(self.graph.name):
@@ -439,66 +370,37 @@ class SparkExecutor:
                 parallelism=self.graph.parallelism(),
                 master=self.cluster.master,
             )
-            return self._run()
-        self.history.emit(
-            "run_start",
-            job=self.graph.name,
-            executor="spark",
-            seed=self.seed,
-            parallelism=self.graph.parallelism(),
-            max_parallelism=self.graph.max_parallelism,
-            config={**self.run_info, "master": self.cluster.master},
-        )
-        return self._run()
-
-    def _run(self) -> RunSummary:
         host, port = self.server.endpoint
         self.history.emit("listening", listener="coordinator", endpoint=f"{host}:{port}", tls=self.secret.tls)
-        status, reason = "finished", "all input processed and committed"
+
+    def _run_config(self) -> dict[str, Any]:
+        return {**self.run_info, "master": self.cluster.master}
+
+    def _drive(self) -> None:
         graph, why = self.graph, None
-        try:
-            while True:
-                outcome = self._drive_once(graph, why)
-                if outcome == "finished":
-                    break
-                if outcome == "rescale":
+        while True:
+            outcome = self._drive_once(graph, why)
+            match outcome.kind:
+                case "finished":
+                    return
+                case "rescale":
                     req = self.rescales.take()
                     assert req is not None
                     self.stopping_for_rescale = False
-                    old = graph.parallelism()
-                    graph = graph.with_parallelism(req.parallelism)
-                    self.master.retire(self.coord, self.now(), "rescale")
-                    self.coord = None
-                    self.master.record_rescale(old, graph.parallelism(), req.savepoint)
-                    why = None
-                    continue
-                why = f"Spark gave up on the stage: {outcome[7:]}"
-        except JobFailure as e:
-            status, reason = "failed", str(e)
-        except BaseException as e:  # Ctrl-C or a driver bug: the history must not say "finished"
-            status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
-            reason = f"{type(e).__name__}: {e}".rstrip(": ")
-            raise
-        finally:
-            if self.hooks is not None:
-                try:
-                    self.hooks.heal_all()
-                except Exception:
-                    pass
-            self.master.retire(self.coord, self.now(), "run end")
-            self.server.close()
-            self.master.end_run(status, reason, self.deployments)
-        return RunSummary(
-            status,
-            reason,
-            self.deployments,
-            self.completed,
-            self.records_emitted,
-            self.now(),
-            graph.parallelism(),
-            simulated=False,
-            root_cause=self.root_cause if status == "failed" else "",
-        )
+                    graph, why = self._rescaled(req), None
+                case "failed":
+                    why = f"Spark gave up on the stage: {outcome.error}"
+
+    def _shutdown(self) -> None:
+        self.server.close()
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """How one Spark job ended: "finished", "rescale", or "failed" (Spark gave up on the stage: ``error``)."""
+
+    kind: str
+    error: str = ""
 
 
 def _attempts_so_far(history: Path) -> int:
@@ -516,8 +418,3 @@ def _is_empty(e: BaseException) -> bool:
     import queue
 
     return isinstance(e, queue.Empty | TimeoutError)
-
-
-def _short(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0][:300] if text else ''}"

@@ -5,9 +5,11 @@ calling o123.collectAndServe ... org.apache.spark.SparkException: Job aborted du
 
 from __future__ import annotations
 
+import contextlib
 import re
+from pathlib import Path
 
-__all__ = ["root_cause"]
+__all__ = ["root_cause", "record_stage_failure"]
 
 _TRACEBACK = "Traceback (most recent call last):"
 _JAVA_FRAME = re.compile(r"^\s*at [\w$.<>]+\(.*\)\s*$")
@@ -37,3 +39,18 @@ def root_cause(error: BaseException | str) -> str:
     if causes:
         return causes[-1].removeprefix("Caused by: ")
     return lines[0] if lines else type(error).__name__ if isinstance(error, BaseException) else ""
+
+
+def record_stage_failure(logs: Path, error: BaseException, now_ms: int) -> tuple[str, str]:
+    """Spark gave up on a stage: keep its whole error in ``logs/spark-error.txt``; returns the root
+    cause and the cause's last line (for a restart reason)."""
+    cause = root_cause(error)
+    with contextlib.suppress(Exception):
+        logs.mkdir(parents=True, exist_ok=True)
+        with open(logs / "spark-error.txt", "a", encoding="utf-8") as fh:
+            fh.write(f"--- t={now_ms} ms\n{error}\n")
+    last = [ln for ln in cause.splitlines() if ln.strip()]
+    if last:
+        return cause, last[-1].strip()[:300]
+    text = str(error).strip().splitlines()
+    return cause, f"{type(error).__name__}: {text[0][:300] if text else ''}"

@@ -12,8 +12,9 @@ import json
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import harness.messages as ctl
 from harness.failpoints import Failpoints, InjectedCrash
 from harness.items import CheckpointBarrier, from_wire, to_wire
 from harness.job import JobGraph
@@ -29,41 +30,48 @@ from reference_impl.time import SkewedClock, SystemClock
 __all__ = ["run_subtask"]
 
 
+R = TypeVar("R", bound=ctl.Message)
+
+
 class _Link:
-    """The coordinator link with a buffer, so a blocking request (a failpoint) keeps other messages."""
+    """The coordinator link (typed messages, ``harness.messages``) with a buffer, so a blocking
+    request (a failpoint) keeps other messages."""
 
     def __init__(self, client: CoordinatorClient) -> None:
         self.client = client
-        self.buffer: deque[Any] = deque()
+        self.buffer: deque[ctl.Message] = deque()
 
-    def send(self, *msg: Any) -> None:
-        self.client.send(tuple(msg))
+    def send(self, msg: ctl.Message) -> None:
+        self.client.send(ctl.encode(msg))
 
-    def poll(self) -> list[Any]:
-        self.buffer.extend(self.client.poll(0.0))
+    def _receive(self, timeout_s: float) -> list[ctl.Message]:
+        return [ctl.decode(m) for m in self.client.poll(timeout_s)]
+
+    def poll(self) -> list[ctl.Message]:
+        self.buffer.extend(self._receive(0.0))
         out = list(self.buffer)
         self.buffer.clear()
         return out
 
-    def request(self, msg: tuple[Any, ...], reply: str, timeout_s: float = 30.0) -> Any:
-        self.client.send(msg)
+    def request(self, msg: ctl.Message, reply: type[R], timeout_s: float = 30.0) -> R:
+        self.send(msg)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            got = self.client.poll(0.05)
+            got = self._receive(0.05)
             for i, m in enumerate(got):
-                if m and m[0] == reply:
+                if isinstance(m, reply):
                     self.buffer.extend(got[i + 1 :])  # what came after the reply (a cancel) is kept
                     return m
                 self.buffer.append(m)
-        raise TimeoutError(f"no {reply} from the driver within {timeout_s} s")
+        raise TimeoutError(f"no {reply.TAG} from the driver within {timeout_s} s")
 
     def cancelled(self, wait_s: float = 1.0) -> bool:
         """Has the driver cancelled this deployment (a rescale)? Waits briefly for the message, which
         may trail a peer's reaction to it."""
         deadline = time.monotonic() + wait_s
         while True:
-            self.buffer.extend(self.client.poll(0.05))
-            if any(m and m[0] == "cancel" for m in self.buffer):
+            self.buffer.extend(self._receive(0.05))
+            if any(isinstance(m, ctl.Cancel) for m in self.buffer):
                 return True
             if time.monotonic() >= deadline:
                 return False
@@ -139,29 +147,19 @@ class _Gateway:
         handle: StateFileHandle | None,
         extra: dict[str, Any] | None = None,
     ) -> None:
-        self.link.send(
-            "ack",
-            self.deployment,
-            checkpoint_id,
-            operator,
-            subtask,
-            None if handle is None else handle.__dict__,
-            extra or {},
-        )
+        self.link.send(ctl.Ack(self.deployment, checkpoint_id, operator, subtask, handle, extra or {}))
 
     def decline(self, checkpoint_id: int, operator: str, subtask: int, reason: str) -> None:
-        self.link.send("decline", self.deployment, checkpoint_id, operator, subtask, reason)
+        self.link.send(ctl.Decline(self.deployment, checkpoint_id, operator, subtask, reason))
 
 
 class _RemoteFailpoints:
     def __init__(self, link: _Link) -> None:
         self.link = link
 
-    def on_failpoint(self, name: str, target: str | None = None) -> Any:
-        m = self.link.request(("failpoint", name, target), "failpoint_reply")
-        if m[1] is None:
-            return None
-        return type("Action", (), {"action": m[1], "delay_ms": m[2]})()
+    def on_failpoint(self, name: str, target: str | None = None) -> ctl.FailpointReply | None:
+        reply = self.link.request(ctl.FailpointHit(name, target), ctl.FailpointReply)
+        return None if reply.action is None else reply
 
 
 def run_subtask(
@@ -184,14 +182,14 @@ def run_subtask(
     output: _Output | None = None
     task: Any = None
     try:
-        deploy = link.request(("register", partition), "deploy", timeout_s=120)
-        _, deployment, chk_path, failpoints_on, skew, net = deploy
+        deploy = link.request(ctl.Register(partition), ctl.Deploy, timeout_s=120)
+        deployment, chk_path, net = deploy.deployment, deploy.checkpoint_path, deploy.network
         # data endpoints: every task learns every task's input gate through allGather
         channels = graph.channels()
         n_inputs = sum(1 for _, down in channels if down == name)
         if n_inputs:
             gate = InputGate(n_inputs, secret, name, deployment, host=bind_host(net))
-            link.send("listening", "{}:{}".format(*gate.endpoint))
+            link.send(ctl.Listening("{}:{}".format(*gate.endpoint)))
         mine = {"task": name, "endpoint": [advertised_host(net), gate.endpoint[1]] if gate else None}
         everyone = {d["task"]: d["endpoint"] for d in map(json.loads, ctx.allGather(json.dumps(mine)))}
         names = [down for up, down in channels if up == name]
@@ -208,17 +206,17 @@ def run_subtask(
         if gate is not None:
             gate.accept(timeout_s=60)
             _report_refusals(link, gate)
-        clock = SkewedClock(SystemClock(), int(skew or 0))
+        clock = SkewedClock(SystemClock(), deploy.skew_ms)
         storage = GatedStorage(
             FileSystemCheckpointStorage(RunStore(Path(run_dir)).checkpoints),
             sleep=lambda ms: time.sleep(ms / 1000),
         )
 
         def emit(type: str, **fields: Any) -> None:  # noqa: A002
-            link.send("emit", type, fields)
+            link.send(ctl.Emit(type, fields))
 
         fps = Failpoints(
-            _RemoteFailpoints(link) if failpoints_on else None, sleep=lambda ms: time.sleep(ms / 1000)
+            _RemoteFailpoints(link) if deploy.failpoints_on else None, sleep=lambda ms: time.sleep(ms / 1000)
         )
         env = TaskEnv(
             graph.name,
@@ -245,7 +243,7 @@ def run_subtask(
                 a = assign_state(chk, op, task.parallelism)[sub]
                 restored = restore_subtask(chk, a, graph.max_parallelism)
         task.restore(restored, None if chk is None else chk.checkpoint_id, chk_path)
-        link.send("restored")
+        link.send(ctl.Restored())
         try:
             return _loop(task, link, gate, output, storage, clock)
         except (ConnectionError, TransportError) as e:
@@ -272,15 +270,17 @@ def run_subtask(
 def _report_refusals(link: _Link, gate: InputGate) -> None:
     """Connections the gate refused go to the driver, for the history."""
     for r in gate.take_refusals():
-        link.send("refused", r.peer, r.reason)
+        link.send(ctl.Refused(r.peer, r.reason))
 
 
 def _route(link: _Link, net: dict[str, Any], up: str, down: str, real: Endpoint) -> Endpoint:
     """The endpoint to dial for channel ``up -> down``: the real one, or the driver's router's proxy."""
     if not net.get("routed"):
         return real
-    reply = link.request(("route", data_link(up, down), real[0], real[1]), "route", timeout_s=60)
-    return (str(reply[1]), int(reply[2]))
+    reply = link.request(
+        ctl.RouteRequest(data_link(up, down), real[0], int(real[1])), ctl.Routed, timeout_s=60
+    )
+    return (reply.host, reply.port)
 
 
 def _loop(
@@ -299,39 +299,43 @@ def _loop(
     last_stats, n_in, n_out = time.monotonic(), 0, 0
     while True:
         for m in link.poll():
-            kind = m[0]
-            if kind == "trigger" and is_source:
-                task.trigger_checkpoint(int(m[1]), int(m[2]), str(m[3]))
-                if m[3] == "savepoint":
-                    stopped = True  # stop-with-savepoint: no record after the savepoint's barrier
-            elif kind == "complete":
-                task.notify_checkpoint_complete(int(m[1]))
-            elif kind == "abort":
-                task.notify_checkpoint_aborted(int(m[1]))
-            elif kind == "end_input" and is_source:  # the driver's gate released the end of input
-                task.end_input()
-                assert output is not None
-                output.flush()
-            elif kind == "finish":
-                got_finish = True
-                if is_source:
+            match m:
+                case ctl.Trigger(cid, ts, kind) if is_source:
+                    task.trigger_checkpoint(cid, ts, kind)
+                    if kind == "savepoint":
+                        stopped = True  # stop-with-savepoint: no record after the savepoint's barrier
+                case ctl.Complete(cid):
+                    task.notify_checkpoint_complete(cid)
+                case ctl.Abort(cid):
+                    task.notify_checkpoint_aborted(cid)
+                case ctl.EndInput() if is_source:  # the driver's gate released the end of input
                     task.end_input()
                     assert output is not None
                     output.flush()
-                    link.send("stats", task.records_in - n_in, task.records_out - n_out)
-                    return {"task": task.name, "status": "finished"}
-            elif kind == "cancel":
-                if output is not None:
-                    output.stop()
-                return {"task": task.name, "status": "cancelled"}
-            elif kind == "crash":
-                raise InjectedCrash("crash_task", task.name)
-            elif kind == "skew":
-                clock.skew_ms = int(m[1])
-            elif kind == "storage":
-                storage.set(m[1], int(m[2]))
-            elif kind == "delay_barrier" and output is not None:
-                output.delay_next[output.names.index(m[1])] = int(m[2]) / 1000
+                case ctl.Finish():
+                    got_finish = True
+                    if is_source:
+                        task.end_input()
+                        assert output is not None
+                        output.flush()
+                        link.send(ctl.Stats(task.records_in - n_in, task.records_out - n_out))
+                        return {"task": task.name, "status": "finished"}
+                case ctl.Cancel():
+                    if output is not None:
+                        output.stop()
+                    return {"task": task.name, "status": "cancelled"}
+                case ctl.Crash():
+                    raise InjectedCrash("crash_task", task.name)
+                case ctl.Skew(skew_ms):
+                    clock.skew_ms = skew_ms
+                case ctl.StorageGate(mode, delay_ms):
+                    storage.set(mode, delay_ms)
+                case ctl.DelayBarrier(downstream, delay_ms) if output is not None:
+                    output.delay_next[output.names.index(downstream)] = delay_ms / 1000
+                case ctl.Trigger() | ctl.EndInput() | ctl.DelayBarrier():
+                    pass  # not for this kind of task
+                case _:
+                    raise TypeError(f"{task.name}: the driver sent a message a task does not take: {m!r}")
         if is_source:
             if not stopped and not task.exhausted():
                 task.poll(256)
@@ -340,7 +344,7 @@ def _loop(
                 # pending); checkpoints go on until "finish"
                 assert output is not None
                 output.flush()
-                link.send("exhausted")
+                link.send(ctl.Exhausted())
                 exhausted_sent = True
                 time.sleep(0.002)
             else:
@@ -367,9 +371,9 @@ def _loop(
                 ended_sent = True
                 if output is not None:
                     output.flush()
-                link.send("ended")  # end of input passed this subtask: the final checkpoint may come
+                link.send(ctl.Ended())  # end of input passed this subtask: the final checkpoint may come
             if task.finished and got_finish:
-                link.send("stats", task.records_in - n_in, task.records_out - n_out)
+                link.send(ctl.Stats(task.records_in - n_in, task.records_out - n_out))
                 return {"task": task.name, "status": "finished"}
         if output is not None:
             output.flush()
@@ -377,5 +381,5 @@ def _loop(
         if now - last_stats > 0.2:
             if gate is not None:
                 _report_refusals(link, gate)
-            link.send("stats", task.records_in - n_in, task.records_out - n_out)
+            link.send(ctl.Stats(task.records_in - n_in, task.records_out - n_out))
             n_in, n_out, last_stats = task.records_in, task.records_out, now

@@ -46,7 +46,9 @@ def _nemesis(seed: int):
     def factory(p, rng):
         return Recording(log, f"{p.fault.kind}#{p.fault_id}", instant=p.fault.kind != "clock_skew")
 
-    return planned, Nemesis(planned, factory, lambda typ, **kw: events.append((typ, kw))), log, events
+    nemesis = Nemesis(planned, lambda _controls: factory)
+    nemesis.bind(None, lambda typ, **kw: events.append((typ, kw)))  # type: ignore[arg-type]
+    return planned, nemesis, log, events
 
 
 def test_same_seed_same_schedule_other_seed_other_times():
@@ -106,7 +108,8 @@ def test_after_ms_fires_that_long_after_the_condition():
         "#2 crash_task at records=100+250ms",
     ]
     log: list[str] = []
-    nem = Nemesis(planned, lambda p, rng: Recording(log, f"#{p.fault_id}", True), lambda *a, **k: None)
+    nem = Nemesis(planned, lambda _controls: lambda p, rng: Recording(log, f"#{p.fault_id}", True))
+    nem.bind(None, lambda *a, **k: None)  # type: ignore[arg-type]
     nem.on_time(5000)
     nem.on_checkpoint_completed(2)
     nem.on_records(100)

@@ -94,7 +94,7 @@ def test_operator_watermark_is_the_minimum_over_channels(tmp_path):
     t.on_control(1, Watermark(30))  # a channel's watermark never goes back
     t.on_control(1, Watermark(150))
     assert t.timers.watermark == 100
-    ex._teardown("test")
+    ex._retire("test")
 
 
 def test_same_seed_same_history(tmp_path):

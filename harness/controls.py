@@ -1,0 +1,99 @@
+"""The contract between an executor and the chaos layer, in both directions.
+
+:class:`ExecutorControls` is what fault injectors may do to a running job; every executor offers it
+with the same semantics (checked by ``suites/runtime/test_controls.py`` on sim and by the Spark
+executor tests on Spark). :class:`FaultScheduler` is what an executor tells the fault scheduler
+(``chaos.schedule.Nemesis``), which it receives as a constructor argument and binds to itself.
+
+Adding a control is one method on :class:`ExecutorControls` and its implementation in
+``harness.driver.Driver`` (validation and what is remembered across restarts) plus, per executor, how
+it reaches the tasks (``_crash``, ``_skew``, ... on ``SimExecutor`` and ``SparkExecutor``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["ExecutorControls", "ProcessHandles", "FaultScheduler", "Emit"]
+
+Emit = Callable[..., None]  # emit(type, **fields): append an event to the run's history
+
+
+@runtime_checkable
+class ProcessHandles(Protocol):
+    """The processes a run started on this host (Spark executors and their Python workers)."""
+
+    def executor_pids(self) -> dict[str, int]:
+        """Executor id -> pid of each live executor process of this run visible on this host."""
+        ...
+
+    def python_worker_pids(self) -> dict[str, list[int]]:
+        """Executor id -> pids of its Python workers."""
+        ...
+
+
+@runtime_checkable
+class ExecutorControls(Protocol):
+    """What a fault injector may do to a running job. Names are subtask names (``count[1]``) and
+    channel names (``source[0]->count[1]``) of the current deployment; an unknown name raises
+    ``ValueError`` (the injector records the fault as not injected) on every executor."""
+
+    def task_names(self) -> list[str]:
+        """The subtasks of the current deployment, in deployment order (sources first)."""
+        ...
+
+    def channel_names(self) -> list[str]:
+        """The data channels of the current deployment, sorted."""
+        ...
+
+    def crash(self, target: str | None = None) -> None:
+        """Fail subtask ``target`` (None: every subtask) at its next step; the job fails over (one
+        failover region) and restores from the newest intact checkpoint."""
+        ...
+
+    def delay_next_barrier(self, channel: str, delay_ms: int) -> None:
+        """Hold the next checkpoint barrier written to ``channel`` (and what follows it) for ``delay_ms``."""
+        ...
+
+    def skew_clock(self, target: str, skew_ms: int) -> None:
+        """Shift ``target``'s processing time by ``skew_ms`` (0 heals); survives restarts."""
+        ...
+
+    def storage_gate(self, mode: str | None, delay_ms: int = 0) -> None:
+        """Checkpoint writes become ``slow`` (by ``delay_ms``), ``unavailable`` or ``full``; None heals.
+        Survives restarts."""
+        ...
+
+    def latest_checkpoint_dir(self) -> Path | None:
+        """The newest completed checkpoint's directory (storage faults damage its files)."""
+        ...
+
+    def processes(self) -> ProcessHandles | None:
+        """The run's processes on this host, for process faults; None on an executor without any
+        (sim: every subtask is in this process)."""
+        ...
+
+
+class FaultScheduler(Protocol):
+    """What an executor tells the fault scheduler while it runs. The executor calls ``bind`` once,
+    when it is constructed, with its controls and its history's ``emit``."""
+
+    def bind(self, controls: ExecutorControls, emit: Emit) -> None: ...
+
+    def on_time(self, now_ms: int) -> None: ...
+
+    def on_records(self, total_records: int) -> None: ...
+
+    def on_checkpoint_completed(self, checkpoint_id: int) -> None: ...
+
+    def on_failpoint(self, name: str, target: str | None = None) -> Any:
+        """What to do at a failpoint: None, or an object with ``action`` ("crash"|"delay") and ``delay_ms``."""
+        ...
+
+    def awaiting(self, kinds: tuple[str, ...]) -> list[str]:
+        """Planned triggers of ``kinds`` not reached yet (the end-of-input gate waits for them)."""
+        ...
+
+    def heal_all(self) -> None: ...

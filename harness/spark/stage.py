@@ -1,0 +1,66 @@
+"""How the Spark executor's tasks run: the job's subtasks as one barrier-mode stage
+(``RDD.barrier().mapPartitions``) followed by a shuffle, so the barrier stage is a ShuffleMapStage that
+Spark relaunches as a whole when a task or an executor dies (a barrier ResultStage it never retries).
+Each task runs ``harness.spark.task_runner.run_subtask``."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from harness.job import JobGraph
+from harness.spark.network import Endpoint
+from harness.spark.task_runner import run_subtask
+from harness.spark.transport import RunSecret
+
+__all__ = ["JOB_CODE_FAILED", "submit_stage"]
+
+# marks a task failure no restart can fix: the job's code does not load on the executor
+JOB_CODE_FAILED = "statechaos: the job's code cannot be loaded on the executor"
+
+
+def _stage_body(graph: JobGraph, run_dir: str, coordinators: dict[str, Endpoint], secret: RunSecret) -> Any:
+    """The barrier stage's function. The run's secret travels inside it (Spark ships the closure to
+    the executors), never on a command line, in a log or in a file. The job travels pickled, with the
+    user's modules registered by value, so it is loaded on the executor where a failure can be told
+    apart (its code cannot load there) from the job's own failures."""
+    from pyspark import cloudpickle
+
+    blob = cloudpickle.dumps(graph)  # user modules registered by value travel inside
+
+    def body(it: Any) -> Any:
+        import pickle
+        import traceback
+
+        from pyspark import BarrierTaskContext
+
+        try:
+            g = pickle.loads(blob)
+        except Exception:  # e.g. a module the job imports is missing on the executor
+            raise RuntimeError(f"{JOB_CODE_FAILED}\n{traceback.format_exc()}") from None
+        list(it)
+        ctx = BarrierTaskContext.get()
+        yield run_subtask(g, run_dir, coordinators, secret, ctx.partitionId(), ctx, ctx.taskAttemptId())
+
+    return body
+
+
+def submit_stage(
+    sc: Any, graph: JobGraph, run_dir: str, coordinators: dict[str, Endpoint], secret: RunSecret
+) -> tuple[threading.Thread, dict[str, Any]]:
+    """Run the job as one Spark job on a thread of its own; the dict gets ``tasks`` (each task's
+    summary) or ``error`` (what Spark raised when it gave up) when the thread ends."""
+    n = len(graph.subtasks())
+    result: dict[str, Any] = {}
+    body = _stage_body(graph, run_dir, coordinators, secret)
+
+    def run() -> None:
+        try:
+            rdd = sc.parallelize(range(n), n).barrier().mapPartitions(body)
+            result["tasks"] = rdd.map(lambda r: (0, r)).groupByKey(1).values().collect()
+        except BaseException as e:  # reported to the driver loop
+            result["error"] = e
+
+    th = threading.Thread(target=run, name="spark-job", daemon=True)
+    th.start()
+    return th, result
