@@ -1,5 +1,5 @@
-"""Run a scenario on Spark: start the cluster (embedded local-cluster by default, or a spark://
-master), build injectors for process faults (SIGKILL an executor or a Python worker, SIGSTOP an
+"""Run a scenario on Spark: start the cluster (embedded local-cluster by default, a spark:// master,
+or, through :class:`~chaos.cluster.docker.DockerCluster`, the docker stack's master), build injectors for process faults (SIGKILL an executor or a Python worker, SIGSTOP an
 executor) and network faults (Toxiproxy toxics on the data channels and coordinator links the
 scenario names, which are routed through run-owned proxies) on top of the runtime ones, and drive
 the job with ``harness.spark``. The cluster, the proxy server and every process the run started are
@@ -8,6 +8,7 @@ gone when this returns, also on failure and Ctrl-C."""
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +24,11 @@ from chaos.scope import RunScope
 from harness.jobs import JobSpec
 from harness.run_store import RunStore
 
-__all__ = ["SparkRun", "spark_master"]
+__all__ = ["SparkRun", "SparkPlace", "run_on_spark", "spark_master", "spark_slots"]
 
 
-def _slots(sc: Scenario, spec: JobSpec) -> int:
+def spark_slots(sc: Scenario, spec: JobSpec) -> int:
+    """Task slots the scenario's largest deployment needs (a barrier stage runs all its tasks at once)."""
     sizes = [sum(spec.graph.parallelism().values())]
     for step in sc.rescale:
         p = spec.graph.with_parallelism(step.parallelism).parallelism()
@@ -38,8 +40,6 @@ def spark_master(sc: Scenario, slots: int) -> str:
     """The master URL for the scenario's cluster, with enough task slots for its largest deployment."""
     from harness.spark.cluster import parse_master
 
-    if sc.cluster == "docker":
-        return "docker"  # the stack's master, known once the stack is up (chaos.cluster.docker_spark)
     try:
         return parse_master(sc.cluster, slots)
     except ValueError as e:  # e.g. a local-cluster[W,C,M] with too few slots for the barrier stage
@@ -87,45 +87,51 @@ def ship_user_modules(spec: JobSpec) -> list[str]:
     return sorted(shipped)
 
 
+@dataclass
+class SparkPlace:
+    """Where a Spark run's cluster is and how it is reached: what differs between an embedded
+    local-cluster or ``spark://`` master (the defaults) and the docker stack."""
+
+    master: str
+    spark_kwargs: dict[str, Any] = field(default_factory=dict)  # more SparkCluster arguments
+    network: dict[str, str] = field(default_factory=dict)  # TaskNetwork's bind addresses
+    # a Toxiproxy server the place has (its URL, ProxyRouter host arguments); None: start one if needed
+    proxy: tuple[str, dict[str, Any]] | None = None
+    executors: int = 0  # wait for this many executors before the job starts
+    docker: Any = None  # chaos.cluster.docker_spark.DockerSparkCluster, for container faults
+    stats: dict[str, Any] = field(default_factory=dict)  # added to the run's statistics
+
+
 class SparkRun:
-    """The Spark clusters (embedded local-cluster, a ``spark://`` master, the docker stack) as a
-    :class:`~chaos.cluster.base.Cluster`."""
+    """An embedded local-cluster or a ``spark://`` master as a :class:`~chaos.cluster.base.Cluster`."""
 
     def run(self, sc: Scenario, spec: JobSpec, run_dir: Path, resume: bool = False) -> dict[str, Any]:
         """``resume``: a new driver takes over ``run_dir`` from one that died (chaos.resume)."""
         with contextlib.ExitStack() as stack:
-            return _run_spark(sc, spec, run_dir, stack, resume)
+            place = SparkPlace(spark_master(sc, spark_slots(sc, spec)))
+            return run_on_spark(sc, spec, run_dir, stack, resume, place)
 
 
-def _run_spark(
-    sc: Scenario, spec: JobSpec, run_dir: Path, stack: contextlib.ExitStack, resume: bool
+def run_on_spark(
+    sc: Scenario, spec: JobSpec, run_dir: Path, stack: contextlib.ExitStack, resume: bool, place: SparkPlace
 ) -> dict[str, Any]:
+    """Start Spark at ``place``, route the links the scenario's network faults name through proxies,
+    and run the job under the scenario's nemesis; everything started is registered on ``stack``."""
     from chaos.scenario_job import checks_for
     from chaos.toxiproxy.launch import toxiproxy_client, toxiproxy_server
     from harness.spark.cluster import SparkCluster, SparkEnvironmentError
     from harness.spark.executor import SparkExecutor
-    from harness.spark.network import OWN_ADDRESS, TaskNetwork
+    from harness.spark.network import TaskNetwork
     from harness.spark.transport import TransportError
 
-    slots = _slots(sc, spec)
-    master = spark_master(sc, slots)
-    docker: Any = None  # chaos.cluster.docker_spark.DockerSparkCluster on cluster 'docker'
-    spark_kwargs: dict[str, Any] = {}
-    if sc.cluster == "docker":
-        from chaos.cluster.docker_spark import docker_cluster_for
-
-        docker = stack.enter_context(docker_cluster_for(run_dir, slots))
-        master, spark_kwargs = docker.master_url, docker.spark_kwargs()
+    master, docker = place.master, place.docker
     router: ProxyRouter | None = None
-    # docker: tasks in different containers listen on their own container's address on the run's
-    # network; the coordinator on the network's gateway, the host's address that containers reach
-    hosts = {"coordinator_bind": docker.driver_host, "data_bind": OWN_ADDRESS} if docker else {}
-    network = TaskNetwork(**hosts)
+    network = TaskNetwork(**place.network)
     net_faults = [f for f in sc.faults if f.kind == "network"]
     if net_faults:
         links = {network_link(f.channel) for f in net_faults}
-        if docker is not None:  # the stack's own proxy; tasks dial it by its container name
-            url, proxy_hosts = docker.proxy_url, {"listen_host": "0.0.0.0", "advertise_host": "toxiproxy"}
+        if place.proxy is not None:
+            url, proxy_hosts = place.proxy
         else:
             proxy_hosts = {}
             try:
@@ -136,27 +142,27 @@ def _run_spark(
                 ) from None
         router = _LinkRouter(toxiproxy_client(url), run_dir.name, links, **proxy_hosts)
         stack.callback(router.close)
-        network = TaskNetwork(**hosts, router=router.route)
+        network = TaskNetwork(**place.network, router=router.route)
     try:
         cluster = SparkCluster(
             master,
             app_name=f"statechaos-{sc.name}-{sc.seed}",
             logs_dir=RunStore(run_dir).logs,
-            **spark_kwargs,
+            **place.spark_kwargs,
         ).start()
     except SparkEnvironmentError as e:
         raise EnvironmentProblem(str(e)) from None
     stack.callback(cluster.stop)
-    if docker is not None:  # every worker's executor registered, so the barrier stage starts spread out
+    if place.executors:  # every worker's executor registered, so the barrier stage starts spread out
         try:
-            cluster.wait_for_executors(docker.workers, 120)
+            cluster.wait_for_executors(place.executors, 120)
         except TimeoutError as e:
-            raise EnvironmentProblem(f"cluster 'docker' ({master}): {e}") from None
+            raise EnvironmentProblem(f"cluster {sc.cluster!r} ({master}): {e}") from None
     scope = RunScope(
         run_id=run_dir.name,
         pids=cluster.owned_pids,
         paths=[RunStore(run_dir).checkpoints],
-        compose_project=docker.stack.project if docker else None,
+        compose_project=docker.stack.project if docker is not None else None,
     )
     graph, rescales, planned = spec.graph, rescale_requests(sc), plan(sc)
     if resume:
@@ -193,7 +199,9 @@ def _run_spark(
     if summary.status == "failed" and JOB_CODE_FAILED in str(summary.reason):
         raise EnvironmentProblem(f"scenario {sc.name!r}: {summary.reason}")
     stats = summary.to_stats()
-    out = {**stats, "master": master, "spark_startup_s": round(getattr(cluster, "startup_s", 0.0), 1)}
-    if docker is not None:
-        out["docker_startup_s"] = round(docker.startup_s, 1)
-    return out
+    return {
+        **stats,
+        "master": master,
+        "spark_startup_s": round(getattr(cluster, "startup_s", 0.0), 1),
+        **place.stats,
+    }

@@ -25,14 +25,14 @@ from harness.coordinator import CheckpointConfig, JobFailedError
 from harness.driver import Driver
 from harness.failpoints import Failpoints, InjectedCrash
 from harness.history import HistoryWriter
-from harness.items import CheckpointBarrier, is_control
+from harness.items import is_control
 from harness.job import JobGraph, task_name
 from harness.jobmaster import JobFailure, RescaleRequest, RestorePlan, RunSummary
 from harness.messages import Ack, Decline, Message
 from harness.run_store import RunStore
+from harness.sim_links import SimChannel, SimGateway, SimOutput
 from harness.storage_gate import GatedStorage
 from harness.tasks import SourceTask, StreamTask, TaskEnv
-from reference_impl.checkpoint import StateFileHandle
 from reference_impl.rescale import restore_subtask
 from reference_impl.time import ManualClock, SkewedClock
 
@@ -56,61 +56,6 @@ def _reason(e: BaseException) -> str:
     if isinstance(e, (InjectedCrash, JobFailedError)):
         return str(e)
     return f"task failure: {type(e).__name__}: {e}"
-
-
-class _Channel:
-    """FIFO with delivery times: an item is readable once the clock reaches its time, and never
-    before an earlier item of the same channel (a delayed barrier holds back what follows it)."""
-
-    __slots__ = ("q", "last", "barrier_delay_ms")
-
-    def __init__(self) -> None:
-        self.q: deque[tuple[int, Any]] = deque()
-        self.last = 0
-        self.barrier_delay_ms = 0
-
-    def push(self, at: int, item: Any) -> None:
-        if at < self.last:
-            at = self.last
-        self.last = at
-        self.q.append((at, item))
-
-    def ready(self, now: int) -> bool:
-        return bool(self.q) and self.q[0][0] <= now
-
-
-class _Output:
-    def __init__(self, ex: SimExecutor, channels: list[_Channel]) -> None:
-        self.ex, self.channels = ex, channels
-
-    def send(self, target: int, record: Any) -> None:
-        self.channels[target].push(self.ex.now + self.ex.cfg.channel_latency_ms + self.ex._step_delay, record)
-
-    def broadcast(self, item: Any) -> None:
-        at = self.ex.now + self.ex.cfg.channel_latency_ms + self.ex._step_delay
-        for ch in self.channels:
-            extra = 0
-            if isinstance(item, CheckpointBarrier) and ch.barrier_delay_ms:
-                extra, ch.barrier_delay_ms = ch.barrier_delay_ms, 0
-            ch.push(at + extra, item)
-
-
-class _Gateway:
-    def __init__(self, ex: SimExecutor) -> None:
-        self.ex = ex
-
-    def ack(
-        self,
-        checkpoint_id: int,
-        operator: str,
-        subtask: int,
-        handle: StateFileHandle | None,
-        extra: dict[str, Any] | None = None,
-    ) -> None:
-        self.ex._to_coordinator(Ack(self.ex.attempt, checkpoint_id, operator, subtask, handle, extra))
-
-    def decline(self, checkpoint_id: int, operator: str, subtask: int, reason: str) -> None:
-        self.ex._to_coordinator(Decline(self.ex.attempt, checkpoint_id, operator, subtask, reason))
 
 
 class SimExecutor(Driver):
@@ -154,8 +99,8 @@ class SimExecutor(Driver):
         self.attempt = -1
         self.tasks: list[Any] = []
         self.sources: list[SourceTask] = []
-        self.streams: list[tuple[StreamTask, list[_Channel]]] = []
-        self.channels: dict[str, _Channel] = {}
+        self.streams: list[tuple[StreamTask, list[SimChannel]]] = []
+        self.channels: dict[str, SimChannel] = {}
         self.stalled: dict[str, int] = {}
         self.crash_requests: list[str | None] = []
         self._inbox: deque[tuple[int, Message]] = deque()
@@ -237,7 +182,7 @@ class SimExecutor(Driver):
         self.final_after = None
         plan: RestorePlan = self.master.plan_restore(graph, self.attempt)
         self.coord = None
-        gateway = _Gateway(self)
+        gateway = SimGateway(self)
 
         def env(name: str, output: Any) -> TaskEnv:
             clock = SkewedClock(self.clock, self.skews.get(name, 0))
@@ -256,16 +201,16 @@ class SimExecutor(Driver):
 
         # one channel per (upstream, downstream) pair; a task's outputs in downstream order, its
         # inputs in upstream order (the channel index the task sees)
-        outputs: dict[str, list[_Channel]] = {}
-        inputs: dict[str, list[_Channel]] = {}
+        outputs: dict[str, list[SimChannel]] = {}
+        inputs: dict[str, list[SimChannel]] = {}
         for up, down in graph.channels():
-            ch = self.channels[f"{up}->{down}"] = _Channel()
+            ch = self.channels[f"{up}->{down}"] = SimChannel()
             outputs.setdefault(up, []).append(ch)
             inputs.setdefault(down, []).append(ch)
         self.sources, self.streams = [], []
         for op, i, k in graph.subtasks():
             name = task_name(op, i)
-            out = _Output(self, outputs[name]) if name in outputs else None
+            out = SimOutput(self, outputs[name]) if name in outputs else None
             if k < 0:
                 self.sources.append(SourceTask(env(name, out), i, None if k == -1 else -2 - k))
             else:
@@ -345,7 +290,7 @@ class SimExecutor(Driver):
         channels still carry barriers, so faults aimed at them act), until the gate releases it."""
         return not self.gate.releases(all(x.exhausted() for x in self.sources), self.now)
 
-    def _step_stream(self, t: StreamTask, inputs: list[_Channel]) -> None:
+    def _step_stream(self, t: StreamTask, inputs: list[SimChannel]) -> None:
         budget = self.cfg.task_budget
         now = self.now
         t.advance_time()

@@ -9,12 +9,16 @@ __all__ = ["cluster_for"]
 
 
 def cluster_for(sc: Scenario) -> Cluster:
-    """The simulator for ``sim``; Spark (embedded local-cluster, ``spark://``, docker) otherwise, imported
-    only when a scenario needs it."""
+    """The simulator for ``sim``, the compose stack for ``docker``, Spark (embedded local-cluster or a
+    ``spark://`` master) otherwise; each imported only when a scenario needs it."""
     if sc.cluster_kind == "sim":
         from chaos.cluster.sim import SimCluster
 
         return SimCluster()
+    if sc.cluster_kind == "docker":
+        from chaos.cluster.docker import DockerCluster
+
+        return DockerCluster()
     from chaos.spark_run import SparkRun
 
     return SparkRun()

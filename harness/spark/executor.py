@@ -9,6 +9,9 @@ a savepoint, or at once) and resubmits it at the new parallelism. What every dri
 way (coordinator, restarts, rescales, the chaos controls, the fault scheduler) is ``harness.driver``;
 this module keeps how the tasks run (a Spark job) and how they are reached (``harness.messages`` over
 each task's coordinator link).
+
+One module although ~400 lines: the driver loop, the deployment it tracks and the handling of every
+message a task sends all read and write the same deployment state under one lock.
 """
 
 from __future__ import annotations
