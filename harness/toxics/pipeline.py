@@ -86,6 +86,14 @@ class Channel:
             await self._wait(self._putters)
         self.force_put(item)
 
+    async def wait_for_room(self) -> None:
+        """Until a chunk is taken, the input ends, or the channel's stage is removed."""
+        await self._wait(self._putters)
+
+    def abandon(self) -> None:
+        """The stage reading this channel is gone: wake whoever waits to put into it."""
+        self._wake(self._putters)
+
     async def get(self) -> Chunk | None:
         while not self.items and not self.drained:
             await self._wait(self._getters)
@@ -232,6 +240,7 @@ class Pipeline:
         restart = prev is not None and prev.interrupt()
         while s.inq.items:  # pass on what it had queued, before anything newer
             s.out.force_put(s.inq.items.popleft())
+        s.inq.abandon()
         if prev is not None:
             prev.out = s.out
         del self.stages[i]
