@@ -1,6 +1,9 @@
 """``network``: a Toxiproxy toxic (latency, bandwidth, reset_peer, ...) or ``disable`` on the data
-channels or coordinator links ``channel`` names, which the run routes through its own proxies.
-Spark clusters (the simulator has no sockets)."""
+channels or coordinator links ``channel`` names, delivered ``via`` the run's own Toxiproxy proxies
+(``chaos.injectors.network``) or in band, by the runtime's transport itself
+(``chaos.injectors.inband_network``). Same toxics, attributes and semantics either way; the default is
+in band on a ``spark://`` master (no proxy can sit next to links between other hosts), the proxy
+elsewhere. Spark clusters (the simulator has no sockets)."""
 
 from __future__ import annotations
 
@@ -13,9 +16,10 @@ from chaos.errors import EnvironmentProblem
 from chaos.faults.params import FaultParams
 from chaos.faults.registry import SPARK_CLUSTERS, FaultKind, FaultTarget, register
 from chaos.injectors.base import Injector, NotReady
+from chaos.injectors.inband_network import InbandCut, InbandToxic
 from chaos.injectors.network import DisableLink, ToxicFault
 
-__all__ = ["NetworkFault", "TOXICS", "network_link"]
+__all__ = ["NetworkFault", "TOXICS", "network_link", "delivery"]
 
 TOXICS = (
     "latency",
@@ -55,6 +59,8 @@ class NetworkFault(FaultParams):
     # Toxiproxy direction; none = the way records flow (a data channel: upstream, from the sending task
     # to the receiving one; the coordinator link: downstream, the driver's triggers to a task)
     stream: Literal["upstream", "downstream"] | None = None
+    # how the toxic reaches the link: a Toxiproxy proxy, or the runtime's in-band layer; none: see delivery
+    via: Literal["proxy", "inband"] | None = None
 
     @model_validator(mode="after")
     def _needs(self) -> NetworkFault:
@@ -83,9 +89,36 @@ def network_link(channel: str | None) -> str:
     return f"data:{channel}"
 
 
+def delivery(f: NetworkFault, cluster_kind: str) -> str:
+    """``proxy`` or ``inband``: the fault's ``via``, else in band on a spark:// master, else the proxy."""
+    return f.via or ("inband" if cluster_kind == "spark" else "proxy")
+
+
+def _inband(f: NetworkFault, on: FaultTarget, link: str, rng: random.Random) -> Injector:
+    from harness.spark.network import coordinator_link, data_link
+
+    ex = on.executor
+    live = [data_link(*c.split("->")) for c in ex.channel_names()]
+    live += [coordinator_link(t) for t in ex.task_names()]
+    links = [x for x in live if x == link or (link.endswith(":") and x.startswith(link))]
+    if link == "data:" and links:
+        links = [rng.choice(links)]
+    if not links:
+        raise NotReady(f"no link of the run matches {f.channel or 'a data channel'!r}")
+    if f.toxic == "disable":
+        return InbandCut(ex.server.send, links)
+    stream = f.stream or ("upstream" if link.startswith("data:") else "downstream")
+    return InbandToxic(
+        ex.server.send, links, str(f.toxic), dict(f.attributes), stream, f.toxicity, on.scope.run_id
+    )
+
+
 def injector(f: NetworkFault, on: FaultTarget, rng: random.Random) -> Injector:
-    assert on.router is not None, "a run with network faults routes its links through proxies"
     link = network_link(f.channel)
+    routed = on.router is not None and on.router.wants(link)
+    if f.via == "inband" or (f.via is None and not routed):
+        return _inband(f, on, link, rng)
+    assert on.router is not None, "a run with network faults via proxy routes its links through proxies"
     proxies = on.router.proxies_for(link)
     if link == "data:" and proxies:
         proxies = [rng.choice(proxies)]

@@ -384,6 +384,11 @@ class ToxicLayer:
         for link in table.get("down") or ():
             self.cut(link)
 
+    def replace(self, table: dict[str, Any]) -> None:
+        """Exactly ``table``'s toxics and cuts (a task deployed into a reused worker process)."""
+        self.clear()
+        self.install(table)
+
     def clear(self) -> None:
         """Remove every toxic and lift every cut (a new run in this process starts clean)."""
         for link in list(self._toxics):
