@@ -8,7 +8,7 @@ elsewhere. Spark clusters (the simulator has no sockets)."""
 from __future__ import annotations
 
 import random
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -18,6 +18,7 @@ from chaos.faults.registry import SPARK_CLUSTERS, FaultKind, FaultTarget, regist
 from chaos.injectors.base import Injector, NotReady
 from chaos.injectors.inband_network import InbandCut, InbandToxic
 from chaos.injectors.network import DisableLink, ToxicFault
+from harness.toxics.kinds import check_attributes
 
 __all__ = ["NetworkFault", "TOXICS", "network_link", "delivery"]
 
@@ -32,22 +33,6 @@ TOXICS = (
     "limit_data",
     "disable",
 )
-
-
-def _check_toxic_attributes(toxic: str, attributes: dict[str, Any]) -> None:
-    """Toxiproxy ignores attributes a toxic does not have and refuses non-integers: catch both here,
-    where the scenario file can be named, instead of a typo silently doing nothing."""
-    from chaos.toxiproxy.toxics import TOXIC_TYPES
-
-    known = TOXIC_TYPES.get("latency" if toxic == "jitter" else toxic, {})
-    for name, value in attributes.items():
-        if name not in known:
-            has = f"has: {', '.join(known)}" if known else "takes none"
-            raise ValueError(f"toxic {toxic} has no attribute {name!r} ({has})")
-        if isinstance(value, bool) or not isinstance(value, int) and not float(value).is_integer():
-            raise ValueError(
-                f"toxic {toxic} attribute {name} must be a whole number (Toxiproxy's are), got {value!r}"
-            )
 
 
 class NetworkFault(FaultParams):
@@ -66,7 +51,10 @@ class NetworkFault(FaultParams):
     def _needs(self) -> NetworkFault:
         if self.toxic not in TOXICS:
             raise ValueError(f"network faults need toxic: one of {', '.join(TOXICS)}")
-        _check_toxic_attributes(self.toxic, self.attributes)
+        if self.toxic == "disable" and self.attributes:
+            raise ValueError(f"toxic disable takes no attributes, got {', '.join(self.attributes)}")
+        if self.toxic != "disable":
+            check_attributes("latency" if self.toxic == "jitter" else self.toxic, self.attributes)
         return self
 
 
