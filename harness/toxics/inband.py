@@ -18,6 +18,9 @@ closes a link's live connections and refuses new ones until it is lifted.
 Toxics are set per process, per link name (``harness.spark.network``): the driver tells both ends of a
 link over the coordinator link (``handle`` on a ``("toxic", ...)`` message) and ships the table to tasks
 deployed later (``table``/``install``).
+
+One module, a little over 400 lines: the end, its sink, its pipeline and the layer share the layer's
+event loop and the way a connection is closed, which splitting them would turn into public surface.
 """
 
 from __future__ import annotations
@@ -130,8 +133,9 @@ class _SocketSink:
                     return
                 try:
                     self.end.sock.sendall(item)
-                except OSError:
-                    return  # the connection is gone: the owner finds out on its own
+                except OSError:  # the connection failed: later sends fail too, as on the socket
+                    self.end._layer._kill(self.end, "eof")
+                    return
                 with self.cv:
                     self.queued -= len(item)
                     low = self.queued <= _LOW
