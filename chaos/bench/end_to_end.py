@@ -284,7 +284,7 @@ def inband_layer_cost(quick: bool) -> Figure:
         baseline=direct,
         unit="records/s",
         baseline_name="frames straight to the socket",
-        target=None,
+        target=0.95,  # an idle layer must not be what limits a channel (noise on a shared machine: ~5%)
         size={"records": n, "batch": 256},
         notes="one channel on loopback; the layer's idle cost is one attribute test per frame",
     )
