@@ -171,9 +171,7 @@ class CoordinatorServer:
         admitting.add(adm)
         sel.register(adm.sock, selectors.EVENT_READ, adm)
 
-    def _admit(
-        self, sel: selectors.BaseSelector, admitting: set[Admission], adm: Admission
-    ) -> _CoordConn | None:
+    def _admit(self, sel: selectors.BaseSelector, admitting: set[Admission], adm: Admission) -> _CoordConn | None:
         try:
             session = adm.on_readable()
         except HandshakeRefused as e:

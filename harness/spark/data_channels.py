@@ -76,9 +76,7 @@ def dial(
             try:
                 sock = secret.client_context().wrap_socket(sock)
             except (OSError, ssl.SSLError) as e:
-                raise TransportError(
-                    f"{what}: TLS handshake with {endpoint[0]}:{endpoint[1]} failed: {e}"
-                ) from None
+                raise TransportError(f"{what}: TLS handshake with {endpoint[0]}:{endpoint[1]} failed: {e}") from None
         session = client_handshake(sock, secret, context, max(0.1, deadline - time.monotonic()), what)
     except BaseException:
         sock.close()
@@ -128,9 +126,7 @@ class InputGate:
         self._links = links or [None] * num_channels
         self._listener = socket.create_server((host, 0), backlog=backlog or max(16, num_channels * 2))
         self._listener.setblocking(False)
-        self._door = Doorkeeper(
-            self._listener, secret, self._check, f"input gate {task}", handshake_timeout_s
-        )
+        self._door = Doorkeeper(self._listener, secret, self._check, f"input gate {task}", handshake_timeout_s)
         self._channels: dict[int, _InChannel] = {}
         self._claimed: set[int] = set()  # channels admitted (touched by the doorkeeper thread only)
         self._reported = 0
@@ -219,9 +215,7 @@ class InputGate:
                 return
             if not data:
                 if ch.decoder.pending_bytes:
-                    self._finish(
-                        ch, f"connection closed mid-frame ({ch.decoder.pending_bytes} bytes pending)"
-                    )
+                    self._finish(ch, f"connection closed mid-frame ({ch.decoder.pending_bytes} bytes pending)")
                 else:
                     self._finish(ch, None)
                 return

@@ -274,6 +274,8 @@ class ToxicLayer:
         if drain_s > 0:
             sink.done.wait(drain_s)
         self._on_loop(p.cancel)
+        if not sink.done.is_set():
+            sink._enqueue("drained")  # the writer stops after what it still has (or when that fails)
 
     def _kill(self, e: LinkEnd, how: str) -> None:
         """Close ``e``'s connection as the proxy would ("eof", "reset", or a "cut"), leaving the owner a
