@@ -157,6 +157,7 @@ class Scenario(Strict):
         """This scenario, looking up its job module in ``base_dir`` first."""
         self._base_dir = base_dir
         return self
+
     # Spark clusters: encrypt the run's links with TLS (a per-run self-signed certificate) on top of
     # the handshake every link always has; for networks other hosts share. No effect on sim (no sockets)
     tls: bool = False
@@ -225,6 +226,8 @@ class Scenario(Strict):
 
 def consistency_problems(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
     """Cross-field mistakes, each with the field path it concerns."""
+    from chaos.faults.network import delivery as network_delivery
+
     out: list[tuple[tuple[Any, ...], str]] = []
     if s.incremental and s.state_backend != "rocksdb":
         out.append((("incremental",), "incremental checkpoints need state_backend: rocksdb"))
@@ -243,6 +246,10 @@ def consistency_problems(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
     for i, step in enumerate(s.rescale):
         check_p(step.parallelism, ("rescale", i, "parallelism"))
     for i, f in enumerate(s.faults):
+        if f.kind == "network" and s.tls and network_delivery(f, s.cluster_kind) == "inband":
+            out.append(
+                (("faults", i, "via"), "in-band network faults do not work with tls: true (use via: proxy)")
+            )
         allowed = FAULT_KINDS[f.kind].clusters
         if s.cluster_kind not in allowed:
             out.append(

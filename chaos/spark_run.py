@@ -15,7 +15,7 @@ from typing import Any
 from chaos.cluster.base import nemesis_for
 from chaos.errors import EnvironmentProblem, InputError
 from chaos.faults import FaultTarget
-from chaos.faults.network import network_link
+from chaos.faults.network import delivery, network_link
 from chaos.injectors.network import ProxyRouter
 from chaos.runtime_config import checkpoint_config, rescale_requests
 from chaos.scenario import Scenario
@@ -74,7 +74,9 @@ def ship_user_modules(spec: JobSpec) -> list[str]:
     top = sys.modules.get(spec.module.__name__.split(".")[0], spec.module)
     top_file = Path(str(top.__file__)).resolve()
     root = top_file.parent.parent if top_file.name == "__init__.py" else top_file.parent
-    installed = [Path(p).resolve() for p in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["stdlib"]}]
+    installed = [
+        Path(p).resolve() for p in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["stdlib"]}
+    ]
     shipped = []
     for name, mod in list(sys.modules.items()):
         f = getattr(mod, "__file__", None)
@@ -127,7 +129,14 @@ def run_on_spark(
     master, docker = place.master, place.docker
     router: ProxyRouter | None = None
     network = TaskNetwork(**place.network)
-    net_faults = [f for f in sc.faults if f.kind == "network"]
+    net_faults = [f for f in sc.faults if f.kind == "network" and delivery(f, sc.cluster_kind) == "proxy"]
+    inband = any(f.kind == "network" and delivery(f, sc.cluster_kind) == "inband" for f in sc.faults)
+    if inband:  # the run's toxics live in the driver's layer (tasks get them when deployed)
+        from harness.toxics.inband import toxic_layer
+
+        toxic_layer().clear()
+        stack.callback(toxic_layer().clear)
+        network = TaskNetwork(**place.network, inband=True)
     if net_faults:
         links = {network_link(f.channel) for f in net_faults}
         if place.proxy is not None:
@@ -142,7 +151,7 @@ def run_on_spark(
                 ) from None
         router = _LinkRouter(toxiproxy_client(url), run_dir.name, links, **proxy_hosts)
         stack.callback(router.close)
-        network = TaskNetwork(**place.network, router=router.route)
+        network = TaskNetwork(**place.network, router=router.route, inband=inband)
     try:
         cluster = SparkCluster(
             master,
@@ -183,7 +192,12 @@ def run_on_spark(
             rescales=rescales,
             max_restarts=sc.max_restarts,
             time_limit_s=sc.timeout_s,
-            run_info={"scenario": sc.name, "records": sc.records, "keys": sc.keys, "checks": checks_for(sc, graph)},
+            run_info={
+                "scenario": sc.name,
+                "records": sc.records,
+                "keys": sc.keys,
+                "checks": checks_for(sc, graph),
+            },
             failpoints_on=any(f.kind == "failpoint" for f in sc.faults),
             network=network,
             resume=resume,

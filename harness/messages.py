@@ -41,6 +41,7 @@ __all__ = [
     "Skew",
     "StorageGate",
     "DelayBarrier",
+    "Toxic",
     "FailpointReply",
     "Routed",
     # task -> driver
@@ -238,6 +239,16 @@ class DelayBarrier(Message):
 
     downstream: str
     delay_ms: int
+
+
+@message("toxic")
+class Toxic(Message):
+    """An in-band network fault (``harness.toxics.inband``): ``op`` ``add``/``update`` a toxic (``arg``
+    its wire form), ``remove`` one (``arg`` its name), or ``cut`` the link (``arg`` True) or lift it."""
+
+    op: str
+    link: str
+    arg: Any
 
 
 @message("failpoint_reply")

@@ -41,6 +41,7 @@ __all__ = [
     "spark_cluster",
     "link_security_cost",
     "transport_tag_cost",
+    "inband_layer_cost",
     "MASTER",
     "INTERVAL_MS",
 ]
@@ -191,48 +192,68 @@ def link_security_cost(cluster: Any, work: Path, quick: bool) -> list[Figure]:
     ]
 
 
+class _Bare:
+    """In place of an output channel's ``LinkEnd``: frames straight to the socket."""
+
+    def __init__(self, sock: Any) -> None:
+        self.sendall = sock.sendall
+
+    def close(self, drain_s: float = 0.0) -> None:
+        pass
+
+
+def _channel_rate(secret: Any, n: int, layer: bool = True) -> float:
+    """Records/s through one output channel into an input gate on loopback (batches of 256), the
+    sender sending through its in-band toxic layer end (idle) or, ``layer=False``, to the socket."""
+    import threading
+
+    from harness.spark.transport import InputGate, OutputChannel
+
+    record = [12345, 678, "k-00042"]
+    with InputGate(1, secret, "count[0]", 0, links=["data:source[0]->count[0]"]) as gate:
+        outs: list[OutputChannel] = []
+
+        def dial() -> None:
+            outs.append(OutputChannel(gate.endpoint, 0, secret, "count[0]", 0, link="data:source[0]->count[0]"))
+
+        t = threading.Thread(target=dial)
+        t.start()
+        gate.accept(timeout_s=30)
+        t.join()
+        if not layer:
+            outs[0]._end = _Bare(outs[0]._sock)  # type: ignore[assignment]
+        t0 = time.perf_counter()
+
+        def send() -> None:
+            for _ in range(n):
+                outs[0].send_record(record)
+            outs[0].close()
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        got, done = 0, False
+        while not done:
+            for _, msg in gate.poll((), 1.0, 4096):
+                if msg[0] == "records":
+                    got += len(msg[1])
+                else:
+                    done = True
+        sender.join()
+        if got != n:
+            raise RuntimeError(f"transport bench received {got} of {n} records")
+        return n / (time.perf_counter() - t0)
+
+
 def transport_tag_cost(quick: bool) -> Figure:
     """The per-frame part of authentication alone: records through one output channel into an input
     gate on loopback (batches of 256), tagged vs untagged frames, best of 3 each, interleaved."""
-    import threading
-
-    from harness.spark.transport import InputGate, OutputChannel, RunSecret
+    from harness.spark.transport import RunSecret
 
     n = 200_000 if quick else 1_000_000
-    record = [12345, 678, "k-00042"]
-
-    def once(secret: RunSecret) -> float:
-        with InputGate(1, secret, "count[0]", 0) as gate:
-            outs: list[OutputChannel] = []
-            t = threading.Thread(target=lambda: outs.append(OutputChannel(gate.endpoint, 0, secret, "count[0]", 0)))
-            t.start()
-            gate.accept(timeout_s=30)
-            t.join()
-            t0 = time.perf_counter()
-
-            def send() -> None:
-                for _ in range(n):
-                    outs[0].send_record(record)
-                outs[0].close()
-
-            sender = threading.Thread(target=send)
-            sender.start()
-            got, done = 0, False
-            while not done:
-                for _, msg in gate.poll((), 1.0, 4096):
-                    if msg[0] == "records":
-                        got += len(msg[1])
-                    else:
-                        done = True
-            sender.join()
-            if got != n:
-                raise RuntimeError(f"transport bench received {got} of {n} records")
-            return n / (time.perf_counter() - t0)
-
     tagged, bare = 0.0, 0.0
     for _ in range(3):
-        bare = max(bare, once(RunSecret.unauthenticated("bench")))
-        tagged = max(tagged, once(RunSecret.generate("bench")))
+        bare = max(bare, _channel_rate(RunSecret.unauthenticated("bench"), n))
+        tagged = max(tagged, _channel_rate(RunSecret.generate("bench"), n))
     return Figure(
         name="transport: tagged frames / untagged frames",
         value=tagged,
@@ -242,6 +263,29 @@ def transport_tag_cost(quick: bool) -> Figure:
         target=None,  # the issue's 5% is end to end; this is the upper bound on what tags can cost
         size={"records": n, "batch": 256},
         notes="one channel on loopback, sender and gate in one process; HMAC-SHA256 per frame, both ends",
+    )
+
+
+def inband_layer_cost(quick: bool) -> Figure:
+    """What the in-band toxic layer costs when no toxic is active: the same channel with the sender's
+    frames through its idle ``LinkEnd`` vs straight to the socket, best of 5 each, interleaved."""
+    from harness.spark.transport import RunSecret
+
+    n = 200_000 if quick else 1_000_000
+    through, direct = 0.0, 0.0
+    for i in range(5):
+        for layer in (i % 2 == 0, i % 2 == 1):  # alternate which goes first
+            rate = _channel_rate(RunSecret.generate("bench"), n, layer)
+            through, direct = (max(through, rate), direct) if layer else (through, max(direct, rate))
+    return Figure(
+        name="transport: idle in-band toxic layer / no layer",
+        value=through,
+        baseline=direct,
+        unit="records/s",
+        baseline_name="frames straight to the socket",
+        target=0.95,  # an idle layer must not be what limits a channel (noise on a shared machine: ~5%)
+        size={"records": n, "batch": 256},
+        notes="one channel on loopback; the layer's idle cost is one attribute test per frame",
     )
 
 
@@ -323,4 +367,5 @@ def run(quick: bool) -> list[Figure]:
             ]
         figures += link_security_cost(cluster, work, quick)
     figures.append(transport_tag_cost(quick))
+    figures.append(inband_layer_cost(quick))
     return figures

@@ -1,11 +1,14 @@
 """``network``: a Toxiproxy toxic (latency, bandwidth, reset_peer, ...) or ``disable`` on the data
-channels or coordinator links ``channel`` names, which the run routes through its own proxies.
-Spark clusters (the simulator has no sockets)."""
+channels or coordinator links ``channel`` names, delivered ``via`` the run's own Toxiproxy proxies
+(``chaos.injectors.network``) or in band, by the runtime's transport itself
+(``chaos.injectors.inband_network``). Same toxics, attributes and semantics either way; the default is
+in band on a ``spark://`` master (no proxy can sit next to links between other hosts), the proxy
+elsewhere. Spark clusters (the simulator has no sockets)."""
 
 from __future__ import annotations
 
 import random
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -13,9 +16,11 @@ from chaos.errors import EnvironmentProblem
 from chaos.faults.params import FaultParams
 from chaos.faults.registry import SPARK_CLUSTERS, FaultKind, FaultTarget, register
 from chaos.injectors.base import Injector, NotReady
+from chaos.injectors.inband_network import InbandCut, InbandToxic
 from chaos.injectors.network import DisableLink, ToxicFault
+from harness.toxics.kinds import check_attributes
 
-__all__ = ["NetworkFault", "TOXICS", "network_link"]
+__all__ = ["NetworkFault", "TOXICS", "network_link", "delivery"]
 
 TOXICS = (
     "latency",
@@ -30,22 +35,6 @@ TOXICS = (
 )
 
 
-def _check_toxic_attributes(toxic: str, attributes: dict[str, Any]) -> None:
-    """Toxiproxy ignores attributes a toxic does not have and refuses non-integers: catch both here,
-    where the scenario file can be named, instead of a typo silently doing nothing."""
-    from chaos.toxiproxy.toxics import TOXIC_TYPES
-
-    known = TOXIC_TYPES.get("latency" if toxic == "jitter" else toxic, {})
-    for name, value in attributes.items():
-        if name not in known:
-            has = f"has: {', '.join(known)}" if known else "takes none"
-            raise ValueError(f"toxic {toxic} has no attribute {name!r} ({has})")
-        if isinstance(value, bool) or not isinstance(value, int) and not float(value).is_integer():
-            raise ValueError(
-                f"toxic {toxic} attribute {name} must be a whole number (Toxiproxy's are), got {value!r}"
-            )
-
-
 class NetworkFault(FaultParams):
     kind: Literal["network"]
     channel: str | None = None  # "source[0]->count[1]", "coordinator" or "coordinator:task"
@@ -55,12 +44,17 @@ class NetworkFault(FaultParams):
     # Toxiproxy direction; none = the way records flow (a data channel: upstream, from the sending task
     # to the receiving one; the coordinator link: downstream, the driver's triggers to a task)
     stream: Literal["upstream", "downstream"] | None = None
+    # how the toxic reaches the link: a Toxiproxy proxy, or the runtime's in-band layer; none: see delivery
+    via: Literal["proxy", "inband"] | None = None
 
     @model_validator(mode="after")
     def _needs(self) -> NetworkFault:
         if self.toxic not in TOXICS:
             raise ValueError(f"network faults need toxic: one of {', '.join(TOXICS)}")
-        _check_toxic_attributes(self.toxic, self.attributes)
+        if self.toxic == "disable" and self.attributes:
+            raise ValueError(f"toxic disable takes no attributes, got {', '.join(self.attributes)}")
+        if self.toxic != "disable":
+            check_attributes("latency" if self.toxic == "jitter" else self.toxic, self.attributes)
         return self
 
 
@@ -83,9 +77,36 @@ def network_link(channel: str | None) -> str:
     return f"data:{channel}"
 
 
+def delivery(f: NetworkFault, cluster_kind: str) -> str:
+    """``proxy`` or ``inband``: the fault's ``via``, else in band on a spark:// master, else the proxy."""
+    return f.via or ("inband" if cluster_kind == "spark" else "proxy")
+
+
+def _inband(f: NetworkFault, on: FaultTarget, link: str, rng: random.Random) -> Injector:
+    from harness.spark.network import coordinator_link, data_link
+
+    ex = on.executor
+    live = [data_link(*c.split("->")) for c in ex.channel_names()]
+    live += [coordinator_link(t) for t in ex.task_names()]
+    links = [x for x in live if x == link or (link.endswith(":") and x.startswith(link))]
+    if link == "data:" and links:
+        links = [rng.choice(links)]
+    if not links:
+        raise NotReady(f"no link of the run matches {f.channel or 'a data channel'!r}")
+    if f.toxic == "disable":
+        return InbandCut(ex.tell, links)
+    stream = f.stream or ("upstream" if link.startswith("data:") else "downstream")
+    return InbandToxic(
+        ex.tell, links, str(f.toxic), dict(f.attributes), stream, f.toxicity, on.scope.run_id
+    )
+
+
 def injector(f: NetworkFault, on: FaultTarget, rng: random.Random) -> Injector:
-    assert on.router is not None, "a run with network faults routes its links through proxies"
     link = network_link(f.channel)
+    routed = on.router is not None and on.router.wants(link)
+    if f.via == "inband" or (f.via is None and not routed):
+        return _inband(f, on, link, rng)
+    assert on.router is not None, "a run with network faults via proxy routes its links through proxies"
     proxies = on.router.proxies_for(link)
     if link == "data:" and proxies:
         proxies = [rng.choice(proxies)]

@@ -154,6 +154,7 @@ class ToxicFault(Injector):
     def describe(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
+            "via": "proxy",
             "toxic": self.toxic,
             "target": ", ".join(p.name for p in self.proxies),
             "stream": self.stream,
@@ -184,4 +185,9 @@ class DisableLink(Injector):
                 p.enable()
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": self.kind, "toxic": "disabled", "target": ", ".join(p.name for p in self.proxies)}
+        return {
+            "kind": self.kind,
+            "via": "proxy",
+            "toxic": "disabled",
+            "target": ", ".join(p.name for p in self.proxies),
+        }

@@ -25,6 +25,8 @@ from harness.spark.admission import MAX_ADMITTING, Admission
 from harness.spark.data_channels import Endpoint, dial
 from harness.spark.frames import FrameDecoder, FrameSealer, TransportClosed
 from harness.spark.link_auth import HANDSHAKE_TIMEOUT_S, HandshakeRefused, Refusal, RunSecret
+from harness.spark.network import coordinator_link
+from harness.toxics.inband import DOWNSTREAM, UPSTREAM, LinkEnd, toxic_layer
 
 __all__ = ["CoordinatorServer", "CoordinatorClient", "CONNECTED", "DISCONNECTED", "REJECTED"]
 
@@ -47,10 +49,11 @@ def _recv(sock: socket.socket, lock: threading.Lock) -> bytes:
 
 
 class _CoordConn:
-    __slots__ = ("sock", "decoder", "sealer", "task_id", "attempt", "lock")
+    __slots__ = ("sock", "end", "decoder", "sealer", "task_id", "attempt", "lock")
 
-    def __init__(self, sock: socket.socket, decoder: FrameDecoder, sealer: FrameSealer) -> None:
+    def __init__(self, sock: socket.socket, end: LinkEnd, decoder: FrameDecoder, sealer: FrameSealer) -> None:
         self.sock = sock
+        self.end = end  # the driver's end of the link: sends go through it (in-band toxics)
         self.decoder = decoder
         self.sealer = sealer
         self.task_id: str | None = None
@@ -190,8 +193,15 @@ class CoordinatorServer:
             adm.close()
             self._refuse("", adm.peer, f"not a coordinator link: {ctx!r}")
             return None
+        link = coordinator_link(ctx[1])
+        if toxic_layer().is_down(link):
+            adm.close()
+            self._refuse(ctx[1], adm.peer, f"link {link} is cut (in-band)")
+            return None
         adm.sock.settimeout(self._send_timeout_s)
-        c = _CoordConn(adm.sock, session.decoder, session.sealer)
+        c = _CoordConn(
+            adm.sock, toxic_layer().end(adm.sock, link, DOWNSTREAM), session.decoder, session.sealer
+        )
         if not self._hello(c, ctx[1], ctx[2], adm.peer):
             adm.close()
             return None
@@ -246,6 +256,7 @@ class CoordinatorServer:
             self._deliver(c.task_id, msg)
 
     def _drop(self, c: _CoordConn, reason: str) -> None:
+        c.end.close(drain_s=0)
         with contextlib.suppress(OSError):
             c.sock.close()
         tid = c.task_id
@@ -278,7 +289,7 @@ class CoordinatorServer:
             return False
         try:
             with c.lock:
-                c.sock.sendall(c.sealer.seal(msg))
+                c.end.sendall(c.sealer.seal(msg))
             return True
         except OSError:
             with contextlib.suppress(OSError):
@@ -328,10 +339,17 @@ class CoordinatorClient:
         self.endpoint = (endpoint[0], int(endpoint[1]))
         self.task_id = task_id
         self.attempt = attempt
+        link = coordinator_link(task_id)
         sock, session = dial(
-            self.endpoint, secret, ["coord", task_id, attempt], connect_timeout_s, f"coordinator client {task_id}"
+            self.endpoint,
+            secret,
+            ["coord", task_id, attempt],
+            connect_timeout_s,
+            f"coordinator client {task_id}",
+            link,
         )
         self._sock: socket.socket | None = sock
+        self._end = toxic_layer().end(sock, link, UPSTREAM)  # sends go through it (in-band toxics)
         self._sock.settimeout(None)
         self._sealer = session.sealer
         self._decoder = session.decoder
@@ -345,7 +363,7 @@ class CoordinatorClient:
                 f"coordinator link of {self.task_id} is closed ({self._eof or 'closed locally'})"
             )
         with self._lock:
-            self._sock.sendall(self._sealer.seal(msg))
+            self._end.sendall(self._sealer.seal(msg))
 
     def poll(self, timeout_s: float = 0.0) -> list[Any]:
         """Messages the driver sent so far (waits up to ``timeout_s`` if there are none)."""
@@ -381,6 +399,7 @@ class CoordinatorClient:
     def close(self) -> None:
         if self._sock is not None:
             try:
+                self._end.close(drain_s=0)
                 self._sock.close()
             finally:
                 self._sock = None

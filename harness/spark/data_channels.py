@@ -24,6 +24,7 @@ from typing import Any
 from harness.spark.admission import Doorkeeper
 from harness.spark.frames import FrameDecoder, FrameSealer, TransportError
 from harness.spark.link_auth import HANDSHAKE_TIMEOUT_S, Refusal, RunSecret, Session, client_handshake
+from harness.toxics.inband import DOWNSTREAM, UPSTREAM, LinkEnd, toxic_layer
 
 __all__ = ["InputGate", "OutputChannel", "dial", "Endpoint"]
 
@@ -41,10 +42,16 @@ def _peer(sock: socket.socket) -> str:
 
 
 def dial(
-    endpoint: Endpoint, secret: RunSecret, context: list[Any], timeout_s: float, what: str
+    endpoint: Endpoint,
+    secret: RunSecret,
+    context: list[Any],
+    timeout_s: float,
+    what: str,
+    link: str | None = None,
 ) -> tuple[socket.socket, Session]:
-    """Connect (retrying until ``timeout_s``: the listener may not be up yet), then TLS if the run
-    uses it, then the handshake. A failed handshake is not retried: the listener refused us."""
+    """Connect (retrying until ``timeout_s``: the listener may not be up yet, or ``link`` is cut in
+    band), then TLS if the run uses it, then the handshake. A failed handshake is not retried: the
+    listener refused us."""
     deadline = time.monotonic() + timeout_s
     delay = 0.02
     last: Exception | None = None
@@ -55,6 +62,7 @@ def dial(
                 f"{what}: could not connect to {endpoint[0]}:{endpoint[1]} within {timeout_s}s: {last}"
             )
         try:
+            toxic_layer().check_dial(link)  # in-band toxics: a cut link refuses, as a disabled proxy
             sock = socket.create_connection(tuple(endpoint), timeout=min(left, 5.0))
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             break
@@ -77,11 +85,14 @@ def dial(
 
 
 class _InChannel:
-    __slots__ = ("index", "sock", "decoder", "pending", "eof_seen", "terminal_sent", "error")
+    __slots__ = ("index", "sock", "end", "decoder", "pending", "eof_seen", "terminal_sent", "error")
 
-    def __init__(self, index: int, sock: socket.socket, decoder: FrameDecoder, pending: list[Any]):
+    def __init__(
+        self, index: int, sock: socket.socket, end: LinkEnd, decoder: FrameDecoder, pending: list[Any]
+    ):
         self.index = index
         self.sock: socket.socket | None = sock
+        self.end = end  # its end of the link, for in-band toxics (a cut closes it)
         self.decoder = decoder
         self.pending: deque[Any] = deque(pending)
         self.eof_seen = False  # connection finished (EOF or error); pending may still hold messages
@@ -105,11 +116,14 @@ class InputGate:
         host: str = "127.0.0.1",
         backlog: int | None = None,
         handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
+        links: list[str] | None = None,
     ) -> None:
+        """``links``: each channel's link name (``network.data_link``), for in-band toxics."""
         if num_channels < 0:
             raise ValueError(f"num_channels must be >= 0, got {num_channels}")
         self.num_channels = num_channels
         self.task, self.deployment = task, deployment
+        self._links = links or [None] * num_channels
         self._listener = socket.create_server((host, 0), backlog=backlog or max(16, num_channels * 2))
         self._listener.setblocking(False)
         self._door = Doorkeeper(self._listener, secret, self._check, f"input gate {task}", handshake_timeout_s)
@@ -157,6 +171,8 @@ class InputGate:
             return f"channel {idx} out of range 0..{self.num_channels - 1}"
         if idx in self._claimed:
             return f"duplicate connection for channel {idx}"
+        if toxic_layer().is_down(self._links[idx]):
+            return f"link {self._links[idx]} is cut (in-band)"
         self._claimed.add(idx)
         return None
 
@@ -165,7 +181,8 @@ class InputGate:
             admitted, self._door.admitted = self._door.admitted, []
         for session, sock in admitted:
             idx = int(session.context[3])
-            self._channels[idx] = _InChannel(idx, sock, session.decoder, session.messages)
+            end = toxic_layer().end(sock, self._links[idx], DOWNSTREAM)
+            self._channels[idx] = _InChannel(idx, sock, end, session.decoder, session.messages)
 
     def accept(self, timeout_s: float) -> None:
         """Wait until every channel connected and passed the handshake; raise TransportError naming
@@ -215,6 +232,7 @@ class InputGate:
         ch.eof_seen = True
         ch.error = error
         if ch.sock is not None:
+            ch.end.close(drain_s=0)
             ch.sock.close()
             ch.sock = None
 
@@ -291,6 +309,7 @@ class InputGate:
         self._take_admitted()
         for ch in self._channels.values():
             if ch.sock is not None:
+                ch.end.close(drain_s=0)
                 ch.sock.close()
                 ch.sock = None
         self._listener.close()
@@ -325,7 +344,9 @@ class OutputChannel:
         batch_records: int = 256,
         connect_timeout_s: float = 30.0,
         send_timeout_s: float | None = None,
+        link: str | None = None,
     ) -> None:
+        """``link``: the channel's link name (``network.data_link``), for in-band toxics."""
         if batch_records < 1:
             raise ValueError(f"batch_records must be >= 1, got {batch_records}")
         self.endpoint = (endpoint[0], int(endpoint[1]))
@@ -337,8 +358,10 @@ class OutputChannel:
             ["data", deployment, task, channel_index],
             connect_timeout_s,
             f"output channel {channel_index} to {task}",
+            link,
         )
         self._sock: socket.socket | None = sock
+        self._end = toxic_layer().end(sock, link, UPSTREAM)  # sends go through it (in-band toxics)
         self._sealer: FrameSealer = session.sealer
         self._sock.settimeout(send_timeout_s)
         self._batch: list[Any] = []
@@ -350,7 +373,7 @@ class OutputChannel:
         if self._sock is None:
             raise TransportError(f"output channel {self.channel_index} is closed")
         frame = self._sealer.seal(msg)
-        self._sock.sendall(frame)
+        self._end.sendall(frame)
         self.bytes_sent += len(frame)
         self.frames_sent += 1
 
@@ -383,6 +406,7 @@ class OutputChannel:
         try:
             if flush:
                 self.flush()
+            self._end.close(drain_s=5.0 if flush else 0.0)  # what in-band toxics hold goes first
             try:
                 self._sock.shutdown(socket.SHUT_WR)
             except OSError:

@@ -127,6 +127,12 @@ class SparkExecutor(Driver):
     def _send(self, task: str, msg: ctl.Message) -> bool:
         return self.server.send(task, ctl.encode(msg))
 
+    def tell(self, task: str, msg: ctl.Message) -> bool:
+        """Send ``msg`` to ``task`` over its coordinator link, for faults acted out in band by the task
+        itself (``harness.toxics.inband``); False when the task is not connected (it gets the run's
+        in-band state when it is deployed again)."""
+        return self._send(task, msg)
+
     def _broadcast(self, msg: ctl.Message) -> None:
         self.server.broadcast(ctl.encode(msg))
 

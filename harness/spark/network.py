@@ -4,7 +4,8 @@ On local-cluster every task and the driver share loopback. In a dockerised clust
 worker containers must listen on every interface and advertise an address their peers can reach, and
 the driver's coordinator must be reachable from the containers. A *router* (the chaos layer's
 Toxiproxy proxies, for network faults) may stand between a dialler and a listener: it is asked, per
-link, for the endpoint to hand out instead of the real one.
+link, for the endpoint to hand out instead of the real one. With ``inband``, network faults act in the
+transport itself (``harness.toxics.inband``), and tasks get the run's toxics when deployed.
 """
 
 from __future__ import annotations
@@ -52,13 +53,19 @@ class TaskNetwork:
     data_bind: str = "127.0.0.1"  # where tasks' input gates listen (OWN_ADDRESS across containers)
     data_host: str | None = None  # what peers dial; None: the bind address, or this host's own address
     router: Router | None = None
+    inband: bool = False  # the run's network faults act in band: tasks deployed get its toxics
 
     def coordinator_endpoint(self, port: int) -> Endpoint:
         return (self.coordinator_host or self.coordinator_bind, port)
 
     def task_settings(self) -> dict[str, Any]:
         """The part tasks need, shipped in the deploy message (the router itself stays in the driver)."""
-        return {"bind": self.data_bind, "host": self.data_host, "routed": self.router is not None}
+        out = {"bind": self.data_bind, "host": self.data_host, "routed": self.router is not None}
+        if self.inband:
+            from harness.toxics.inband import toxic_layer
+
+            out["toxics"] = toxic_layer().table()  # the driver's layer holds the run's toxics
+        return out
 
 
 def bind_host(settings: dict[str, Any]) -> str:

@@ -23,6 +23,7 @@ from harness.spark.network import Endpoint, advertised_host, bind_host, data_lin
 from harness.spark.transport import CoordinatorClient, InputGate, OutputChannel, RunSecret, TransportError
 from harness.storage_gate import GatedStorage
 from harness.tasks import SourceTask, StreamTask, TaskEnv, task_name
+from harness.toxics.inband import toxic_layer
 from reference_impl.checkpoint import FileSystemCheckpointStorage, StateFileHandle, load_metadata
 from reference_impl.rescale import assign_state, restore_subtask
 from reference_impl.time import SkewedClock, SystemClock
@@ -184,11 +185,14 @@ def run_subtask(
     try:
         deploy = link.request(ctl.Register(partition), ctl.Deploy, timeout_s=120)
         deployment, chk_path, net = deploy.deployment, deploy.checkpoint_path, deploy.network
+        if "toxics" in net:  # in-band network faults: the run's toxics before any link is dialled
+            toxic_layer().replace(net["toxics"])
         # data endpoints: every task learns every task's input gate through allGather
         channels = graph.channels()
         n_inputs = sum(1 for _, down in channels if down == name)
         if n_inputs:
-            gate = InputGate(n_inputs, secret, name, deployment, host=bind_host(net))
+            links = [data_link(u, d) for u, d in channels if d == name]
+            gate = InputGate(n_inputs, secret, name, deployment, host=bind_host(net), links=links)
             link.send(ctl.Listening("{}:{}".format(*gate.endpoint)))
         mine = {"task": name, "endpoint": [advertised_host(net), gate.endpoint[1]] if gate else None}
         everyone = {d["task"]: d["endpoint"] for d in map(json.loads, ctx.allGather(json.dumps(mine)))}
@@ -199,7 +203,7 @@ def run_subtask(
             # (not its subtask index: a broadcast source's subtasks come after the keyed inputs)
             at = [[u for u, d in channels if d == n].index(name) for n in names]
             outs = [
-                OutputChannel(e, i, secret, n, deployment, batch_records=256)
+                OutputChannel(e, i, secret, n, deployment, batch_records=256, link=data_link(name, n))
                 for e, i, n in zip(ends, at, names, strict=True)
             ]
             output = _Output(outs, names)
@@ -328,6 +332,8 @@ def _loop(
                     raise InjectedCrash("crash_task", task.name)
                 case ctl.Skew(skew_ms):
                     clock.skew_ms = skew_ms
+                case ctl.Toxic(op, link_name, arg):  # in-band network fault: a toxic added/updated/removed, a cut
+                    toxic_layer().handle(op, link_name, arg)
                 case ctl.StorageGate(mode, delay_ms):
                     storage.set(mode, delay_ms)
                 case ctl.DelayBarrier(downstream, delay_ms) if output is not None:

@@ -145,6 +145,27 @@ MALFORMED = [
         "faults[0].stream",
         "upstream",
     ),
+    (
+        "name: x\ncluster: local\nfaults:\n  - at: checkpoint:1\n    kind: network\n    toxic: latency\n"
+        "    via: carrier-pigeon\n",
+        7,
+        "faults[0].via",
+        "'proxy' or 'inband'",
+    ),
+    (
+        "name: x\ncluster: local\ntls: true\nfaults:\n  - at: checkpoint:1\n    kind: network\n"
+        "    toxic: latency\n    via: inband\n",
+        8,
+        "faults[0].via",
+        "in-band network faults do not work with tls",
+    ),
+    (
+        "name: x\ncluster: local\nfaults:\n  - at: checkpoint:1\n    kind: network\n    toxic: latency\n"
+        "    via: inband\n    attributes: {latency: 1.5}\n",
+        4,
+        "faults[0]",
+        "must be a whole number",
+    ),
     (  # a parameter of another kind is named as such, not ignored
         "name: x\ncluster: sim\nfaults:\n  - at: checkpoint:1\n    kind: crash_task\n    toxicity: 0.5\n",
         6,
