@@ -6,6 +6,13 @@ This process feeds the file source (one CSV file whenever the previous one has b
 batch), applies the fault plan when enough micro-batches have committed, and finally stops the query
 and runs the oracles. History events carry the micro-batch id each fault hit (the first batch not yet
 committed when it struck).
+
+On ``docker`` the driver stays on this host and the executors run in the compose stack's worker
+containers (:func:`chaos.cluster.docker_spark.docker_cluster_for`): the run directory is bind-mounted
+at the same path into every worker, so the file source and the checkpoint location are the same
+files for the driver and the executors. Worker faults act on those containers. On a ``spark://``
+master the run directory must be reachable at the same path by the cluster's executors (a shared
+file system); process and damage faults need local executors and are refused there.
 """
 
 from __future__ import annotations
@@ -45,7 +52,9 @@ _EXECUTOR = "CoarseGrainedExecutorBackend"
 class SssFault:
     """``kind``: ``kill_executor``, ``pause_executor`` (SIGSTOP for ``seconds``, then SIGCONT),
     ``kill_driver`` (then restart from the checkpoint), or a damage class of
-    :data:`chaos.sss.damage.DAMAGE_CLASSES` (driver killed, checkpoint damaged, restart).
+    :data:`chaos.sss.damage.DAMAGE_CLASSES` (driver killed, checkpoint damaged, restart); on docker
+    also ``kill_worker`` (the container stays dead), ``stop_worker``, ``pause_worker`` and
+    ``partition_worker`` (undone after ``seconds``).
     It strikes once ``after_batches`` micro-batches have committed."""
 
     kind: str
@@ -59,7 +68,7 @@ class SssRun:
     inputs: list[list[dict[str, Any]]]  # one CSV file per element, appended in order
     workdir: Path
     faults: list[SssFault] = field(default_factory=list)
-    master: str = "local-cluster[1,1,1024]"
+    master: str = "local-cluster[1,1,1024]"  # or "docker", or a spark:// URL
     trigger_ms: int = 1000
     tail_ms: int = 0  # keep running until a batch this long after the last input's batch (timers)
     time_limit_s: float = 300.0
@@ -90,8 +99,11 @@ class _Driver:
     def __init__(self, workdir: Path) -> None:
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])
-        # the project and the working directory, where the processor's module is found (executors too)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.getcwd(), env.get("PYTHONPATH", "")) if p)
+        # the project, the working directory and this process's import path, where the processor's
+        # module is found (local executors too; remote ones get it pickled by value)
+        own = [p for p in sys.path if p and Path(p).is_dir() and not p.startswith((sys.prefix, sys.base_prefix))]
+        paths = [root, os.getcwd(), *own, env.get("PYTHONPATH", "")]
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
         self.log = open(workdir / "driver.log", "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "harness.sss.driver", str(workdir)],
@@ -146,10 +158,22 @@ def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> No
 def run_sss(run: SssRun) -> SssOutcome:
     """Run ``run`` to the end of its input (or its time limit) and judge it."""
     run.spec.validate()
+    run.workdir.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        docker = None
+        if run.master == "docker":
+            from chaos.cluster.docker_spark import docker_cluster_for
+
+            docker = stack.enter_context(docker_cluster_for(run.workdir, slots=2))
+        return _run(run, docker)
+
+
+def _run(run: SssRun, docker: Any) -> SssOutcome:
     w = run.workdir
     (w / "input").mkdir(parents=True, exist_ok=True)
-    (w / "run.json").write_text(json.dumps({"spec": json.loads(run.spec.to_json()), "master": run.master,
-                                            "trigger_ms": run.trigger_ms,
+    master, kwargs = (docker.master_url, docker.spark_kwargs()) if docker else (run.master, {})
+    (w / "run.json").write_text(json.dumps({"spec": json.loads(run.spec.to_json()), "master": master,
+                                            "cluster_kwargs": kwargs, "trigger_ms": run.trigger_ms,
                                             "state_every_batch": run.differential}))  # fmt: skip
     t0 = time.monotonic()
     history = HistoryWriter(w / "history.jsonl", clock=lambda: int((time.monotonic() - t0) * 1000))
@@ -159,7 +183,8 @@ def run_sss(run: SssRun) -> SssOutcome:
     columns = run.spec.input_columns()
     checkpoint = w / "checkpoint"
     driver: _Driver | None = None
-    scope = RunScope(f"sss-{w.name}", pids=lambda: driver.executor_pids() if driver else [], paths=[checkpoint])
+    scope = RunScope(f"sss-{w.name}", pids=lambda: driver.executor_pids() if driver else [], paths=[checkpoint],
+                     compose_project=docker.stack.project if docker else None)  # fmt: skip
 
     def emit(type_: str, **fields: Any) -> None:
         events.append({"type": type_, **fields})
@@ -204,7 +229,7 @@ def run_sss(run: SssRun) -> SssOutcome:
                 written += 1
             if pending and len(done) >= pending[0].after_batches and _can_strike(pending[0], checkpoint):
                 fault = pending.pop(0)
-                driver, struck = _inject(fault, driver, checkpoint, scope, rng, emit, start, heals)
+                driver, struck = _inject(fault, driver, checkpoint, scope, rng, emit, start, heals, docker)
                 if not struck:  # the file it needed went away meanwhile (a snapshot was uploaded): later
                     pending.insert(0, SssFault(fault.kind, len(done) + 1, fault.seconds))
                 continue
@@ -281,9 +306,18 @@ def _can_strike(fault: SssFault, checkpoint: Path) -> bool:
 
 
 def _inject(fault: SssFault, driver: _Driver, checkpoint: Path, scope: RunScope, rng: random.Random,
-            emit: Any, start: Any, heals: list[tuple[float, Injector]]) -> tuple[_Driver | None, bool]:  # fmt: skip
+            emit: Any, start: Any, heals: list[tuple[float, Injector]], docker: Any) -> tuple[_Driver | None, bool]:  # fmt: skip
     """Strike ``fault``; the driver to go on with, and whether the fault struck."""
     batch = _next_batch(checkpoint)
+    if docker is not None and fault.kind in (*WORKER_FAULTS, "kill_executor", "pause_executor"):
+        inj = _docker_injector(fault, docker, scope, rng)
+        inj.start()
+        emit("fault", batch=batch, **inj.describe())
+        if not inj.instant:
+            heals.append((time.monotonic() + fault.seconds, inj))
+        return driver, True
+    if fault.kind in WORKER_FAULTS:
+        raise InjectorError(f"{fault.kind} needs cluster docker")
     if fault.kind in ("kill_executor", "pause_executor"):
         pids = driver.executor_pids()
         if not pids:
@@ -309,3 +343,24 @@ def _inject(fault: SssFault, driver: _Driver, checkpoint: Path, scope: RunScope,
             inj.start()
             emit("fault", batch=batch, damage=fault.kind, **inj.describe())
     return start(), struck
+
+
+WORKER_FAULTS = ("kill_worker", "stop_worker", "pause_worker", "partition_worker")
+
+
+def _docker_injector(fault: SssFault, docker: Any, scope: RunScope, rng: random.Random) -> Injector:
+    """The existing container faults on a worker that runs one of the query's executors (its
+    executor JVM found with pgrep inside the container), else any worker of the run."""
+    from chaos.cluster.docker_spark import ExecSignal
+    from chaos.injectors.containers import ContainerFault, PartitionContainer
+
+    workers = docker.worker_containers()
+    if not workers:
+        raise InjectorError(f"{fault.kind}: no worker container of this run is running")
+    busy = [c for c in workers if c.exec_run(["pgrep", "-f", "[C]oarseGrainedExecutorBackend"]).exit_code == 0]
+    container = rng.choice(busy or workers)
+    if fault.kind in ("kill_executor", "pause_executor"):
+        return ExecSignal(scope, container, fault.kind, rng)
+    if fault.kind == "partition_worker":
+        return PartitionContainer(scope, container, docker.stack.network())
+    return ContainerFault(scope, container, fault.kind)

@@ -32,7 +32,7 @@ from reference_impl.state.heap_backend import HeapKeyedStateBackend
 from reference_impl.time import ManualClock
 from reference_impl.ttl import StateTtlConfig, is_expired
 
-__all__ = ["ProcessorModel", "StateImage", "NO_WATERMARK"]
+__all__ = ["ProcessorModel", "StateImage", "NO_WATERMARK", "frame", "rows_of"]
 
 MAX_PARALLELISM = 128
 NO_WATERMARK = -1  # what TimerValues carries outside event-time mode
@@ -167,18 +167,6 @@ class ProcessorModel:
         self.timers: dict[tuple[Any, ...], set[int]] = defaultdict(set)
         self.processor = load_processor(spec.processor)
         self.processor.init(_Handle(self))
-        self._columns = [p.strip().split(None, 1) for p in spec.input_schema.split(",")]
-
-    def _frame(self, rows: list[dict[str, Any]]) -> Any:
-        import pandas as pd
-
-        df = pd.DataFrame(rows, columns=[c for c, _ in self._columns])
-        for col, ddl in self._columns:
-            dtype = _PANDAS_DTYPES.get(ddl.strip().lower())
-            if dtype is None:
-                raise ValueError(f"input_schema: column {col!r} has type {ddl!r}; the model supports {sorted(_PANDAS_DTYPES)}")
-            df[col] = df[col].astype(dtype)
-        return df
 
     def run_batch(self, timestamp_ms: int, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Process one micro-batch at ``timestamp_ms``; its output rows."""
@@ -192,12 +180,12 @@ class ProcessorModel:
         out: list[dict[str, Any]] = []
         for key in sorted(by_key):
             self.backend.set_current_key(key)
-            out += _rows(self.processor.handleInputRows(key, iter([self._frame(by_key[key])]), tv))
+            out += rows_of(self.processor.handleInputRows(key, iter([frame(self.spec, by_key[key])]), tv))
         if self.spec.time_mode == "ProcessingTime":
             due = sorted((t, k) for k, ts in self.timers.items() for t in ts if t <= timestamp_ms)
             for t, key in due:
                 self.backend.set_current_key(key)
-                out += _rows(self.processor.handleExpiredTimer(key, tv, ExpiredTimerInfo(t)))
+                out += rows_of(self.processor.handleExpiredTimer(key, tv, ExpiredTimerInfo(t)))
                 self.timers[key].discard(t)
         self._clear_expired(timestamp_ms)
         return out
@@ -256,7 +244,24 @@ def _with_expiry(v: Any, ttl_ms: int | None) -> tuple[Any, int | None]:
     return (tuple(value), int(ts) + int(ttl_ms))
 
 
-def _rows(frames: Iterable[Any]) -> list[dict[str, Any]]:
+def frame(spec: SssSpec, rows: list[dict[str, Any]]) -> Any:
+    """``rows`` as the pandas DataFrame Spark hands the user's code (its input schema's dtypes; no
+    rows: an empty frame with the input's columns, as pyspark passes a timed-out key)."""
+    import pandas as pd
+
+    columns = [p.strip().split(None, 1) for p in spec.input_schema.split(",")]
+    df = pd.DataFrame(rows, columns=[c for c, _ in columns])
+    if not rows:
+        return df
+    for col, ddl in columns:
+        dtype = _PANDAS_DTYPES.get(ddl.strip().lower())
+        if dtype is None:
+            raise ValueError(f"input_schema: column {col!r} has type {ddl!r}; the model supports {sorted(_PANDAS_DTYPES)}")
+        df[col] = df[col].astype(dtype)
+    return df
+
+
+def rows_of(frames: Iterable[Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for f in frames or ():
         if hasattr(f, "to_dict"):
