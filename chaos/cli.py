@@ -57,7 +57,6 @@ def _cmd_list(args: argparse.Namespace) -> int:
     for col in ("file", "cluster", "faults", "rescale", "checks"):
         table.add_column(col, overflow="fold")
     from chaos.scenario_job import checks_for, scenario_job
-
     from chaos.sss.scenario import is_sss
 
     for path, sc in scenarios:

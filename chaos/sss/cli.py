@@ -29,7 +29,9 @@ def _fault(text: str) -> Any:
 
     kind, sep, after = text.partition("@")
     if kind not in FAULT_KINDS or not sep or not after.isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r}: want KIND@BATCHES with KIND one of {', '.join(FAULT_KINDS)}")
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: want KIND@BATCHES with KIND one of {', '.join(FAULT_KINDS)}"
+        )
     return SssFault(kind, int(after))
 
 
@@ -43,7 +45,9 @@ def _inputs(folder: Path, columns: list[str]) -> list[list[dict[str, Any]]]:
         with f.open(newline="") as fh:
             for n, rec in enumerate(csv.reader(fh), 1):
                 if len(rec) != len(columns):
-                    raise _BadInput(f"{f}:{n}: {len(rec)} fields, the input schema has {len(columns)} ({', '.join(columns)})")
+                    raise _BadInput(
+                        f"{f}:{n}: {len(rec)} fields, the input schema has {len(columns)} ({', '.join(columns)})"
+                    )
                 rows.append(dict(zip(columns, rec, strict=True)))
         out.append(rows)
     return out
@@ -78,7 +82,9 @@ def _cmd_sss(args: argparse.Namespace) -> int:
 
 
 def add_sss_parser(sub: Any) -> None:
-    s = sub.add_parser("sss", help="run a Structured Streaming StatefulProcessor under faults against the reference model")
+    s = sub.add_parser(
+        "sss", help="run a Structured Streaming StatefulProcessor under faults against the reference model"
+    )
     s.add_argument("processor", help="module:Class of a StatefulProcessor (transformWithStateInPandas)")
     s.add_argument("--key", required=True, help="grouping key column")
     s.add_argument("--input-schema", required=True, help='DDL, e.g. "user string, item string, qty long"')
@@ -88,7 +94,9 @@ def add_sss_parser(sub: Any) -> None:
                    help=f"strike once BATCHES micro-batches committed; KIND: {', '.join(FAULT_KINDS)}")  # fmt: skip
     s.add_argument("--master", default="local-cluster[1,1,1024]")
     s.add_argument("--trigger-ms", type=int, default=1000)
-    s.add_argument("--tail-ms", type=int, default=0, help="keep running this long past the last input (timers)")
+    s.add_argument(
+        "--tail-ms", type=int, default=0, help="keep running this long past the last input (timers)"
+    )
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--differential", action="store_true",
                    help="compare Spark's state with the model's after every committed batch, not only at restarts")  # fmt: skip

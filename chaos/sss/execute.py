@@ -31,7 +31,9 @@ def execute_sss(sc: SssScenario, run_dir: Path) -> tuple[list[dict[str, Any]], d
     try:
         inputs = load_inputs(sc)
         run = SssRun(
-            sc.spec(), inputs, run_dir, [SssFault(f.kind, f.after_batches, f.duration / 1000) for f in sc.faults],
+            sc.spec(), inputs, run_dir,
+            [SssFault(f.kind, f.after_batches, f.duration / 1000, f.toxic or "", dict(f.attributes), f.stream)
+             for f in sc.faults],
             master=sc.master, trigger_ms=sc.trigger, tail_ms=sc.tail, time_limit_s=sc.timeout_s, seed=sc.seed,
             differential=sc.differential,
         )  # fmt: skip
@@ -60,11 +62,27 @@ def verdicts_of(sc: SssScenario, out: SssOutcome) -> list[Verdict]:
     state = [v for v in out.check.violations if v not in output and v not in live]
     if out.verdict == "stuck":
         live.append("the run hit its time limit before every input file was committed")
+    output_verdict, state_verdict = (
+        Verdict.of(
+            "exactly_once",
+            output,
+            f"{out.check.batches_checked} batches' output equals the model's",
+            "{n} batches' output differs from the model's",
+        ),
+        Verdict.of(
+            "restored_state",
+            state,
+            f"{out.check.states_checked} restored states equal the model's",
+            "{n} differences between Spark's restored state and the model's",
+        ),
+    )
+    if not out.check.batches_checked and not output:
+        output_verdict = Verdict.unknown("exactly_once", "no batch wrote output to compare")
+    if not out.check.states_checked and not state:
+        state_verdict = Verdict.unknown("restored_state", "Spark's state was never read")
     return [
-        Verdict.of("exactly_once", output, f"{out.check.batches_checked} batches' output equals the model's",
-                   "{n} batches' output differs from the model's"),
-        Verdict.of("restored_state", state, f"{out.check.states_checked} restored states equal the model's",
-                   "{n} differences between Spark's restored state and the model's"),
+        output_verdict,
+        state_verdict,
         Verdict.of("liveness", live, "every input file was committed", "{n} liveness problems"),
         Verdict.of("query_ran", refusals, f"Spark ran the query through {out.starts} driver starts",
                    "Spark refused {n} times (failed query or unreadable state)"),

@@ -18,6 +18,7 @@ file system); process and damage faults need local executors and are refused the
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -54,12 +55,17 @@ class SssFault:
     ``kill_driver`` (then restart from the checkpoint), or a damage class of
     :data:`chaos.sss.damage.DAMAGE_CLASSES` (driver killed, checkpoint damaged, restart); on docker
     also ``kill_worker`` (the container stays dead), ``stop_worker``, ``pause_worker`` and
-    ``partition_worker`` (undone after ``seconds``).
+    ``partition_worker`` (undone after ``seconds``), and ``network``: ``toxic`` (a Toxiproxy toxic
+    or ``disable``) on the driver<->executor link for ``seconds``.
     It strikes once ``after_batches`` micro-batches have committed."""
 
     kind: str
     after_batches: int
     seconds: float = 5.0
+    # ``network`` (docker): a Toxiproxy toxic on the driver's link (chaos.sss.driver_link) for ``seconds``
+    toxic: str = ""
+    attributes: dict[str, Any] = field(default_factory=dict)
+    stream: str = "downstream"
 
 
 @dataclass
@@ -101,9 +107,12 @@ class _Driver:
         root = str(Path(__file__).resolve().parents[2])
         # the project, the working directory and this process's import path, where the processor's
         # module is found (local executors too; remote ones get it pickled by value)
-        own = [p for p in sys.path if p and Path(p).is_dir() and not p.startswith((sys.prefix, sys.base_prefix))]
+        own = [
+            p for p in sys.path if p and Path(p).is_dir() and not p.startswith((sys.prefix, sys.base_prefix))
+        ]
         paths = [root, os.getcwd(), *own, env.get("PYTHONPATH", "")]
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         self.log = open(workdir / "driver.log", "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "harness.sss.driver", str(workdir)],
@@ -165,13 +174,29 @@ def run_sss(run: SssRun) -> SssOutcome:
             from chaos.cluster.docker_spark import docker_cluster_for
 
             docker = stack.enter_context(docker_cluster_for(run.workdir, slots=2))
-        return _run(run, docker)
+        link = None
+        if any(f.kind == "network" for f in run.faults):
+            if docker is None:
+                raise InjectorError("network faults on a Structured Streaming query need cluster docker "
+                                    "(docs/structured-streaming.md: what a toxic can reach)")  # fmt: skip
+            from chaos.sss.driver_link import DriverLink
+
+            link = DriverLink(docker, run.workdir.name)
+            stack.callback(link.close)
+        return _run(run, docker, link)
 
 
-def _run(run: SssRun, docker: Any) -> SssOutcome:
+def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
     w = run.workdir
     (w / "input").mkdir(parents=True, exist_ok=True)
     master, kwargs = (docker.master_url, docker.spark_kwargs()) if docker else (run.master, {})
+    if link is not None:
+        kwargs["extra_conf"] = {**kwargs.get("extra_conf", {}), **link.conf}
+    if docker:
+        # transformWithStateInPandas also starts a Python runner on the driver, with the executors'
+        # Python: a name both resolve on their PATH (the image's venv leads the containers' PATH, this
+        # interpreter's folder the driver's), not the image's absolute path
+        kwargs["executor_python"] = "python3"
     (w / "run.json").write_text(json.dumps({"spec": json.loads(run.spec.to_json()), "master": master,
                                             "cluster_kwargs": kwargs, "trigger_ms": run.trigger_ms,
                                             "state_every_batch": run.differential}))  # fmt: skip
@@ -191,7 +216,11 @@ def _run(run: SssRun, docker: Any) -> SssOutcome:
         history.emit(type_, **fields)
 
     def start() -> _Driver | None:
-        n = sum(1 for p in (w / "starts").glob("[0-9]*") if p.name.isdigit()) if (w / "starts").exists() else 0
+        n = (
+            sum(1 for p in (w / "starts").glob("[0-9]*") if p.name.isdigit())
+            if (w / "starts").exists()
+            else 0
+        )
         d = _Driver(w)
         emit("driver_start", start=n, next_batch=_next_batch(checkpoint))
         while time.monotonic() - t0 < run.time_limit_s:
@@ -213,10 +242,12 @@ def _run(run: SssRun, docker: Any) -> SssOutcome:
     heals: list[tuple[float, Injector]] = []  # (when, paused injector to resume)
     written = 0
     stuck = False
+    seen: tuple[int, int] = (-1, -1)  # the newest planned and committed batch already in the history
     try:
         driver = start()
         while driver is not None:
             done = committed_batches(checkpoint)
+            seen = _progress(checkpoint, seen, emit)
             if driver.proc.poll() is not None:
                 failures.append(_failure(w, f"driver exited {driver.proc.returncode} during the run"))
                 emit("driver_failed", returncode=driver.proc.returncode, next_batch=_next_batch(checkpoint))
@@ -229,9 +260,11 @@ def _run(run: SssRun, docker: Any) -> SssOutcome:
                 written += 1
             if pending and len(done) >= pending[0].after_batches and _can_strike(pending[0], checkpoint):
                 fault = pending.pop(0)
-                driver, struck = _inject(fault, driver, checkpoint, scope, rng, emit, start, heals, docker)
+                driver, struck = _inject(
+                    fault, driver, checkpoint, scope, rng, emit, start, heals, docker, link
+                )
                 if not struck:  # the file it needed went away meanwhile (a snapshot was uploaded): later
-                    pending.insert(0, SssFault(fault.kind, len(done) + 1, fault.seconds))
+                    pending.insert(0, dataclasses.replace(fault, after_batches=len(done) + 1))
                 continue
             if pending and written == len(run.inputs) and _finished(checkpoint, written, run.tail_ms):
                 emit("fault_skipped", kind=pending[0].kind, batch=_next_batch(checkpoint),
@@ -242,7 +275,12 @@ def _run(run: SssRun, docker: Any) -> SssOutcome:
                 inj.stop()
                 heals.remove((due, inj))
                 emit("fault_healed", batch=_next_batch(checkpoint), **inj.describe())
-            if not pending and not heals and written == len(run.inputs) and _finished(checkpoint, written, run.tail_ms):
+            if (
+                not pending
+                and not heals
+                and written == len(run.inputs)
+                and _finished(checkpoint, written, run.tail_ms)
+            ):
                 break
             if time.monotonic() - t0 > run.time_limit_s:
                 stuck = True
@@ -305,10 +343,34 @@ def _can_strike(fault: SssFault, checkpoint: Path) -> bool:
         return False
 
 
+def _progress(checkpoint: Path, seen: tuple[int, int], emit: Any) -> tuple[int, int]:
+    """History events for batches newly planned (offset log) and committed (commit log), so a fault's
+    effect on the micro-batches shows in the timeline."""
+    planned = max((b.batch for b in read_offsets(checkpoint)), default=-1)
+    committed = max(committed_batches(checkpoint), default=-1)
+    for b in range(seen[0] + 1, planned + 1):
+        emit("batch_planned", batch=b)
+    for b in range(seen[1] + 1, committed + 1):
+        emit("batch_committed", batch=b)
+    return max(planned, seen[0]), max(committed, seen[1])
+
+
 def _inject(fault: SssFault, driver: _Driver, checkpoint: Path, scope: RunScope, rng: random.Random,
-            emit: Any, start: Any, heals: list[tuple[float, Injector]], docker: Any) -> tuple[_Driver | None, bool]:  # fmt: skip
+            emit: Any, start: Any, heals: list[tuple[float, Injector]], docker: Any,
+            link: Any = None) -> tuple[_Driver | None, bool]:  # fmt: skip
     """Strike ``fault``; the driver to go on with, and whether the fault struck."""
     batch = _next_batch(checkpoint)
+    if fault.kind == "network":
+        from chaos.injectors.network import DisableLink, ToxicFault
+
+        if fault.toxic == "disable":
+            inj: Injector = DisableLink(link.proxies)
+        else:
+            inj = ToxicFault(link.proxies, fault.toxic, fault.attributes, fault.stream, 1.0, scope.run_id)
+        inj.start()
+        emit("fault", batch=batch, **inj.describe())
+        heals.append((time.monotonic() + fault.seconds, inj))
+        return driver, True
     if docker is not None and fault.kind in (*WORKER_FAULTS, "kill_executor", "pause_executor"):
         inj = _docker_injector(fault, docker, scope, rng)
         inj.start()
@@ -357,7 +419,9 @@ def _docker_injector(fault: SssFault, docker: Any, scope: RunScope, rng: random.
     workers = docker.worker_containers()
     if not workers:
         raise InjectorError(f"{fault.kind}: no worker container of this run is running")
-    busy = [c for c in workers if c.exec_run(["pgrep", "-f", "[C]oarseGrainedExecutorBackend"]).exit_code == 0]
+    busy = [
+        c for c in workers if c.exec_run(["pgrep", "-f", "[C]oarseGrainedExecutorBackend"]).exit_code == 0
+    ]
     container = rng.choice(busy or workers)
     if fault.kind in ("kill_executor", "pause_executor"):
         return ExecSignal(scope, container, fault.kind, rng)

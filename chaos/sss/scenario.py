@@ -38,7 +38,7 @@ from harness.sss.spec import APIS, SpecError, SssSpec
 __all__ = ["SssScenario", "SSS_FAULT_KINDS", "parse_sss_scenario", "is_sss", "load_inputs"]
 
 LOCAL_FAULTS = ("kill_executor", "pause_executor")
-DOCKER_FAULTS = ("kill_worker", "stop_worker", "pause_worker", "partition_worker")
+DOCKER_FAULTS = ("kill_worker", "stop_worker", "pause_worker", "partition_worker", "network")
 SSS_FAULT_KINDS = (*LOCAL_FAULTS, *DOCKER_FAULTS, "kill_driver", *DAMAGE_CLASSES)
 DEFAULT_LOCAL = "local-cluster[1,1,1024]"
 
@@ -77,13 +77,29 @@ class SssInput(Strict):
 class SssFaultEntry(Strict):
     kind: str
     after_batches: Annotated[int, Field(ge=0)]
-    duration: Duration = 5_000  # pause_executor, pause_worker, partition_worker: how long it lasts
+    duration: Duration = 5_000  # pause_*, stop_worker, partition_worker, network: how long it lasts
+    # network: a Toxiproxy toxic (or ``disable``) on the driver<->executor link (chaos.sss.driver_link)
+    toxic: str | None = None
+    attributes: dict[str, Any] = Field(default_factory=dict)
+    stream: Literal["upstream", "downstream"] = "downstream"
+
+    @model_validator(mode="after")
+    def _toxic(self) -> SssFaultEntry:
+        from chaos.faults.network import TOXICS
+
+        if self.kind == "network" and self.toxic not in TOXICS:
+            raise ValueError(f"@toxic@ a network fault needs toxic: one of {', '.join(TOXICS)}")
+        if self.kind != "network" and (self.toxic is not None or self.attributes):
+            raise ValueError("@toxic@ only a network fault takes toxic and attributes")
+        return self
 
     @field_validator("kind")
     @classmethod
     def _kind(cls, v: str) -> str:
         if v not in SSS_FAULT_KINDS:
-            raise ValueError(f"unknown fault kind {v!r} for an sss scenario; expected one of: {', '.join(SSS_FAULT_KINDS)}")
+            raise ValueError(
+                f"unknown fault kind {v!r} for an sss scenario; expected one of: {', '.join(SSS_FAULT_KINDS)}"
+            )
         return v
 
     @field_validator("duration", mode="before")
@@ -120,17 +136,25 @@ class SssScenario(Strict):
     def _cluster(cls, v: str) -> str:
         if v in ("local", "docker") or v.startswith(("local-cluster[", "spark://")):
             return v
-        raise ValueError(f"unknown cluster {v!r} for an sss scenario; expected local, local-cluster[W,C,MEM], docker or spark://host:port")
+        raise ValueError(
+            f"unknown cluster {v!r} for an sss scenario; expected local, local-cluster[W,C,MEM], docker or spark://host:port"
+        )
 
     @model_validator(mode="after")
     def _faults_fit_cluster(self) -> SssScenario:
         for i, f in enumerate(self.faults):
             if f.kind in DOCKER_FAULTS and self.cluster_kind != "docker":
-                raise ValueError(f"@faults.{i}.kind@ fault kind {f.kind!r} needs cluster docker, but cluster is {self.cluster!r}")
+                raise ValueError(
+                    f"@faults.{i}.kind@ fault kind {f.kind!r} needs cluster docker, but cluster is {self.cluster!r}"
+                )
             if f.kind in LOCAL_FAULTS and self.cluster_kind == "spark":
-                raise ValueError(f"@faults.{i}.kind@ fault kind {f.kind!r} needs the executors' processes (local or docker), not {self.cluster!r}")
+                raise ValueError(
+                    f"@faults.{i}.kind@ fault kind {f.kind!r} needs the executors' processes (local or docker), not {self.cluster!r}"
+                )
             if f.kind in DAMAGE_CLASSES and self.cluster_kind == "spark":
-                raise ValueError(f"@faults.{i}.kind@ damage needs the checkpoint on this machine (local or docker)")
+                raise ValueError(
+                    f"@faults.{i}.kind@ damage needs the checkpoint on this machine (local or docker)"
+                )
         return self
 
     # ---- what the CLI, the runner and the plugin ask of every scenario -------------------------------
@@ -209,7 +233,9 @@ def load_inputs(sc: SssScenario) -> list[list[dict[str, Any]]]:
         for i, rows in enumerate(files):
             for r in rows:
                 if set(r) != set(columns):
-                    raise ValueError(f"input.generator: file {i} has a row with fields {sorted(r)}, the input schema {columns}")
+                    raise ValueError(
+                        f"input.generator: file {i} has a row with fields {sorted(r)}, the input schema {columns}"
+                    )
         return [list(rows) for rows in files]
     folder = Path(sc.input.folder or "")
     if not folder.is_absolute() and sc.base_dir is not None:
@@ -223,7 +249,9 @@ def load_inputs(sc: SssScenario) -> list[list[dict[str, Any]]]:
             recs = list(csv.reader(fh))
         for n, rec in enumerate(recs, 1):
             if len(rec) != len(columns):
-                raise ValueError(f"input.folder: {f}:{n}: {len(rec)} fields, the input schema has {len(columns)}")
+                raise ValueError(
+                    f"input.folder: {f}:{n}: {len(rec)} fields, the input schema has {len(columns)}"
+                )
         out.append([dict(zip(columns, rec, strict=True)) for rec in recs])
     return out
 
@@ -244,7 +272,7 @@ def parse_sss_scenario(data: dict[str, Any], path: str, base_dir: Path | None, l
             msg = err["msg"].removeprefix("Value error, ")
             if msg.startswith("@"):
                 where, _, msg = msg[1:].partition("@ ")
-                loc = tuple(int(x) if x.isdigit() else x for x in where.split("."))
+                loc = (*err["loc"], *(int(x) if x.isdigit() else x for x in where.split(".")))
             else:
                 loc = tuple(err["loc"])
             problems.append(problem(loc, "unknown field" if err["type"] == "extra_forbidden" else msg))

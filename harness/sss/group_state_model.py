@@ -42,12 +42,16 @@ class GroupStateModel:
     def __init__(self, spec: SssSpec) -> None:
         self.spec = spec
         self.clock = ManualClock(0)
-        self.backend = HeapKeyedStateBackend(MAX_PARALLELISM, KeyGroupRange(0, MAX_PARALLELISM - 1), self.clock)
+        self.backend = HeapKeyedStateBackend(
+            MAX_PARALLELISM, KeyGroupRange(0, MAX_PARALLELISM - 1), self.clock
+        )
         self.func = load_function(spec.processor)
         self.vars: dict[str, Any] = {}  # no declared state variables (state-metadata lists none)
         self._state = self.backend.get_state(ValueStateDescriptor(GROUP_STATE))
 
-    def _call(self, key: tuple[Any, ...], rows: list[dict[str, Any]], ts: int, timed_out: bool) -> list[dict[str, Any]]:
+    def _call(
+        self, key: tuple[Any, ...], rows: list[dict[str, Any]], ts: int, timed_out: bool
+    ) -> list[dict[str, Any]]:
         from pyspark.sql import Row
         from pyspark.sql.streaming.state import GroupState
 

@@ -47,7 +47,13 @@ StateImage = dict[str, dict[tuple[Any, ...], tuple[Any, int | None]]]
 def _ttl(ms: int | None) -> StateTtlConfig | None:
     if ms is None:
         return None
-    return StateTtlConfig.new_builder(int(ms)).update_ttl_on_create_and_write().never_return_expired().disable_cleanup_in_background().build()
+    return (
+        StateTtlConfig.new_builder(int(ms))
+        .update_ttl_on_create_and_write()
+        .never_return_expired()
+        .disable_cleanup_in_background()
+        .build()
+    )
 
 
 class _ValueState:
@@ -132,16 +138,26 @@ class _Handle:
         if var.name in self._m.vars:
             raise ValueError(f"state variable {var.name!r} declared twice")
         self._m.vars[var.name] = var
-        return self._m.backend.get_state(descriptor.enable_time_to_live(t) if (t := _ttl(var.ttl_ms)) else descriptor)
+        return self._m.backend.get_state(
+            descriptor.enable_time_to_live(t) if (t := _ttl(var.ttl_ms)) else descriptor
+        )
 
     def getValueState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> _ValueState:  # noqa: N802, N803
-        return _ValueState(self._declare(StateVar(stateName, "value", ttlDurationMs), ValueStateDescriptor(stateName)))
+        return _ValueState(
+            self._declare(StateVar(stateName, "value", ttlDurationMs), ValueStateDescriptor(stateName))
+        )
 
     def getListState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> _ListState:  # noqa: N802, N803
-        return _ListState(self._declare(StateVar(stateName, "list", ttlDurationMs), ListStateDescriptor(stateName)))
+        return _ListState(
+            self._declare(StateVar(stateName, "list", ttlDurationMs), ListStateDescriptor(stateName))
+        )
 
-    def getMapState(self, stateName: str, userKeySchema: Any, valueSchema: Any, ttlDurationMs: int | None = None) -> _MapState:  # noqa: N802, N803
-        return _MapState(self._declare(StateVar(stateName, "map", ttlDurationMs), MapStateDescriptor(stateName)))
+    def getMapState(
+        self, stateName: str, userKeySchema: Any, valueSchema: Any, ttlDurationMs: int | None = None
+    ) -> _MapState:  # noqa: N802, N803
+        return _MapState(
+            self._declare(StateVar(stateName, "map", ttlDurationMs), MapStateDescriptor(stateName))
+        )
 
     def registerTimer(self, expiryTimestampMs: int) -> None:  # noqa: N802, N803
         self._m.timers[self._m.backend.get_current_key()].add(int(expiryTimestampMs))
@@ -162,7 +178,9 @@ class ProcessorModel:
     def __init__(self, spec: SssSpec) -> None:
         self.spec = spec
         self.clock = ManualClock(0)
-        self.backend = HeapKeyedStateBackend(MAX_PARALLELISM, KeyGroupRange(0, MAX_PARALLELISM - 1), self.clock)
+        self.backend = HeapKeyedStateBackend(
+            MAX_PARALLELISM, KeyGroupRange(0, MAX_PARALLELISM - 1), self.clock
+        )
         self.vars: dict[str, StateVar] = {}
         self.timers: dict[tuple[Any, ...], set[int]] = defaultdict(set)
         self.processor = load_processor(spec.processor)
@@ -256,7 +274,9 @@ def frame(spec: SssSpec, rows: list[dict[str, Any]]) -> Any:
     for col, ddl in columns:
         dtype = _PANDAS_DTYPES.get(ddl.strip().lower())
         if dtype is None:
-            raise ValueError(f"input_schema: column {col!r} has type {ddl!r}; the model supports {sorted(_PANDAS_DTYPES)}")
+            raise ValueError(
+                f"input_schema: column {col!r} has type {ddl!r}; the model supports {sorted(_PANDAS_DTYPES)}"
+            )
         df[col] = df[col].astype(dtype)
     return df
 

@@ -116,14 +116,18 @@ def _diff(name: str, spark: dict[Any, Any], model: dict[Any, Any], limit: int = 
 _KINDS = {"ValueState": "value", "ListState": "list", "MapState": "map"}
 
 
-def _metadata_mismatches(dump: dict[str, Any], batch: int, model: ProcessorModel | GroupStateModel) -> list[str]:
+def _metadata_mismatches(
+    dump: dict[str, Any], batch: int, model: ProcessorModel | GroupStateModel
+) -> list[str]:
     """``state-metadata`` must cover the batch read and list the variables the processor declares."""
     out = []
     for m in dump.get("metadata") or []:
         if m.get("operatorId") != 0:
             continue
         if not (m.get("minBatchId", 0) <= batch <= m.get("maxBatchId", batch)):
-            out.append(f"state-metadata covers batches {m.get('minBatchId')}..{m.get('maxBatchId')}, not {batch}")
+            out.append(
+                f"state-metadata covers batches {m.get('minBatchId')}..{m.get('maxBatchId')}, not {batch}"
+            )
         props = json.loads(m.get("operatorProperties") or "{}")
         declared = {(v["stateName"], _KINDS[v["stateVariableType"]], bool(v.get("ttlEnabled")))
                     for v in props.get("stateVariables", []) if v.get("stateVariableType") in _KINDS}  # fmt: skip

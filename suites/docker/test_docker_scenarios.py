@@ -55,9 +55,31 @@ def _window(events: list[dict[str, Any]], kind: str) -> tuple[int, int]:
     return int(start["t"]), int(end["t"])
 
 
+def _sss_evidence(events: list[dict[str, Any]]) -> None:
+    """A Structured Streaming scenario: the worker kill hit a worker container of this run, and every
+    micro-batch planned and committed inside the driver-link latency window took at least the latency
+    (its tasks' launch crossed the proxy), whatever the machine's speed."""
+    faults = {e["kind"]: e for e in events if e["type"] == "fault"}
+    assert "spark-worker" in faults["kill_worker"]["target"], faults
+    toxic = faults["network"]
+    healed = next(e for e in events if e["type"] == "fault_healed" and e.get("kind") == "network")
+    planned = {e["batch"]: e["t"] for e in events if e["type"] == "batch_planned"}
+    committed = {e["batch"]: e["t"] for e in events if e["type"] == "batch_committed"}
+    inside = [
+        committed[b] - t
+        for b, t in planned.items()
+        if b in committed and toxic["t"] <= t and committed[b] <= healed["t"]
+    ]
+    latency = toxic["attributes"]["latency"]
+    assert inside and min(inside) >= latency, f"batches inside the latency window took {inside} ms"
+
+
 def _evidence(name: str, outcome: Any) -> None:
     """What each scenario's fault must visibly have done to the job."""
     events = _events(outcome)
+    if name == "cart-sss-docker":
+        _sss_evidence(events)
+        return
     faults = [e for e in events if e["type"] == "fault_start"]
     for f in faults:
         if f["kind"] in (
