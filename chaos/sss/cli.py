@@ -17,7 +17,9 @@ from chaos.sss.damage import DAMAGE_CLASSES
 
 __all__ = ["add_sss_parser"]
 
-FAULT_KINDS = ("kill_executor", "pause_executor", "kill_driver", *DAMAGE_CLASSES)
+# network faults take a toxic and its attributes: scenario files (engine: sss) have the fields for them
+FAULT_KINDS = ("kill_executor", "pause_executor", "kill_driver", *DAMAGE_CLASSES,
+               "kill_worker", "stop_worker", "pause_worker", "partition_worker")  # fmt: skip
 
 
 class _BadInput(ValueError):
@@ -92,7 +94,8 @@ def add_sss_parser(sub: Any) -> None:
     s.add_argument("--input", required=True, help="folder of CSV files, one per micro-batch, in name order")
     s.add_argument("--fault", action="append", type=_fault, default=[], metavar="KIND@BATCHES",
                    help=f"strike once BATCHES micro-batches committed; KIND: {', '.join(FAULT_KINDS)}")  # fmt: skip
-    s.add_argument("--master", default="local-cluster[1,1,1024]")
+    s.add_argument("--master", default="local-cluster[1,1,1024]",
+                   help="local-cluster[W,C,MEM], docker (the compose stack), or spark://host:port")  # fmt: skip
     s.add_argument("--trigger-ms", type=int, default=1000)
     s.add_argument(
         "--tail-ms", type=int, default=0, help="keep running this long past the last input (timers)"

@@ -91,7 +91,7 @@ def verdicts_of(sc: SssScenario, out: SssOutcome) -> list[Verdict]:
 
 
 def _schedule(sc: SssScenario, out: SssOutcome) -> Verdict:
-    struck = [e for e in out.events if e["type"] == "fault" and "damage" not in e]
+    struck = [e for e in out.events if e["type"] == "fault_start" and "damage" not in e]
     problems = [f"{e['kind']} at batch {e.get('batch')} did not strike: {e.get('why')}"
                 for e in out.events if e["type"] == "fault_skipped"]  # fmt: skip
     if len(struck) < len(sc.faults) and not problems:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import random
@@ -211,7 +212,18 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
     scope = RunScope(f"sss-{w.name}", pids=lambda: driver.executor_pids() if driver else [], paths=[checkpoint],
                      compose_project=docker.stack.project if docker else None)  # fmt: skip
 
-    def emit(type_: str, **fields: Any) -> None:
+    fault_ids = itertools.count()
+    open_faults: dict[int, int] = {}  # id(injector) -> fault_id of its fault_start
+
+    def emit(type_: str, _inj: Any = None, **fields: Any) -> None:
+        """One history event; fault windows as the runtime's (``fault_start``/``fault_end`` with a
+        ``fault_id``, docs/runtime-contract.md), so the story, the timeline and Allure show them."""
+        if type_ == "fault_start":
+            fields = {"fault_id": next(fault_ids), "details": {}, **fields}
+            if _inj is not None and not _inj.instant:
+                open_faults[id(_inj)] = fields["fault_id"]
+        elif type_ == "fault_end":
+            fields = {"fault_id": open_faults.pop(id(_inj), None), **fields}
         events.append({"type": type_, **fields})
         history.emit(type_, **fields)
 
@@ -223,6 +235,13 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
         )
         d = _Driver(w)
         emit("driver_start", start=n, next_batch=_next_batch(checkpoint))
+        if n:
+            emit(
+                "job_restart",
+                attempt=n,
+                reason="driver restarted from the checkpoint location",
+                checkpoint_id=None,
+            )
         while time.monotonic() - t0 < run.time_limit_s:
             if (w / "starts" / f"{n}.ready").exists():
                 return d
@@ -274,7 +293,7 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
             for due, inj in [h for h in heals if h[0] <= time.monotonic()]:
                 inj.stop()
                 heals.remove((due, inj))
-                emit("fault_healed", batch=_next_batch(checkpoint), **inj.describe())
+                emit("fault_end", inj, batch=_next_batch(checkpoint), **inj.describe())
             if (
                 not pending
                 and not heals
@@ -360,6 +379,7 @@ def _inject(fault: SssFault, driver: _Driver, checkpoint: Path, scope: RunScope,
             link: Any = None) -> tuple[_Driver | None, bool]:  # fmt: skip
     """Strike ``fault``; the driver to go on with, and whether the fault struck."""
     batch = _next_batch(checkpoint)
+    trigger = f"{fault.after_batches} batches committed"
     if fault.kind == "network":
         from chaos.injectors.network import DisableLink, ToxicFault
 
@@ -368,13 +388,13 @@ def _inject(fault: SssFault, driver: _Driver, checkpoint: Path, scope: RunScope,
         else:
             inj = ToxicFault(link.proxies, fault.toxic, fault.attributes, fault.stream, 1.0, scope.run_id)
         inj.start()
-        emit("fault", batch=batch, **inj.describe())
+        emit("fault_start", inj, batch=batch, trigger=trigger, **inj.describe())
         heals.append((time.monotonic() + fault.seconds, inj))
         return driver, True
     if docker is not None and fault.kind in (*WORKER_FAULTS, "kill_executor", "pause_executor"):
         inj = _docker_injector(fault, docker, scope, rng)
         inj.start()
-        emit("fault", batch=batch, **inj.describe())
+        emit("fault_start", inj, batch=batch, trigger=trigger, **inj.describe())
         if not inj.instant:
             heals.append((time.monotonic() + fault.seconds, inj))
         return driver, True
@@ -388,12 +408,12 @@ def _inject(fault: SssFault, driver: _Driver, checkpoint: Path, scope: RunScope,
         pid = rng.choice(pids)
         inj = KillProcess(scope, pid) if fault.kind == "kill_executor" else PauseProcess(scope, pid)
         inj.start()
-        emit("fault", batch=batch, **inj.describe())
+        emit("fault_start", inj, batch=batch, trigger=trigger, **inj.describe())
         if not inj.instant:
             heals.append((time.monotonic() + fault.seconds, inj))
         return driver, True
     driver.kill()
-    emit("fault", batch=batch, kind="kill_driver", target="driver process group")
+    emit("fault_start", batch=batch, trigger=trigger, kind="kill_driver", target="driver process group")
     struck = True
     if fault.kind != "kill_driver":
         try:
@@ -403,7 +423,7 @@ def _inject(fault: SssFault, driver: _Driver, checkpoint: Path, scope: RunScope,
             injectors, struck = [], False
         for inj in injectors:
             inj.start()
-            emit("fault", batch=batch, damage=fault.kind, **inj.describe())
+            emit("fault_start", inj, batch=batch, trigger=trigger, damage=fault.kind, **inj.describe())
     return start(), struck
 
 

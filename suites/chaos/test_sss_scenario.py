@@ -150,8 +150,8 @@ def _outcome(
     verdict: str, violations: list[str] = (), refused: list[str] = (), events: Any = None
 ) -> SssOutcome:
     check = SssCheck(list(violations), list(refused), batches_checked=4, states_checked=2)
-    events = events if events is not None else [{"type": "fault", "kind": "kill_executor", "batch": 2},
-                                                {"type": "fault", "kind": "kill_driver", "batch": 4}]  # fmt: skip
+    events = events if events is not None else [{"type": "fault_start", "kind": "kill_executor", "batch": 2},
+                                                {"type": "fault_start", "kind": "kill_driver", "batch": 4}]  # fmt: skip
     return SssOutcome(verdict, check, events, 2, [])
 
 

@@ -50,7 +50,7 @@ def _run(
 def test_executor_kill_and_driver_restart_keep_output_and_state(tmp_path: Path) -> None:
     out = _run(tmp_path, [SssFault("kill_executor", 2), SssFault("kill_driver", 4)])
     assert out.verdict == "pass", out.summary()
-    faults = [e for e in out.events if e["type"] == "fault"]
+    faults = [e for e in out.events if e["type"] == "fault_start"]
     assert [f["kind"] for f in faults] == ["kill_executor", "kill_driver"]
     assert all(f["batch"] >= 2 for f in faults)  # each names the micro-batch it hit
     assert out.starts == 2
@@ -106,6 +106,8 @@ def test_groupstate_in_a_python_global_is_caught(run_scenario: Any) -> None:
     from examples.sss.cart_groupstate import SPEC
 
     query = {**SPEC, "processor": "examples.sss.cart_groupstate:forgetful_cart_sessions"}
-    outcome = run_scenario(GROUPSTATE, query=query, faults=[{"kind": "kill_executor", "after_batches": 2}])
+    outcome = run_scenario(
+        GROUPSTATE, query=query, faults=[{"kind": "kill_executor", "after_batches": 2}], tail=0
+    )
     failed = {v["oracle"] for v in outcome.failed_checks}
     assert "exactly_once" in failed, outcome.verdicts
