@@ -31,11 +31,43 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from chaos.errors import InputError
 from chaos.sss.damage import DAMAGE_CLASSES
 from chaos.trigger import Duration, Strict, parse_duration_ms
-from harness.sss.spec import APIS, SpecError, SssSpec
+from harness.sss.spec import SpecError, SssSpec
 
-__all__ = ["SssScenario", "SSS_FAULT_KINDS", "parse_sss_scenario", "is_sss", "load_inputs"]
+__all__ = [
+    "SssScenario",
+    "SssScenarioError",
+    "SSS_FAULT_KINDS",
+    "parse_sss_scenario",
+    "is_sss",
+    "load_inputs",
+]
+
+
+class SssScenarioError(InputError, ValueError):
+    """An sss scenario is malformed; ``problems`` holds (field path, message) pairs, which
+    :func:`chaos.scenario.parse_scenario` turns into ``file:line: field: problem``."""
+
+    def __init__(self, where: str, problems: list[tuple[tuple[Any, ...], str]]) -> None:
+        self.problems = problems
+        super().__init__(f"invalid scenario {where}\n  " + "\n  ".join(
+            f"{'.'.join(map(str, loc))}: {msg}" if loc else msg for loc, msg in problems))  # fmt: skip
+
+
+def _problems(e: ValidationError) -> list[tuple[tuple[Any, ...], str]]:
+    """Pydantic's errors as (field path, message); a model validator names its field as ``@path@``."""
+    out = []
+    for err in e.errors():
+        msg = err["msg"].removeprefix("Value error, ")
+        loc = tuple(err["loc"])
+        if msg.startswith("@"):
+            where, _, msg = msg[1:].partition("@ ")
+            loc = (*loc, *(int(x) if x.isdigit() else x for x in where.split(".")))
+        out.append((loc, "unknown field" if err["type"] == "extra_forbidden" else msg))
+    return out
+
 
 LOCAL_FAULTS = ("kill_executor", "pause_executor")
 DOCKER_FAULTS = ("kill_worker", "stop_worker", "pause_worker", "partition_worker", "network")
@@ -187,13 +219,12 @@ class SssScenario(Strict):
             data["cluster"] = cluster
         if seed is not None:
             data["seed"] = seed
-        from chaos.scenario import ScenarioError
-
         try:
             return SssScenario.model_validate(data).located(self._base_dir)
         except ValidationError as e:
-            raise ScenarioError(f"scenario {self.name!r} with cluster {data.get('cluster')!r}",
-                                [(None, ".".join(map(str, er["loc"])), er["msg"]) for er in e.errors()]) from None  # fmt: skip
+            raise SssScenarioError(
+                f"{self.name!r} with cluster {data.get('cluster')!r}", _problems(e)
+            ) from None
 
     def spec(self) -> SssSpec:
         return self.query.spec()
@@ -256,38 +287,22 @@ def load_inputs(sc: SssScenario) -> list[list[dict[str, Any]]]:
     return out
 
 
-def parse_sss_scenario(data: dict[str, Any], path: str, base_dir: Path | None, line_for: Any) -> SssScenario:
-    """Validate an ``engine: sss`` mapping; ScenarioError naming file, line and field. ``line_for``
-    maps a field path to its line (the YAML loader's)."""
-    from chaos.scenario import ScenarioError, _field_name
-
-    def problem(loc: tuple[Any, ...], msg: str) -> tuple[int | None, str, str]:
-        return (line_for(loc), _field_name(loc), msg)
-
+def parse_sss_scenario(data: dict[str, Any], path: str, base_dir: Path | None) -> SssScenario:
+    """Validate an ``engine: sss`` mapping: the schema, the query (its processor or function loads) and
+    the input (it can be had); SssScenarioError with every problem's field path."""
     try:
         sc = SssScenario.model_validate(data).located(base_dir)
     except ValidationError as e:
-        problems = []
-        for err in e.errors():
-            msg = err["msg"].removeprefix("Value error, ")
-            if msg.startswith("@"):
-                where, _, msg = msg[1:].partition("@ ")
-                loc = (*err["loc"], *(int(x) if x.isdigit() else x for x in where.split(".")))
-            else:
-                loc = tuple(err["loc"])
-            problems.append(problem(loc, "unknown field" if err["type"] == "extra_forbidden" else msg))
-        raise ScenarioError(path, problems) from None
+        raise SssScenarioError(path, _problems(e)) from None
     _on_path(base_dir)
-    spec = sc.spec()
     try:
-        spec.validate()
+        sc.spec().validate()
     except SpecError as e:
         field, _, msg = str(e).partition(": ")
-        raise ScenarioError(path, [problem(("query", field), msg)]) from None
+        raise SssScenarioError(path, [(("query", field), msg)]) from None
     try:
         load_inputs(sc)
     except ValueError as e:
         field, _, msg = str(e).partition(": ")
-        raise ScenarioError(path, [problem(tuple(field.split(".")), msg)]) from None
-    assert spec.api in APIS
+        raise SssScenarioError(path, [(tuple(field.split(".")), msg)]) from None
     return sc

@@ -14,7 +14,7 @@ from chaos.cli import main
 from chaos.scenario import ScenarioError, load_scenario
 from chaos.sss.execute import verdicts_of
 from chaos.sss.run import SssOutcome
-from chaos.sss.scenario import SssScenario
+from chaos.sss.scenario import SssScenario, SssScenarioError
 from harness.oracles.verdict import status_of
 from harness.sss.group_state_model import GROUP_STATE, NO_TIMESTAMP, GroupStateModel
 from harness.sss.oracles import SssCheck, spark_state_image
@@ -142,7 +142,9 @@ def test_bad_sss_scenario_names_file_line_and_field(
 def test_sss_scenario_overrides_keep_it_valid() -> None:
     sc = load_scenario(LOCAL)
     assert sc.with_overrides(cluster="docker", seed=3).cluster_kind == "docker"
-    with pytest.raises(ScenarioError, match="needs the executors' processes"):
+    with pytest.raises(
+        SssScenarioError, match="faults.0.kind: fault kind 'kill_executor' needs the executors'"
+    ):
         sc.with_overrides(cluster="spark://host:7077")
 
 
@@ -195,3 +197,40 @@ def test_scenario_folder_of_csv_files_is_an_input(tmp_path: Path) -> None:
 
     assert load_inputs(load_scenario(tmp_path / "s.yaml")) == [
         [{"user": "u1", "item": "i1", "qty": "2"}, {"user": "u2", "item": "i2", "qty": "3"}]]  # fmt: skip
+
+
+def test_sss_run_goes_through_the_runner_summary_and_allure(tmp_path: Path, monkeypatch: Any) -> None:
+    """``statechaos run``'s path for an sss scenario (the query itself replaced by a recorded outcome):
+    outcome.json with the verdicts, the story from the history's fault windows, Allure steps."""
+    import json
+
+    import chaos.sss.execute as ex
+    from chaos.allure_results import history_steps, write_allure_results
+    from chaos.runner import run_scenario, story
+
+    def fake(sc: SssScenario, run_dir: Path) -> Any:
+        history = run_dir / "history.jsonl"
+        events = [
+            {"type": "driver_start", "start": 0, "next_batch": 0, "t": 5, "seq": 0},
+            {"type": "fault_start", "fault_id": 0, "details": {}, "kind": "kill_executor", "batch": 2,
+             "trigger": "2 batches committed", "target": "executor:42", "t": 900, "seq": 1},
+            {"type": "job_restart", "attempt": 1, "reason": "driver restarted from the checkpoint location",
+             "checkpoint_id": None, "t": 1500, "seq": 2},
+        ]  # fmt: skip
+        history.write_text("".join(json.dumps(e) + "\n" for e in events))
+        return [v.to_dict() for v in verdicts_of(sc, _outcome("pass"))], {"verdict": "pass"}
+
+    monkeypatch.setattr(ex, "execute_sss", fake)
+    outcome = run_scenario(load_scenario(LOCAL), tmp_path / "run", source=str(LOCAL))
+    assert outcome.passed and outcome.cluster == "local-cluster[1,1,1024]"
+    saved = json.loads((tmp_path / "run" / "outcome.json").read_text())
+    assert saved["passed"] and {v["oracle"] for v in saved["verdicts"]} == set(load_scenario(LOCAL).checks())
+    lines = story(tmp_path / "run")
+    assert any("fault #0 kill_executor on executor:42 [2 batches committed]" in ln for ln in lines), lines
+    assert any("job restarted" in ln for ln in lines)
+    assert [s["name"] for s in history_steps(tmp_path / "run" / "history.jsonl")][:1] == [
+        "fault: kill_executor on executor:42"
+    ]
+    write_allure_results([outcome], tmp_path / "allure")
+    result = json.loads(next((tmp_path / "allure").glob("*-result.json")).read_text())
+    assert result["status"] == "passed" and result["name"] == "cart-sss-local"
