@@ -61,7 +61,8 @@ def _cmd_sss(args: argparse.Namespace) -> int:
     from harness.sss.spec import SpecError, SssSpec
 
     try:
-        spec = SssSpec(args.processor, args.key, args.input_schema, args.output_schema)
+        spec = SssSpec(args.processor, args.key, args.input_schema, args.output_schema, api=args.api,
+                       state_schema=args.state_schema, timeout=args.timeout, output_mode=args.output_mode)  # fmt: skip
         spec.validate()
         inputs = _inputs(Path(args.input), spec.input_columns())
         workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="statechaos-sss-"))
@@ -87,7 +88,17 @@ def add_sss_parser(sub: Any) -> None:
     s = sub.add_parser(
         "sss", help="run a Structured Streaming StatefulProcessor under faults against the reference model"
     )
-    s.add_argument("processor", help="module:Class of a StatefulProcessor (transformWithStateInPandas)")
+    s.add_argument(
+        "processor",
+        help="module:Class of a StatefulProcessor, or module:function (--api applyInPandasWithState)",
+    )
+    s.add_argument(
+        "--api", choices=("transformWithState", "applyInPandasWithState"), default="transformWithState"
+    )
+    s.add_argument("--state-schema", default="", help="applyInPandasWithState: DDL of the GroupState")
+    s.add_argument("--timeout", choices=("NoTimeout", "ProcessingTimeTimeout"), default="NoTimeout",
+                   help="applyInPandasWithState: the GroupState timeout")  # fmt: skip
+    s.add_argument("--output-mode", choices=("Update", "Append"), default="Update")
     s.add_argument("--key", required=True, help="grouping key column")
     s.add_argument("--input-schema", required=True, help='DDL, e.g. "user string, item string, qty long"')
     s.add_argument("--output-schema", required=True, help="DDL of the processor's output rows")
