@@ -13,13 +13,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from chaos.sss.cluster_faults import WORKER_FAULTS
 from chaos.sss.damage import DAMAGE_CLASSES
 
 __all__ = ["add_sss_parser"]
 
 # network faults take a toxic and its attributes: scenario files (engine: sss) have the fields for them
-FAULT_KINDS = ("kill_executor", "pause_executor", "kill_driver", *DAMAGE_CLASSES,
-               "kill_worker", "stop_worker", "pause_worker", "partition_worker")  # fmt: skip
+FAULT_KINDS = ("kill_executor", "pause_executor", "kill_driver", *DAMAGE_CLASSES, *WORKER_FAULTS)  # fmt: skip
 
 
 class _BadInput(ValueError):

@@ -21,22 +21,18 @@ import contextlib
 import dataclasses
 import itertools
 import json
-import os
 import random
-import signal
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from chaos.injectors.base import Injector, InjectorError
 from chaos.injectors.process import KillProcess, PauseProcess
 from chaos.scope import RunScope
+from chaos.sss.cluster_faults import CLUSTER_FAULTS, cluster_injector
 from chaos.sss.damage import DAMAGE_CLASSES, damage_injectors, damage_targets
+from chaos.sss.driver_process import DriverProcess
 from harness.history import HistoryWriter
 from harness.spark.cluster import SparkEnvironmentError
 from harness.sss.checkpoint_log import committed_batches, read_offsets, source_files
@@ -46,8 +42,6 @@ from harness.sss.oracles import SssCheck, check_run
 from harness.sss.spec import SssSpec
 
 __all__ = ["SssFault", "SssRun", "SssOutcome", "run_sss"]
-
-_EXECUTOR = "CoarseGrainedExecutorBackend"
 
 
 @dataclass(frozen=True)
@@ -102,63 +96,6 @@ class SssOutcome:
         return "\n".join(lines)
 
 
-class _Driver:
-    def __init__(self, workdir: Path) -> None:
-        env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[2])
-        # the project, the working directory and this process's import path, where the processor's
-        # module is found (local executors too; remote ones get it pickled by value)
-        own = [
-            p for p in sys.path if p and Path(p).is_dir() and not p.startswith((sys.prefix, sys.base_prefix))
-        ]
-        paths = [root, os.getcwd(), *own, env.get("PYTHONPATH", "")]
-        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
-        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-        self.log = open(workdir / "driver.log", "ab")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "harness.sss.driver", str(workdir)],
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
-        )  # fmt: skip
-
-    def tree(self) -> list[psutil.Process]:
-        try:
-            root = psutil.Process(self.proc.pid)
-            return [root, *root.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            return []
-
-    def executor_pids(self) -> list[int]:
-        out = []
-        for p in self.tree():
-            with contextlib.suppress(psutil.Error):
-                if any(_EXECUTOR in a for a in p.cmdline()):
-                    out.append(p.pid)
-        return out
-
-    def kill(self) -> None:
-        """SIGKILL the driver's whole process group and anything of its tree that escaped it."""
-        procs = self.tree()
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        for p in procs:
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-        psutil.wait_procs(procs, timeout=30)
-        self.proc.wait()
-        self.log.close()
-
-    def stop(self, workdir: Path, timeout_s: float) -> int | None:
-        (workdir / "stop").write_text("")
-        try:
-            rc = self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            rc = None
-        self.kill()
-        with contextlib.suppress(FileNotFoundError):
-            (workdir / "stop").unlink()
-        return rc
-
-
 def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
     tmp = path.parent / f".{path.name}.tmp"
     tmp.write_text("".join(",".join(str(r[c]) for c in columns) + "\n" for r in rows))
@@ -208,7 +145,7 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
     rng = random.Random(run.seed)
     columns = run.spec.input_columns()
     checkpoint = w / "checkpoint"
-    driver: _Driver | None = None
+    driver: DriverProcess | None = None
     scope = RunScope(f"sss-{w.name}", pids=lambda: driver.executor_pids() if driver else [], paths=[checkpoint],
                      compose_project=docker.stack.project if docker else None)  # fmt: skip
 
@@ -227,13 +164,13 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
         events.append({"type": type_, **fields})
         history.emit(type_, **fields)
 
-    def start() -> _Driver | None:
+    def start() -> DriverProcess | None:
         n = (
             sum(1 for p in (w / "starts").glob("[0-9]*") if p.name.isdigit())
             if (w / "starts").exists()
             else 0
         )
-        d = _Driver(w)
+        d = DriverProcess(w)
         emit("driver_start", start=n, next_batch=_next_batch(checkpoint))
         if n:
             emit(
@@ -374,44 +311,38 @@ def _progress(checkpoint: Path, seen: tuple[int, int], emit: Any) -> tuple[int, 
     return max(planned, seen[0]), max(committed, seen[1])
 
 
-def _inject(fault: SssFault, driver: _Driver, checkpoint: Path, scope: RunScope, rng: random.Random,
+def _inject(fault: SssFault, driver: DriverProcess, checkpoint: Path, scope: RunScope, rng: random.Random,
             emit: Any, start: Any, heals: list[tuple[float, Injector]], docker: Any,
-            link: Any = None) -> tuple[_Driver | None, bool]:  # fmt: skip
+            link: Any = None) -> tuple[DriverProcess | None, bool]:  # fmt: skip
     """Strike ``fault``; the driver to go on with, and whether the fault struck."""
     batch = _next_batch(checkpoint)
     trigger = f"{fault.after_batches} batches committed"
-    if fault.kind == "network":
-        from chaos.injectors.network import DisableLink, ToxicFault
-
-        if fault.toxic == "disable":
-            inj: Injector = DisableLink(link.proxies)
-        else:
-            inj = ToxicFault(link.proxies, fault.toxic, fault.attributes, fault.stream, 1.0, scope.run_id)
-        inj.start()
-        emit("fault_start", inj, batch=batch, trigger=trigger, **inj.describe())
-        heals.append((time.monotonic() + fault.seconds, inj))
-        return driver, True
-    if docker is not None and fault.kind in (*WORKER_FAULTS, "kill_executor", "pause_executor"):
-        inj = _docker_injector(fault, docker, scope, rng)
-        inj.start()
-        emit("fault_start", inj, batch=batch, trigger=trigger, **inj.describe())
-        if not inj.instant:
-            heals.append((time.monotonic() + fault.seconds, inj))
-        return driver, True
-    if fault.kind in WORKER_FAULTS:
-        raise InjectorError(f"{fault.kind} needs cluster docker")
-    if fault.kind in ("kill_executor", "pause_executor"):
+    inj: Injector
+    if fault.kind in CLUSTER_FAULTS and (
+        docker is not None or fault.kind not in ("kill_executor", "pause_executor")
+    ):
+        inj = cluster_injector(
+            fault.kind, docker, link, scope, rng, fault.toxic, fault.attributes, fault.stream
+        )
+    elif fault.kind in ("kill_executor", "pause_executor"):
         pids = driver.executor_pids()
         if not pids:
             emit("fault_skipped", kind=fault.kind, batch=batch, why="no executor running")
             return driver, True
         pid = rng.choice(pids)
         inj = KillProcess(scope, pid) if fault.kind == "kill_executor" else PauseProcess(scope, pid)
-        inj.start()
-        emit("fault_start", inj, batch=batch, trigger=trigger, **inj.describe())
-        if not inj.instant:
-            heals.append((time.monotonic() + fault.seconds, inj))
-        return driver, True
+    else:
+        return _restart(fault, driver, checkpoint, scope, rng, emit, start, batch, trigger)
+    inj.start()
+    emit("fault_start", inj, batch=batch, trigger=trigger, **inj.describe())
+    if not inj.instant:
+        heals.append((time.monotonic() + fault.seconds, inj))
+    return driver, True
+
+
+def _restart(fault: SssFault, driver: DriverProcess, checkpoint: Path, scope: RunScope, rng: random.Random,
+             emit: Any, start: Any, batch: int, trigger: str) -> tuple[DriverProcess | None, bool]:  # fmt: skip
+    """``kill_driver`` or a damage class: the driver killed, the checkpoint damaged, a new driver."""
     driver.kill()
     emit("fault_start", batch=batch, trigger=trigger, kind="kill_driver", target="driver process group")
     struck = True
@@ -425,26 +356,3 @@ def _inject(fault: SssFault, driver: _Driver, checkpoint: Path, scope: RunScope,
             inj.start()
             emit("fault_start", inj, batch=batch, trigger=trigger, damage=fault.kind, **inj.describe())
     return start(), struck
-
-
-WORKER_FAULTS = ("kill_worker", "stop_worker", "pause_worker", "partition_worker")
-
-
-def _docker_injector(fault: SssFault, docker: Any, scope: RunScope, rng: random.Random) -> Injector:
-    """The existing container faults on a worker that runs one of the query's executors (its
-    executor JVM found with pgrep inside the container), else any worker of the run."""
-    from chaos.cluster.docker_spark import ExecSignal
-    from chaos.injectors.containers import ContainerFault, PartitionContainer
-
-    workers = docker.worker_containers()
-    if not workers:
-        raise InjectorError(f"{fault.kind}: no worker container of this run is running")
-    busy = [
-        c for c in workers if c.exec_run(["pgrep", "-f", "[C]oarseGrainedExecutorBackend"]).exit_code == 0
-    ]
-    container = rng.choice(busy or workers)
-    if fault.kind in ("kill_executor", "pause_executor"):
-        return ExecSignal(scope, container, fault.kind, rng)
-    if fault.kind == "partition_worker":
-        return PartitionContainer(scope, container, docker.stack.network())
-    return ContainerFault(scope, container, fault.kind)

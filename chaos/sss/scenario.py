@@ -32,6 +32,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from chaos.errors import InputError
+from chaos.sss.cluster_faults import WORKER_FAULTS
 from chaos.sss.damage import DAMAGE_CLASSES
 from chaos.trigger import Duration, Strict, parse_duration_ms
 from harness.sss.spec import SpecError, SssSpec
@@ -70,7 +71,7 @@ def _problems(e: ValidationError) -> list[tuple[tuple[Any, ...], str]]:
 
 
 LOCAL_FAULTS = ("kill_executor", "pause_executor")
-DOCKER_FAULTS = ("kill_worker", "stop_worker", "pause_worker", "partition_worker", "network")
+DOCKER_FAULTS = (*WORKER_FAULTS, "network")
 SSS_FAULT_KINDS = (*LOCAL_FAULTS, *DOCKER_FAULTS, "kill_driver", *DAMAGE_CLASSES)
 DEFAULT_LOCAL = "local-cluster[1,1,1024]"
 
