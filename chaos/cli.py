@@ -57,8 +57,12 @@ def _cmd_list(args: argparse.Namespace) -> int:
     for col in ("file", "cluster", "faults", "rescale", "checks"):
         table.add_column(col, overflow="fold")
     from chaos.scenario_job import checks_for, scenario_job
+    from chaos.sss.scenario import is_sss
 
     for path, sc in scenarios:
+        if is_sss(sc):  # a Structured Streaming query: no job, no rescale
+            table.add_row(path.name, f"{sc.cluster} (sss)", _describe_faults(sc), "0", str(len(sc.checks())))
+            continue
         checks = checks_for(sc, scenario_job(sc, sc.base_dir).graph)  # validated: the job builds
         table.add_row(path.name, sc.cluster, _describe_faults(sc), str(len(sc.rescale)), str(len(checks)))
     console.print(table)

@@ -71,6 +71,12 @@ def execute_scenario(
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Run ``sc`` in ``run_dir`` (``resume``: take over a dead driver's run); return (verdicts as plain
     dicts, run statistics)."""
+    from chaos.sss.scenario import is_sss
+
+    if is_sss(sc):  # a Structured Streaming query (chaos.sss.execute)
+        from chaos.sss.execute import execute_sss
+
+        return execute_sss(sc, run_dir)  # type: ignore[arg-type]
     from chaos.scenario_job import checks_for
     from harness.oracles import IntegrityConfig, LivenessConfig, check_all
 

@@ -9,7 +9,7 @@ Fixtures (see ``docs/pytest-plugin.md``):
 
 - ``chaos_cluster``: the cluster this test runs on (skips when its Java or Docker is missing);
 - ``run_scenario``: run a scenario file, :class:`~chaos.scenario.Scenario`, dict or YAML text (with
-  field overrides) and get its :class:`~chaos.runner.ScenarioOutcome`, every artefact attached to
+  field overrides; ``engine: sss`` scenarios too, see docs/structured-streaming.md) and get its :class:`~chaos.runner.ScenarioOutcome`, every artefact attached to
   Allure; an infrastructure error raises :class:`ScenarioInfrastructureError` (Allure: *broken*);
 - ``assert_oracles``: assert that oracles held, failing with ``oracle failed: NAME: why`` (Allure's
   "Oracle failures" category);
@@ -321,14 +321,21 @@ def job_reference(job: Any) -> str:
 def _prepare(
     scenario: str | Path | Scenario | dict[str, Any], fields: dict[str, Any]
 ) -> tuple[Scenario, str]:
-    if isinstance(scenario, Scenario):
+    from chaos.sss.scenario import SssScenario, is_sss
+
+    if isinstance(scenario, Scenario | SssScenario):
         sc, source = scenario, "<Scenario>"
     elif isinstance(scenario, dict):
-        sc, source = Scenario.model_validate(scenario), "<dict>"
+        sc, source = (SssScenario if is_sss(scenario) else Scenario).model_validate(scenario), "<dict>"
     elif isinstance(scenario, Path) or (isinstance(scenario, str) and "\n" not in scenario):
         sc, source = load_scenario(scenario), str(scenario)
     else:
         sc, source = parse_scenario(scenario), "<yaml>"
+    if is_sss(sc):  # a Structured Streaming query (engine: sss): its own fields, no job
+        if fields:
+            data = {**sc.model_dump(mode="json", exclude_unset=True), **fields}
+            sc = SssScenario.model_validate(data).located(sc.base_dir)
+        return sc, source  # type: ignore[return-value]
     if "job" in fields:
         fields = {**fields, "job": job_reference(fields["job"])}
     if fields:

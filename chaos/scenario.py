@@ -348,6 +348,13 @@ def parse_scenario(text: str, path: str = "<string>", base_dir: Path | None = No
         )
     lines: dict[tuple[Any, ...], int] = {}
     _walk(node, (), lines)
+    if data.get("engine") == "sss":  # a Structured Streaming query: chaos.sss.scenario
+        from chaos.sss.scenario import SssScenarioError, parse_sss_scenario
+
+        try:
+            return parse_sss_scenario(data, path, base_dir)  # type: ignore[return-value]
+        except SssScenarioError as e:
+            raise ScenarioError(path, [(_line_for(loc, lines), _field_name(loc), m) for loc, m in e.problems]) from None
     try:
         sc = Scenario.model_validate(data).located(base_dir)
     except ValidationError as e:

@@ -13,11 +13,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from chaos.sss.cluster_faults import WORKER_FAULTS
 from chaos.sss.damage import DAMAGE_CLASSES
 
 __all__ = ["add_sss_parser"]
 
-FAULT_KINDS = ("kill_executor", "pause_executor", "kill_driver", *DAMAGE_CLASSES)
+# network faults take a toxic and its attributes: scenario files (engine: sss) have the fields for them
+FAULT_KINDS = ("kill_executor", "pause_executor", "kill_driver", *DAMAGE_CLASSES, *WORKER_FAULTS)  # fmt: skip
 
 
 class _BadInput(ValueError):
@@ -29,7 +31,9 @@ def _fault(text: str) -> Any:
 
     kind, sep, after = text.partition("@")
     if kind not in FAULT_KINDS or not sep or not after.isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r}: want KIND@BATCHES with KIND one of {', '.join(FAULT_KINDS)}")
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: want KIND@BATCHES with KIND one of {', '.join(FAULT_KINDS)}"
+        )
     return SssFault(kind, int(after))
 
 
@@ -43,7 +47,9 @@ def _inputs(folder: Path, columns: list[str]) -> list[list[dict[str, Any]]]:
         with f.open(newline="") as fh:
             for n, rec in enumerate(csv.reader(fh), 1):
                 if len(rec) != len(columns):
-                    raise _BadInput(f"{f}:{n}: {len(rec)} fields, the input schema has {len(columns)} ({', '.join(columns)})")
+                    raise _BadInput(
+                        f"{f}:{n}: {len(rec)} fields, the input schema has {len(columns)} ({', '.join(columns)})"
+                    )
                 rows.append(dict(zip(columns, rec, strict=True)))
         out.append(rows)
     return out
@@ -55,7 +61,8 @@ def _cmd_sss(args: argparse.Namespace) -> int:
     from harness.sss.spec import SpecError, SssSpec
 
     try:
-        spec = SssSpec(args.processor, args.key, args.input_schema, args.output_schema)
+        spec = SssSpec(args.processor, args.key, args.input_schema, args.output_schema, api=args.api,
+                       state_schema=args.state_schema, timeout=args.timeout, output_mode=args.output_mode)  # fmt: skip
         spec.validate()
         inputs = _inputs(Path(args.input), spec.input_columns())
         workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="statechaos-sss-"))
@@ -78,17 +85,32 @@ def _cmd_sss(args: argparse.Namespace) -> int:
 
 
 def add_sss_parser(sub: Any) -> None:
-    s = sub.add_parser("sss", help="run a Structured Streaming StatefulProcessor under faults against the reference model")
-    s.add_argument("processor", help="module:Class of a StatefulProcessor (transformWithStateInPandas)")
+    s = sub.add_parser(
+        "sss", help="run a Structured Streaming StatefulProcessor under faults against the reference model"
+    )
+    s.add_argument(
+        "processor",
+        help="module:Class of a StatefulProcessor, or module:function (--api applyInPandasWithState)",
+    )
+    s.add_argument(
+        "--api", choices=("transformWithState", "applyInPandasWithState"), default="transformWithState"
+    )
+    s.add_argument("--state-schema", default="", help="applyInPandasWithState: DDL of the GroupState")
+    s.add_argument("--timeout", choices=("NoTimeout", "ProcessingTimeTimeout"), default="NoTimeout",
+                   help="applyInPandasWithState: the GroupState timeout")  # fmt: skip
+    s.add_argument("--output-mode", choices=("Update", "Append"), default="Update")
     s.add_argument("--key", required=True, help="grouping key column")
     s.add_argument("--input-schema", required=True, help='DDL, e.g. "user string, item string, qty long"')
     s.add_argument("--output-schema", required=True, help="DDL of the processor's output rows")
     s.add_argument("--input", required=True, help="folder of CSV files, one per micro-batch, in name order")
     s.add_argument("--fault", action="append", type=_fault, default=[], metavar="KIND@BATCHES",
                    help=f"strike once BATCHES micro-batches committed; KIND: {', '.join(FAULT_KINDS)}")  # fmt: skip
-    s.add_argument("--master", default="local-cluster[1,1,1024]")
+    s.add_argument("--master", default="local-cluster[1,1,1024]",
+                   help="local-cluster[W,C,MEM], docker (the compose stack), or spark://host:port")  # fmt: skip
     s.add_argument("--trigger-ms", type=int, default=1000)
-    s.add_argument("--tail-ms", type=int, default=0, help="keep running this long past the last input (timers)")
+    s.add_argument(
+        "--tail-ms", type=int, default=0, help="keep running this long past the last input (timers)"
+    )
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--differential", action="store_true",
                    help="compare Spark's state with the model's after every committed batch, not only at restarts")  # fmt: skip

@@ -66,10 +66,16 @@ def _state_files_read(checkpoint: Path, what: str) -> list[Path]:
     version = max(commits) + 1  # batch N commits state version N + 1
     out = []
     for part in sorted((checkpoint / "state" / "0").glob("[0-9]*")):
-        snapshots = [p for p in part.glob("*.zip") if p.name.split(".")[0].isdigit() and _version(p) <= version]
+        snapshots = [
+            p for p in part.glob("*.zip") if p.name.split(".")[0].isdigit() and _version(p) <= version
+        ]
         if what == "snapshot" and snapshots:
             out.append(max(snapshots, key=_version))
-        elif what == "changelog" and (part / f"{version}.changelog").exists() and not (part / f"{version}.zip").exists():
+        elif (
+            what == "changelog"
+            and (part / f"{version}.changelog").exists()
+            and not (part / f"{version}.zip").exists()
+        ):
             out.append(part / f"{version}.changelog")
     return out
 

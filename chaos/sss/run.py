@@ -6,28 +6,33 @@ This process feeds the file source (one CSV file whenever the previous one has b
 batch), applies the fault plan when enough micro-batches have committed, and finally stops the query
 and runs the oracles. History events carry the micro-batch id each fault hit (the first batch not yet
 committed when it struck).
+
+On ``docker`` the driver stays on this host and the executors run in the compose stack's worker
+containers (:func:`chaos.cluster.docker_spark.docker_cluster_for`): the run directory is bind-mounted
+at the same path into every worker, so the file source and the checkpoint location are the same
+files for the driver and the executors. Worker faults act on those containers. On a ``spark://``
+master the run directory must be reachable at the same path by the cluster's executors (a shared
+file system); process and damage faults need local executors and are refused there.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import itertools
 import json
-import os
 import random
-import signal
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from chaos.injectors.base import Injector, InjectorError
 from chaos.injectors.process import KillProcess, PauseProcess
 from chaos.scope import RunScope
+from chaos.sss.cluster_faults import CLUSTER_FAULTS, cluster_injector
 from chaos.sss.damage import DAMAGE_CLASSES, damage_injectors, damage_targets
+from chaos.sss.driver_process import DriverProcess
 from harness.history import HistoryWriter
 from harness.spark.cluster import SparkEnvironmentError
 from harness.sss.checkpoint_log import committed_batches, read_offsets, source_files
@@ -38,19 +43,24 @@ from harness.sss.spec import SssSpec
 
 __all__ = ["SssFault", "SssRun", "SssOutcome", "run_sss"]
 
-_EXECUTOR = "CoarseGrainedExecutorBackend"
-
 
 @dataclass(frozen=True)
 class SssFault:
     """``kind``: ``kill_executor``, ``pause_executor`` (SIGSTOP for ``seconds``, then SIGCONT),
     ``kill_driver`` (then restart from the checkpoint), or a damage class of
-    :data:`chaos.sss.damage.DAMAGE_CLASSES` (driver killed, checkpoint damaged, restart).
+    :data:`chaos.sss.damage.DAMAGE_CLASSES` (driver killed, checkpoint damaged, restart); on docker
+    also ``kill_worker`` (the container stays dead), ``stop_worker``, ``pause_worker`` and
+    ``partition_worker`` (undone after ``seconds``), and ``network``: ``toxic`` (a Toxiproxy toxic
+    or ``disable``) on the driver<->executor link for ``seconds``.
     It strikes once ``after_batches`` micro-batches have committed."""
 
     kind: str
     after_batches: int
     seconds: float = 5.0
+    # ``network`` (docker): a Toxiproxy toxic on the driver's link (chaos.sss.driver_link) for ``seconds``
+    toxic: str = ""
+    attributes: dict[str, Any] = field(default_factory=dict)
+    stream: str = "downstream"
 
 
 @dataclass
@@ -59,7 +69,7 @@ class SssRun:
     inputs: list[list[dict[str, Any]]]  # one CSV file per element, appended in order
     workdir: Path
     faults: list[SssFault] = field(default_factory=list)
-    master: str = "local-cluster[1,1,1024]"
+    master: str = "local-cluster[1,1,1024]"  # or "docker", or a spark:// URL
     trigger_ms: int = 1000
     tail_ms: int = 0  # keep running until a batch this long after the last input's batch (timers)
     time_limit_s: float = 300.0
@@ -86,57 +96,6 @@ class SssOutcome:
         return "\n".join(lines)
 
 
-class _Driver:
-    def __init__(self, workdir: Path) -> None:
-        env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[2])
-        # the project and the working directory, where the processor's module is found (executors too)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.getcwd(), env.get("PYTHONPATH", "")) if p)
-        self.log = open(workdir / "driver.log", "ab")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "harness.sss.driver", str(workdir)],
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
-        )  # fmt: skip
-
-    def tree(self) -> list[psutil.Process]:
-        try:
-            root = psutil.Process(self.proc.pid)
-            return [root, *root.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            return []
-
-    def executor_pids(self) -> list[int]:
-        out = []
-        for p in self.tree():
-            with contextlib.suppress(psutil.Error):
-                if any(_EXECUTOR in a for a in p.cmdline()):
-                    out.append(p.pid)
-        return out
-
-    def kill(self) -> None:
-        """SIGKILL the driver's whole process group and anything of its tree that escaped it."""
-        procs = self.tree()
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        for p in procs:
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-        psutil.wait_procs(procs, timeout=30)
-        self.proc.wait()
-        self.log.close()
-
-    def stop(self, workdir: Path, timeout_s: float) -> int | None:
-        (workdir / "stop").write_text("")
-        try:
-            rc = self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            rc = None
-        self.kill()
-        with contextlib.suppress(FileNotFoundError):
-            (workdir / "stop").unlink()
-        return rc
-
-
 def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
     tmp = path.parent / f".{path.name}.tmp"
     tmp.write_text("".join(",".join(str(r[c]) for c in columns) + "\n" for r in rows))
@@ -146,10 +105,38 @@ def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> No
 def run_sss(run: SssRun) -> SssOutcome:
     """Run ``run`` to the end of its input (or its time limit) and judge it."""
     run.spec.validate()
+    run.workdir.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        docker = None
+        if run.master == "docker":
+            from chaos.cluster.docker_spark import docker_cluster_for
+
+            docker = stack.enter_context(docker_cluster_for(run.workdir, slots=2))
+        link = None
+        if any(f.kind == "network" for f in run.faults):
+            if docker is None:
+                raise InjectorError("network faults on a Structured Streaming query need cluster docker "
+                                    "(docs/structured-streaming.md: what a toxic can reach)")  # fmt: skip
+            from chaos.sss.driver_link import DriverLink
+
+            link = DriverLink(docker, run.workdir.name)
+            stack.callback(link.close)
+        return _run(run, docker, link)
+
+
+def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
     w = run.workdir
     (w / "input").mkdir(parents=True, exist_ok=True)
-    (w / "run.json").write_text(json.dumps({"spec": json.loads(run.spec.to_json()), "master": run.master,
-                                            "trigger_ms": run.trigger_ms,
+    master, kwargs = (docker.master_url, docker.spark_kwargs()) if docker else (run.master, {})
+    if link is not None:
+        kwargs["extra_conf"] = {**kwargs.get("extra_conf", {}), **link.conf}
+    if docker:
+        # transformWithStateInPandas also starts a Python runner on the driver, with the executors'
+        # Python: a name both resolve on their PATH (the image's venv leads the containers' PATH, this
+        # interpreter's folder the driver's), not the image's absolute path
+        kwargs["executor_python"] = "python3"
+    (w / "run.json").write_text(json.dumps({"spec": json.loads(run.spec.to_json()), "master": master,
+                                            "cluster_kwargs": kwargs, "trigger_ms": run.trigger_ms,
                                             "state_every_batch": run.differential}))  # fmt: skip
     t0 = time.monotonic()
     history = HistoryWriter(w / "history.jsonl", clock=lambda: int((time.monotonic() - t0) * 1000))
@@ -158,17 +145,40 @@ def run_sss(run: SssRun) -> SssOutcome:
     rng = random.Random(run.seed)
     columns = run.spec.input_columns()
     checkpoint = w / "checkpoint"
-    driver: _Driver | None = None
-    scope = RunScope(f"sss-{w.name}", pids=lambda: driver.executor_pids() if driver else [], paths=[checkpoint])
+    driver: DriverProcess | None = None
+    scope = RunScope(f"sss-{w.name}", pids=lambda: driver.executor_pids() if driver else [], paths=[checkpoint],
+                     compose_project=docker.stack.project if docker else None)  # fmt: skip
 
-    def emit(type_: str, **fields: Any) -> None:
+    fault_ids = itertools.count()
+    open_faults: dict[int, int] = {}  # id(injector) -> fault_id of its fault_start
+
+    def emit(type_: str, _inj: Any = None, **fields: Any) -> None:
+        """One history event; fault windows as the runtime's (``fault_start``/``fault_end`` with a
+        ``fault_id``, docs/runtime-contract.md), so the story, the timeline and Allure show them."""
+        if type_ == "fault_start":
+            fields = {"fault_id": next(fault_ids), "details": {}, **fields}
+            if _inj is not None and not _inj.instant:
+                open_faults[id(_inj)] = fields["fault_id"]
+        elif type_ == "fault_end":
+            fields = {"fault_id": open_faults.pop(id(_inj), None), **fields}
         events.append({"type": type_, **fields})
         history.emit(type_, **fields)
 
-    def start() -> _Driver | None:
-        n = sum(1 for p in (w / "starts").glob("[0-9]*") if p.name.isdigit()) if (w / "starts").exists() else 0
-        d = _Driver(w)
+    def start() -> DriverProcess | None:
+        n = (
+            sum(1 for p in (w / "starts").glob("[0-9]*") if p.name.isdigit())
+            if (w / "starts").exists()
+            else 0
+        )
+        d = DriverProcess(w)
         emit("driver_start", start=n, next_batch=_next_batch(checkpoint))
+        if n:
+            emit(
+                "job_restart",
+                attempt=n,
+                reason="driver restarted from the checkpoint location",
+                checkpoint_id=None,
+            )
         while time.monotonic() - t0 < run.time_limit_s:
             if (w / "starts" / f"{n}.ready").exists():
                 return d
@@ -188,10 +198,12 @@ def run_sss(run: SssRun) -> SssOutcome:
     heals: list[tuple[float, Injector]] = []  # (when, paused injector to resume)
     written = 0
     stuck = False
+    seen: tuple[int, int] = (-1, -1)  # the newest planned and committed batch already in the history
     try:
         driver = start()
         while driver is not None:
             done = committed_batches(checkpoint)
+            seen = _progress(checkpoint, seen, emit)
             if driver.proc.poll() is not None:
                 failures.append(_failure(w, f"driver exited {driver.proc.returncode} during the run"))
                 emit("driver_failed", returncode=driver.proc.returncode, next_batch=_next_batch(checkpoint))
@@ -204,9 +216,11 @@ def run_sss(run: SssRun) -> SssOutcome:
                 written += 1
             if pending and len(done) >= pending[0].after_batches and _can_strike(pending[0], checkpoint):
                 fault = pending.pop(0)
-                driver, struck = _inject(fault, driver, checkpoint, scope, rng, emit, start, heals)
+                driver, struck = _inject(
+                    fault, driver, checkpoint, scope, rng, emit, start, heals, docker, link
+                )
                 if not struck:  # the file it needed went away meanwhile (a snapshot was uploaded): later
-                    pending.insert(0, SssFault(fault.kind, len(done) + 1, fault.seconds))
+                    pending.insert(0, dataclasses.replace(fault, after_batches=len(done) + 1))
                 continue
             if pending and written == len(run.inputs) and _finished(checkpoint, written, run.tail_ms):
                 emit("fault_skipped", kind=pending[0].kind, batch=_next_batch(checkpoint),
@@ -216,8 +230,13 @@ def run_sss(run: SssRun) -> SssOutcome:
             for due, inj in [h for h in heals if h[0] <= time.monotonic()]:
                 inj.stop()
                 heals.remove((due, inj))
-                emit("fault_healed", batch=_next_batch(checkpoint), **inj.describe())
-            if not pending and not heals and written == len(run.inputs) and _finished(checkpoint, written, run.tail_ms):
+                emit("fault_end", inj, batch=_next_batch(checkpoint), **inj.describe())
+            if (
+                not pending
+                and not heals
+                and written == len(run.inputs)
+                and _finished(checkpoint, written, run.tail_ms)
+            ):
                 break
             if time.monotonic() - t0 > run.time_limit_s:
                 stuck = True
@@ -280,24 +299,52 @@ def _can_strike(fault: SssFault, checkpoint: Path) -> bool:
         return False
 
 
-def _inject(fault: SssFault, driver: _Driver, checkpoint: Path, scope: RunScope, rng: random.Random,
-            emit: Any, start: Any, heals: list[tuple[float, Injector]]) -> tuple[_Driver | None, bool]:  # fmt: skip
+def _progress(checkpoint: Path, seen: tuple[int, int], emit: Any) -> tuple[int, int]:
+    """History events for batches newly planned (offset log) and committed (commit log), so a fault's
+    effect on the micro-batches shows in the timeline."""
+    planned = max((b.batch for b in read_offsets(checkpoint)), default=-1)
+    committed = max(committed_batches(checkpoint), default=-1)
+    for b in range(seen[0] + 1, planned + 1):
+        emit("batch_planned", batch=b)
+    for b in range(seen[1] + 1, committed + 1):
+        emit("batch_committed", batch=b)
+    return max(planned, seen[0]), max(committed, seen[1])
+
+
+def _inject(fault: SssFault, driver: DriverProcess, checkpoint: Path, scope: RunScope, rng: random.Random,
+            emit: Any, start: Any, heals: list[tuple[float, Injector]], docker: Any,
+            link: Any = None) -> tuple[DriverProcess | None, bool]:  # fmt: skip
     """Strike ``fault``; the driver to go on with, and whether the fault struck."""
     batch = _next_batch(checkpoint)
-    if fault.kind in ("kill_executor", "pause_executor"):
+    trigger = f"{fault.after_batches} batches committed"
+    inj: Injector
+    if fault.kind in CLUSTER_FAULTS and (
+        docker is not None or fault.kind not in ("kill_executor", "pause_executor")
+    ):
+        inj = cluster_injector(
+            fault.kind, docker, link, scope, rng, fault.toxic, fault.attributes, fault.stream
+        )
+    elif fault.kind in ("kill_executor", "pause_executor"):
         pids = driver.executor_pids()
         if not pids:
             emit("fault_skipped", kind=fault.kind, batch=batch, why="no executor running")
             return driver, True
         pid = rng.choice(pids)
         inj = KillProcess(scope, pid) if fault.kind == "kill_executor" else PauseProcess(scope, pid)
-        inj.start()
-        emit("fault", batch=batch, **inj.describe())
-        if not inj.instant:
-            heals.append((time.monotonic() + fault.seconds, inj))
-        return driver, True
+    else:
+        return _restart(fault, driver, checkpoint, scope, rng, emit, start, batch, trigger)
+    inj.start()
+    emit("fault_start", inj, batch=batch, trigger=trigger, **inj.describe())
+    if not inj.instant:
+        heals.append((time.monotonic() + fault.seconds, inj))
+    return driver, True
+
+
+def _restart(fault: SssFault, driver: DriverProcess, checkpoint: Path, scope: RunScope, rng: random.Random,
+             emit: Any, start: Any, batch: int, trigger: str) -> tuple[DriverProcess | None, bool]:  # fmt: skip
+    """``kill_driver`` or a damage class: the driver killed, the checkpoint damaged, a new driver."""
     driver.kill()
-    emit("fault", batch=batch, kind="kill_driver", target="driver process group")
+    emit("fault_start", batch=batch, trigger=trigger, kind="kill_driver", target="driver process group")
     struck = True
     if fault.kind != "kill_driver":
         try:
@@ -307,5 +354,5 @@ def _inject(fault: SssFault, driver: _Driver, checkpoint: Path, scope: RunScope,
             injectors, struck = [], False
         for inj in injectors:
             inj.start()
-            emit("fault", batch=batch, damage=fault.kind, **inj.describe())
+            emit("fault_start", inj, batch=batch, trigger=trigger, damage=fault.kind, **inj.describe())
     return start(), struck

@@ -32,7 +32,9 @@ class CartTotals(StatefulProcessor):
         live = sum(1 for _ in self.items.keys())
         return pd.DataFrame({"user": [user], "kind": [kind], "total": [total], "items": [live]})
 
-    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:  # noqa: N802, N803
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
+    ) -> Iterator[pd.DataFrame]:  # noqa: N802, N803
         first = not self.total.exists()
         total = 0 if first else int(self.total.get()[0])
         for pdf in rows:
@@ -61,7 +63,9 @@ class ForgetfulCartTotals(CartTotals):
         super().init(handle)
         self.totals: dict[str, int] = {}
 
-    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:  # noqa: N802, N803
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
+    ) -> Iterator[pd.DataFrame]:  # noqa: N802, N803
         total = self.totals.get(key[0], 0)
         for pdf in rows:
             total += int(pdf["qty"].sum())
@@ -76,9 +80,17 @@ def make_inputs(files: int = 6, rows: int = 8, users: int = 4, seed: int = 0) ->
 
     rng = random.Random(seed)
     return [
-        [{"user": f"u{rng.randrange(users)}", "item": f"i{rng.randrange(5)}", "qty": rng.randrange(1, 9)} for _ in range(rows)]
+        [
+            {"user": f"u{rng.randrange(users)}", "item": f"i{rng.randrange(5)}", "qty": rng.randrange(1, 9)}
+            for _ in range(rows)
+        ]
         for _ in range(files)
     ]
 
 
-SPEC = {"processor": "examples.sss.cart:CartTotals", "key": KEY, "input_schema": INPUT_SCHEMA, "output_schema": OUTPUT_SCHEMA}
+SPEC = {
+    "processor": "examples.sss.cart:CartTotals",
+    "key": KEY,
+    "input_schema": INPUT_SCHEMA,
+    "output_schema": OUTPUT_SCHEMA,
+}

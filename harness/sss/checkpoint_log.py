@@ -51,7 +51,9 @@ def source_files(checkpoint: Path) -> dict[int, list[str]]:
     folder = checkpoint / "sources" / "0"
     out: dict[int, list[str]] = {}
     try:
-        entries = sorted(folder.iterdir(), key=lambda p: int(p.name.split(".")[0]) if p.name[0].isdigit() else -1)
+        entries = sorted(
+            folder.iterdir(), key=lambda p: int(p.name.split(".")[0]) if p.name[0].isdigit() else -1
+        )
     except FileNotFoundError:
         return out
     for path in entries:

@@ -2,7 +2,7 @@
 (``python -m harness.sss.driver WORKDIR``) so that chaos can SIGKILL it and restart it from the
 query's checkpoint location.
 
-``WORKDIR`` holds ``run.json`` (spec, master, trigger), ``input/`` (the file source, CSV files the
+``WORKDIR`` holds ``run.json`` (spec, master, trigger, the cluster's driver settings), ``input/`` (the file source, CSV files the
 orchestrator appends), ``checkpoint/``, ``output/`` (the exactly-once sink: ``foreachBatch`` writes
 batch N's rows to ``batch-N.json`` by rename, so a replayed batch replaces its own file and never
 adds rows), ``starts/`` (``N`` holds the pid of start N, ``N.ready`` appears once its query
@@ -23,7 +23,7 @@ from typing import Any
 
 from harness.sss.checkpoint_log import committed_batches
 from harness.sss.errors import spark_error_gist
-from harness.sss.spec import SssSpec, load_processor
+from harness.sss.spec import APPLY, SssSpec, load_function, load_processor
 from harness.sss.state_vars import StateVar, discover_state_vars
 
 __all__ = ["ROCKSDB", "spark_conf", "main"]
@@ -90,10 +90,14 @@ def dump_state(spark: Any, workdir: Path, spec: SssSpec, name: str, batch: int |
     try:
         meta = spark.read.format("state-metadata").load(str(checkpoint)).collect()
         out["metadata"] = [_plain(r.asDict(recursive=True)) for r in meta]
-        for var in discover_state_vars(load_processor(spec.processor)):
-            out["vars"][var.name] = read_state(spark, checkpoint, batch, var)
-        if spec.time_mode != "None":
-            out["timers"] = read_timers(spark, checkpoint, batch)
+        if spec.api == APPLY:  # one state row per key: {key, value: {groupState, timeoutTimestamp}}
+            reader = spark.read.format("statestore").option("path", str(checkpoint)).option("batchId", batch)
+            out["group_state"] = [_plain(r.asDict(recursive=True)) for r in reader.load().collect()]
+        else:
+            for var in discover_state_vars(load_processor(spec.processor)):
+                out["vars"][var.name] = read_state(spark, checkpoint, batch, var)
+            if spec.time_mode != "None":
+                out["timers"] = read_timers(spark, checkpoint, batch)
     except Exception as e:  # Spark refusing damaged state is a result, not a crash
         out["error"] = spark_error_gist(f"{type(e).__name__}: {e}")
     state_dir = workdir / "state"
@@ -113,6 +117,24 @@ def _sink(output: Path) -> Any:
     return write_batch
 
 
+def _query(spark: Any, spec: SssSpec, source: Any) -> Any:
+    """The stateful query over ``source``, as a stream writer in the spec's output mode. The user's
+    module is pickled by value, so executors that cannot import it (containers, a remote cluster)
+    run it too."""
+    from pyspark import cloudpickle
+
+    module = sys.modules[load_function(spec.processor).__module__]
+    cloudpickle.register_pickle_by_value(module)
+    grouped = source.groupBy(spec.key)
+    if spec.api == APPLY:
+        df = grouped.applyInPandasWithState(load_function(spec.processor), spec.output_schema, spec.state_schema,
+                                            spec.output_mode, spec.timeout)  # fmt: skip
+        return df.writeStream.outputMode(spec.output_mode.lower())
+    df = grouped.transformWithStateInPandas(load_processor(spec.processor), spec.output_schema, spec.output_mode,
+                                            spec.time_mode)  # fmt: skip
+    return df.writeStream
+
+
 def run(workdir: Path) -> int:
     from harness.spark.cluster import SparkCluster, SparkEnvironmentError
 
@@ -124,7 +146,9 @@ def run(workdir: Path) -> int:
     (starts / str(start_no)).write_text(str(os.getpid()))
     output = workdir / "output"
     output.mkdir(exist_ok=True)
-    cluster = SparkCluster(cfg["master"], extra_conf=spark_conf(), app_name=f"statechaos-sss-{start_no}")
+    kwargs = dict(cfg.get("cluster_kwargs") or {})  # a docker stack's: driver address, executors' Python
+    conf = {**spark_conf(), **kwargs.pop("extra_conf", {})}
+    cluster = SparkCluster(cfg["master"], extra_conf=conf, app_name=f"statechaos-sss-{start_no}", **kwargs)
     try:
         cluster.start()
     except SparkEnvironmentError as e:
@@ -139,9 +163,8 @@ def run(workdir: Path) -> int:
             .csv(str(workdir / "input"))
         )
         query = (
-            stream.groupBy(spec.key)
-            .transformWithStateInPandas(load_processor(spec.processor), spec.output_schema, "Update", spec.time_mode)
-            .writeStream.foreachBatch(_sink(output))
+            _query(spark, spec, stream)
+            .foreachBatch(_sink(output))
             .option("checkpointLocation", str(workdir / "checkpoint"))
             .trigger(processingTime=f"{cfg['trigger_ms']} milliseconds")
             .start()

@@ -15,7 +15,7 @@ def spark_error_gist(text: str, limit: int = 600) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     found = [m.group(1) for ln in lines if (m := _JAVA_ERROR.match(ln))]
     first = next((f for f in found if not f.startswith("py4j.")), found[0] if found else None)
-    causes = [ln[len("Caused by:"):].strip() for ln in lines if ln.startswith("Caused by:")]
+    causes = [ln[len("Caused by:") :].strip() for ln in lines if ln.startswith("Caused by:")]
     if first is None:
         return (lines[0] if lines else "")[:limit]
     gist = first if not causes or causes[-1] in first else f"{first} | caused by: {causes[-1]}"

@@ -32,7 +32,7 @@ from reference_impl.state.heap_backend import HeapKeyedStateBackend
 from reference_impl.time import ManualClock
 from reference_impl.ttl import StateTtlConfig, is_expired
 
-__all__ = ["ProcessorModel", "StateImage", "NO_WATERMARK"]
+__all__ = ["ProcessorModel", "StateImage", "NO_WATERMARK", "frame", "rows_of"]
 
 MAX_PARALLELISM = 128
 NO_WATERMARK = -1  # what TimerValues carries outside event-time mode
@@ -47,7 +47,13 @@ StateImage = dict[str, dict[tuple[Any, ...], tuple[Any, int | None]]]
 def _ttl(ms: int | None) -> StateTtlConfig | None:
     if ms is None:
         return None
-    return StateTtlConfig.new_builder(int(ms)).update_ttl_on_create_and_write().never_return_expired().disable_cleanup_in_background().build()
+    return (
+        StateTtlConfig.new_builder(int(ms))
+        .update_ttl_on_create_and_write()
+        .never_return_expired()
+        .disable_cleanup_in_background()
+        .build()
+    )
 
 
 class _ValueState:
@@ -132,16 +138,26 @@ class _Handle:
         if var.name in self._m.vars:
             raise ValueError(f"state variable {var.name!r} declared twice")
         self._m.vars[var.name] = var
-        return self._m.backend.get_state(descriptor.enable_time_to_live(t) if (t := _ttl(var.ttl_ms)) else descriptor)
+        return self._m.backend.get_state(
+            descriptor.enable_time_to_live(t) if (t := _ttl(var.ttl_ms)) else descriptor
+        )
 
     def getValueState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> _ValueState:  # noqa: N802, N803
-        return _ValueState(self._declare(StateVar(stateName, "value", ttlDurationMs), ValueStateDescriptor(stateName)))
+        return _ValueState(
+            self._declare(StateVar(stateName, "value", ttlDurationMs), ValueStateDescriptor(stateName))
+        )
 
     def getListState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> _ListState:  # noqa: N802, N803
-        return _ListState(self._declare(StateVar(stateName, "list", ttlDurationMs), ListStateDescriptor(stateName)))
+        return _ListState(
+            self._declare(StateVar(stateName, "list", ttlDurationMs), ListStateDescriptor(stateName))
+        )
 
-    def getMapState(self, stateName: str, userKeySchema: Any, valueSchema: Any, ttlDurationMs: int | None = None) -> _MapState:  # noqa: N802, N803
-        return _MapState(self._declare(StateVar(stateName, "map", ttlDurationMs), MapStateDescriptor(stateName)))
+    def getMapState(
+        self, stateName: str, userKeySchema: Any, valueSchema: Any, ttlDurationMs: int | None = None
+    ) -> _MapState:  # noqa: N802, N803
+        return _MapState(
+            self._declare(StateVar(stateName, "map", ttlDurationMs), MapStateDescriptor(stateName))
+        )
 
     def registerTimer(self, expiryTimestampMs: int) -> None:  # noqa: N802, N803
         self._m.timers[self._m.backend.get_current_key()].add(int(expiryTimestampMs))
@@ -162,23 +178,13 @@ class ProcessorModel:
     def __init__(self, spec: SssSpec) -> None:
         self.spec = spec
         self.clock = ManualClock(0)
-        self.backend = HeapKeyedStateBackend(MAX_PARALLELISM, KeyGroupRange(0, MAX_PARALLELISM - 1), self.clock)
+        self.backend = HeapKeyedStateBackend(
+            MAX_PARALLELISM, KeyGroupRange(0, MAX_PARALLELISM - 1), self.clock
+        )
         self.vars: dict[str, StateVar] = {}
         self.timers: dict[tuple[Any, ...], set[int]] = defaultdict(set)
         self.processor = load_processor(spec.processor)
         self.processor.init(_Handle(self))
-        self._columns = [p.strip().split(None, 1) for p in spec.input_schema.split(",")]
-
-    def _frame(self, rows: list[dict[str, Any]]) -> Any:
-        import pandas as pd
-
-        df = pd.DataFrame(rows, columns=[c for c, _ in self._columns])
-        for col, ddl in self._columns:
-            dtype = _PANDAS_DTYPES.get(ddl.strip().lower())
-            if dtype is None:
-                raise ValueError(f"input_schema: column {col!r} has type {ddl!r}; the model supports {sorted(_PANDAS_DTYPES)}")
-            df[col] = df[col].astype(dtype)
-        return df
 
     def run_batch(self, timestamp_ms: int, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Process one micro-batch at ``timestamp_ms``; its output rows."""
@@ -192,12 +198,12 @@ class ProcessorModel:
         out: list[dict[str, Any]] = []
         for key in sorted(by_key):
             self.backend.set_current_key(key)
-            out += _rows(self.processor.handleInputRows(key, iter([self._frame(by_key[key])]), tv))
+            out += rows_of(self.processor.handleInputRows(key, iter([frame(self.spec, by_key[key])]), tv))
         if self.spec.time_mode == "ProcessingTime":
             due = sorted((t, k) for k, ts in self.timers.items() for t in ts if t <= timestamp_ms)
             for t, key in due:
                 self.backend.set_current_key(key)
-                out += _rows(self.processor.handleExpiredTimer(key, tv, ExpiredTimerInfo(t)))
+                out += rows_of(self.processor.handleExpiredTimer(key, tv, ExpiredTimerInfo(t)))
                 self.timers[key].discard(t)
         self._clear_expired(timestamp_ms)
         return out
@@ -256,7 +262,26 @@ def _with_expiry(v: Any, ttl_ms: int | None) -> tuple[Any, int | None]:
     return (tuple(value), int(ts) + int(ttl_ms))
 
 
-def _rows(frames: Iterable[Any]) -> list[dict[str, Any]]:
+def frame(spec: SssSpec, rows: list[dict[str, Any]]) -> Any:
+    """``rows`` as the pandas DataFrame Spark hands the user's code (its input schema's dtypes; no
+    rows: an empty frame with the input's columns, as pyspark passes a timed-out key)."""
+    import pandas as pd
+
+    columns = [p.strip().split(None, 1) for p in spec.input_schema.split(",")]
+    df = pd.DataFrame(rows, columns=[c for c, _ in columns])
+    if not rows:
+        return df
+    for col, ddl in columns:
+        dtype = _PANDAS_DTYPES.get(ddl.strip().lower())
+        if dtype is None:
+            raise ValueError(
+                f"input_schema: column {col!r} has type {ddl!r}; the model supports {sorted(_PANDAS_DTYPES)}"
+            )
+        df[col] = df[col].astype(dtype)
+    return df
+
+
+def rows_of(frames: Iterable[Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for f in frames or ():
         if hasattr(f, "to_dict"):

@@ -21,10 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from harness.sss.checkpoint_log import committed_batches, read_offsets, source_files
+from harness.sss.group_state_model import GroupStateModel
 from harness.sss.model import ProcessorModel, StateImage
-from harness.sss.spec import SssSpec
+from harness.sss.spec import APPLY, SssSpec
 
-__all__ = ["SssCheck", "check_run", "batch_inputs", "spark_state_image"]
+__all__ = ["SssCheck", "check_run", "batch_inputs", "spark_state_image", "model_for"]
+
+
+def model_for(spec: SssSpec) -> ProcessorModel | GroupStateModel:
+    """The reference model of the query's API: a StatefulProcessor's or a GroupState function's."""
+    return GroupStateModel(spec) if spec.api == APPLY else ProcessorModel(spec)
 
 
 @dataclass
@@ -77,8 +83,10 @@ def _value(v: Any) -> tuple[tuple[Any, ...], int | None]:
     return _tuple(v), None
 
 
-def spark_state_image(dump: dict[str, Any], model: ProcessorModel) -> StateImage:
+def spark_state_image(dump: dict[str, Any], model: ProcessorModel | GroupStateModel) -> StateImage:
     """The state data source's rows in the model's canonical form."""
+    if isinstance(model, GroupStateModel):
+        return model.spark_image(dump)
     image: StateImage = {}
     for name, rows in dump["vars"].items():
         kind = model.vars[name].kind
@@ -108,14 +116,18 @@ def _diff(name: str, spark: dict[Any, Any], model: dict[Any, Any], limit: int = 
 _KINDS = {"ValueState": "value", "ListState": "list", "MapState": "map"}
 
 
-def _metadata_mismatches(dump: dict[str, Any], batch: int, model: ProcessorModel) -> list[str]:
+def _metadata_mismatches(
+    dump: dict[str, Any], batch: int, model: ProcessorModel | GroupStateModel
+) -> list[str]:
     """``state-metadata`` must cover the batch read and list the variables the processor declares."""
     out = []
     for m in dump.get("metadata") or []:
         if m.get("operatorId") != 0:
             continue
         if not (m.get("minBatchId", 0) <= batch <= m.get("maxBatchId", batch)):
-            out.append(f"state-metadata covers batches {m.get('minBatchId')}..{m.get('maxBatchId')}, not {batch}")
+            out.append(
+                f"state-metadata covers batches {m.get('minBatchId')}..{m.get('maxBatchId')}, not {batch}"
+            )
         props = json.loads(m.get("operatorProperties") or "{}")
         declared = {(v["stateName"], _KINDS[v["stateVariableType"]], bool(v.get("ttlEnabled")))
                     for v in props.get("stateVariables", []) if v.get("stateVariableType") in _KINDS}  # fmt: skip
@@ -132,7 +144,7 @@ def _canon(rows: list[dict[str, Any]]) -> Counter[str]:
 def check_run(workdir: Path, spec: SssSpec, files_written: int) -> SssCheck:
     """Run the model over the offset log's batches and compare output and every state dump."""
     result = SssCheck()
-    model = ProcessorModel(spec)
+    model = model_for(spec)
     committed = set(committed_batches(workdir / "checkpoint"))
     dumps: dict[int, list[tuple[str, dict[str, Any]]]] = {}
     for path in sorted((workdir / "state").glob("*.json")):
@@ -159,7 +171,7 @@ def check_run(workdir: Path, spec: SssSpec, files_written: int) -> SssCheck:
         for name, dump in dumps.get(batch, []):
             spark_image = spark_state_image(dump, model)
             model_image = model.state()
-            for var in model.vars:
+            for var in sorted(set(spark_image) | set(model_image)):
                 result.violations += [f"{name} (batch {batch}): {m}" for m in
                                       _diff(var, spark_image.get(var, {}), model_image.get(var, {}))]  # fmt: skip
             if dump.get("timers") is not None:

@@ -1,5 +1,6 @@
-"""What a Structured Streaming query under test is: a user's StatefulProcessor named by import path,
-its grouping key, and its input and output schemas (DDL strings, as Spark takes them)."""
+"""What a Structured Streaming query under test is: a user's StatefulProcessor
+(``transformWithStateInPandas``) or state function (``applyInPandasWithState``) named by import path,
+its grouping key, and its input, output and state schemas (DDL strings, as Spark takes them)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,12 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["SssSpec", "SpecError", "load_processor"]
+__all__ = ["SssSpec", "SpecError", "APIS", "load_processor", "load_function"]
+
+TRANSFORM = "transformWithState"
+APPLY = "applyInPandasWithState"
+APIS = (TRANSFORM, APPLY)
+TIMEOUTS = ("NoTimeout", "ProcessingTimeTimeout")
 
 
 class SpecError(ValueError):
@@ -19,13 +25,19 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class SssSpec:
-    """``processor`` is ``module:Class`` (a StatefulProcessor subclass, built with no arguments)."""
+    """``processor`` is ``module:Class`` (a StatefulProcessor subclass, built with no arguments) for
+    ``api`` transformWithState, ``module:function`` (``func(key, pdfs, state)``) for
+    applyInPandasWithState, which also names its ``state_schema``, ``timeout`` and ``output_mode``."""
 
     processor: str
     key: str
     input_schema: str
     output_schema: str
     time_mode: str = "ProcessingTime"
+    api: str = TRANSFORM
+    state_schema: str = ""
+    timeout: str = "NoTimeout"
+    output_mode: str = "Update"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -37,26 +49,47 @@ class SssSpec:
     def input_columns(self) -> list[str]:
         return [part.strip().split()[0] for part in self.input_schema.split(",")]
 
+    @property
+    def timers_on(self) -> bool:
+        """Whether the query has processing-time timers (timeouts) that fire without input."""
+        return self.timeout != "NoTimeout" if self.api == APPLY else self.time_mode != "None"
+
     def validate(self) -> None:
-        if self.time_mode not in ("ProcessingTime", "None"):
-            raise SpecError(f"time_mode: {self.time_mode!r} is not supported (ProcessingTime or None)")
+        if self.api not in APIS:
+            raise SpecError(f"api: {self.api!r} is not supported ({' or '.join(APIS)})")
         if self.key not in self.input_columns():
             raise SpecError(f"key: {self.key!r} is not a column of input_schema {self.input_schema!r}")
-        load_processor(self.processor)
+        if self.output_mode not in ("Update", "Append"):
+            raise SpecError(f"output_mode: {self.output_mode!r} is not supported (Update or Append)")
+        if self.api == TRANSFORM:
+            if self.time_mode not in ("ProcessingTime", "None"):
+                raise SpecError(f"time_mode: {self.time_mode!r} is not supported (ProcessingTime or None)")
+            load_processor(self.processor)
+            return
+        if not self.state_schema.strip():
+            raise SpecError("state_schema: applyInPandasWithState needs the DDL of its state")
+        if self.timeout not in TIMEOUTS:
+            raise SpecError(f"timeout: {self.timeout!r} is not supported ({' or '.join(TIMEOUTS)})")
+        if not callable(load_function(self.processor)):
+            raise SpecError(f"processor: {self.processor!r} is not a function")
 
 
 def load_processor(path: str) -> Any:
-    """A fresh instance of the processor class named ``module:Class`` (the working directory is on the
-    import path, as for ``python -m``); SpecError naming what failed."""
+    """A fresh instance of the processor class named ``module:Class``; SpecError naming what failed."""
+    return load_function(path)()
+
+
+def load_function(path: str) -> Any:
+    """The object named ``module:name`` (the working directory is on the import path, as for
+    ``python -m``); SpecError naming what failed."""
     if os.getcwd() not in sys.path:
         sys.path.append(os.getcwd())
     module, sep, name = path.partition(":")
     if not sep or not module or not name:
-        raise SpecError(f"processor: {path!r} is not of the form 'module:Class'")
+        raise SpecError(f"processor: {path!r} is not of the form 'module:name'")
     try:
-        cls = getattr(importlib.import_module(module), name)
+        return getattr(importlib.import_module(module), name)
     except ModuleNotFoundError as e:
         raise SpecError(f"processor: module {module!r} cannot be imported ({e})") from None
     except AttributeError:
         raise SpecError(f"processor: module {module!r} has no {name!r}") from None
-    return cls()

@@ -26,7 +26,9 @@ class _RecordingHandle:
     def getListState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> None:  # noqa: N802, N803
         self.vars.append(StateVar(stateName, "list", ttlDurationMs))
 
-    def getMapState(self, stateName: str, userKeySchema: Any, valueSchema: Any, ttlDurationMs: int | None = None) -> None:  # noqa: N802, N803
+    def getMapState(
+        self, stateName: str, userKeySchema: Any, valueSchema: Any, ttlDurationMs: int | None = None
+    ) -> None:  # noqa: N802, N803
         self.vars.append(StateVar(stateName, "map", ttlDurationMs))
 
     def __getattr__(self, name: str) -> Any:

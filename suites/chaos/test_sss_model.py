@@ -93,17 +93,25 @@ def _checkpoint(tmp: Path) -> Path:
     for d in ("offsets", "commits", "sources/0"):
         (cp / d).mkdir(parents=True)
     for b, (ts, off) in enumerate([(100, 0), (200, 1), (300, 1)]):
-        (cp / "offsets" / str(b)).write_text(f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":{ts},"conf":{{}}}}\n{{"logOffset":{off}}}')
+        (cp / "offsets" / str(b)).write_text(
+            f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":{ts},"conf":{{}}}}\n{{"logOffset":{off}}}'
+        )
     for b in (0, 1):
         (cp / "commits" / str(b)).write_text('v1\n{"nextBatchWatermarkMs":0}')
-        (cp / "sources" / "0" / str(b)).write_text(f'v1\n{{"path":"file:///x/part-{b}.csv","timestamp":1,"batchId":{b}}}')
+        (cp / "sources" / "0" / str(b)).write_text(
+            f'v1\n{{"path":"file:///x/part-{b}.csv","timestamp":1,"batchId":{b}}}'
+        )
     return cp
 
 
 def test_checkpoint_log_reader(tmp_path: Path) -> None:
     cp = _checkpoint(tmp_path)
     assert committed_batches(cp) == [0, 1]
-    assert [(b.batch, b.timestamp_ms, b.source_offset) for b in read_offsets(cp)] == [(0, 100, 0), (1, 200, 1), (2, 300, 1)]
+    assert [(b.batch, b.timestamp_ms, b.source_offset) for b in read_offsets(cp)] == [
+        (0, 100, 0),
+        (1, 200, 1),
+        (2, 300, 1),
+    ]
     assert source_files(cp) == {0: ["part-0.csv"], 1: ["part-1.csv"]}
     (cp / "offsets" / "3").write_text("garbage")
     with pytest.raises(ValueError, match="offsets/3: not an offset log entry"):
@@ -121,7 +129,9 @@ def test_damage_targets_the_files_a_restart_reads(tmp_path: Path) -> None:
             (d / f"{v}.zip").write_bytes(b"zip")
     scope = RunScope("t", paths=[cp])
     # version 2 loads from 1.zip + 2.changelog in partition 0, from 2.zip alone in partition 1
-    assert [str(p.relative_to(cp)) for p in damage_targets("missing_changelog", cp)] == ["state/0/0/2.changelog"]
+    assert [str(p.relative_to(cp)) for p in damage_targets("missing_changelog", cp)] == [
+        "state/0/0/2.changelog"
+    ]
     assert [str(p.relative_to(cp)) for p in damage_targets("corrupt_snapshot", cp)] == [
         "state/0/0/1.zip", "state/0/1/2.zip"]  # fmt: skip
     inj = damage_injectors("missing_changelog", cp, scope, random.Random(0))

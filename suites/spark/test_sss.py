@@ -3,11 +3,16 @@ MapState with TTL, a processing-time timer) keeps exactly-once output and correc
 an executor SIGKILL and a driver kill + restart from its checkpoint; a processor that keeps state in a
 Python attribute is caught; a damaged state-store checkpoint ends in a verdict, never in silence.
 
-Each test is one streaming query of ~6 micro-batches plus restarts (about a minute or two each)."""
+The same for an ``applyInPandasWithState`` function (GroupState with a processing-time timeout), run
+from its scenario file through the pytest plugin's ``run_scenario``, and its broken twin caught.
+
+Each test is one streaming query of ~4-6 micro-batches plus restarts (about a minute or two each)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,16 +37,20 @@ def _spec(processor: str = "examples.sss.cart:CartTotals") -> SssSpec:
     return SssSpec(**{**SPEC, "processor": processor})
 
 
-def _run(tmp: Path, faults: list[SssFault], processor: str = "examples.sss.cart:CartTotals", files: int = 6) -> object:
+def _run(
+    tmp: Path, faults: list[SssFault], processor: str = "examples.sss.cart:CartTotals", files: int = 6
+) -> object:
     from examples.sss.cart import REPORT_AFTER_MS, make_inputs
 
-    return run_sss(SssRun(_spec(processor), make_inputs(files), tmp, faults, tail_ms=REPORT_AFTER_MS, time_limit_s=420))
+    return run_sss(
+        SssRun(_spec(processor), make_inputs(files), tmp, faults, tail_ms=REPORT_AFTER_MS, time_limit_s=420)
+    )
 
 
 def test_executor_kill_and_driver_restart_keep_output_and_state(tmp_path: Path) -> None:
     out = _run(tmp_path, [SssFault("kill_executor", 2), SssFault("kill_driver", 4)])
     assert out.verdict == "pass", out.summary()
-    faults = [e for e in out.events if e["type"] == "fault"]
+    faults = [e for e in out.events if e["type"] == "fault_start"]
     assert [f["kind"] for f in faults] == ["kill_executor", "kill_driver"]
     assert all(f["batch"] >= 2 for f in faults)  # each names the micro-batch it hit
     assert out.starts == 2
@@ -68,3 +77,37 @@ def test_missing_changelog_is_refused_by_spark(tmp_path: Path) -> None:
     assert damaged and all(e["target"].endswith(".changelog") for e in damaged)
     refusals = " ".join(out.check.refused + out.failures)
     assert "CANNOT_LOAD_STATE_STORE" in refusals and ".changelog does not exist" in refusals
+
+
+# ---- applyInPandasWithState, run from its scenario file through the pytest plugin --------------------
+GROUPSTATE = Path(__file__).resolve().parents[2] / "examples" / "sss" / "cart-groupstate-local.yaml"
+
+
+def test_groupstate_scenario_keeps_output_and_state_through_executor_kill_and_restart(
+    run_scenario: Any,
+) -> None:
+    """The applyInPandasWithState function (GroupState, a processing-time timeout) through an executor
+    SIGKILL and a driver kill + restart: output, restored state (value and timeout timestamp, read
+    through the state data source at the restart) and liveness equal the model's."""
+    outcome = run_scenario(GROUPSTATE)
+    assert outcome.passed, [(v["oracle"], v["summary"], v["details"][:3]) for v in outcome.failed_checks]
+    assert outcome.stats["driver_starts"] == 2 and outcome.stats["states_checked"] >= 2
+    restart = json.loads((Path(outcome.run_dir) / "state" / "start-1.json").read_text())
+    assert restart["group_state"], "the restart read no GroupState rows: the state oracle compared nothing"
+    assert all(r["value"]["timeoutTimestamp"] > 0 for r in restart["group_state"])
+    closed = [
+        p for p in (Path(outcome.run_dir) / "output").glob("batch-*.json") if '"closed"' in p.read_text()
+    ]
+    assert closed, "no session timed out: the run did not exercise GroupState timeouts"
+
+
+def test_groupstate_in_a_python_global_is_caught(run_scenario: Any) -> None:
+    """The broken twin keeps its totals in the Python worker's memory: the executor kill loses them."""
+    from examples.sss.cart_groupstate import SPEC
+
+    query = {**SPEC, "processor": "examples.sss.cart_groupstate:forgetful_cart_sessions"}
+    outcome = run_scenario(
+        GROUPSTATE, query=query, faults=[{"kind": "kill_executor", "after_batches": 2}], tail=0
+    )
+    failed = {v["oracle"] for v in outcome.failed_checks}
+    assert "exactly_once" in failed, outcome.verdicts

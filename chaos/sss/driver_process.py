@@ -1,0 +1,77 @@
+"""The process of a Structured Streaming query's driver, as the orchestrator (:mod:`chaos.sss.run`)
+starts, finds the executors of, stops and kills it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+__all__ = ["DriverProcess"]
+
+_EXECUTOR = "CoarseGrainedExecutorBackend"
+
+
+class DriverProcess:
+    """``python -m harness.sss.driver WORKDIR`` in its own session (process group), with the import
+    path and ``PATH`` the query needs; killed as a whole, as losing the driver host would."""
+
+    def __init__(self, workdir: Path) -> None:
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parents[2])
+        # the project, the working directory and this process's import path, where the processor's
+        # module is found (local executors too; remote ones get it pickled by value)
+        own = [
+            p for p in sys.path if p and Path(p).is_dir() and not p.startswith((sys.prefix, sys.base_prefix))
+        ]
+        paths = [root, os.getcwd(), *own, env.get("PYTHONPATH", "")]
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        self.log = open(workdir / "driver.log", "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.sss.driver", str(workdir)],
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
+        )  # fmt: skip
+
+    def tree(self) -> list[psutil.Process]:
+        try:
+            root = psutil.Process(self.proc.pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def executor_pids(self) -> list[int]:
+        out = []
+        for p in self.tree():
+            with contextlib.suppress(psutil.Error):
+                if any(_EXECUTOR in a for a in p.cmdline()):
+                    out.append(p.pid)
+        return out
+
+    def kill(self) -> None:
+        """SIGKILL the driver's whole process group and anything of its tree that escaped it."""
+        procs = self.tree()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        psutil.wait_procs(procs, timeout=30)
+        self.proc.wait()
+        self.log.close()
+
+    def stop(self, workdir: Path, timeout_s: float) -> int | None:
+        (workdir / "stop").write_text("")
+        try:
+            rc = self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            rc = None
+        self.kill()
+        with contextlib.suppress(FileNotFoundError):
+            (workdir / "stop").unlink()
+        return rc

@@ -1,0 +1,100 @@
+"""Run an ``engine: sss`` scenario and turn its outcome into the verdicts every scenario reports
+(``outcome.json``, the summary table, Allure), so ``statechaos run`` and the pytest plugin treat it
+like a runtime scenario.
+
+With ``expect: pass`` the checks are ``exactly_once`` (output against the model), ``restored_state``
+(Spark's state data source against the model, timers and ``state-metadata`` included), ``liveness``
+(every input file committed, no stall), ``query_ran`` (Spark neither failed the query nor refused its
+state) and ``fault_schedule`` (every planned fault struck). With ``expect: refused`` or ``caught`` (a
+damage scenario) the check ``expected_verdict`` holds when the run ended in that verdict, with what
+Spark said or what the oracles found as its evidence.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from chaos.errors import InputError
+from chaos.sss.run import SssFault, SssOutcome, SssRun, run_sss
+from chaos.sss.scenario import SssScenario, load_inputs
+from harness.oracles import Verdict
+from harness.sss.spec import SpecError
+
+__all__ = ["execute_sss", "verdicts_of"]
+
+_OUTPUT = ("output differs from the model", "its output is missing")
+
+
+def execute_sss(sc: SssScenario, run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Run ``sc`` in ``run_dir``; (verdicts as plain dicts, run statistics)."""
+    try:
+        inputs = load_inputs(sc)
+        run = SssRun(
+            sc.spec(), inputs, run_dir,
+            [SssFault(f.kind, f.after_batches, f.duration / 1000, f.toxic or "", dict(f.attributes), f.stream)
+             for f in sc.faults],
+            master=sc.master, trigger_ms=sc.trigger, tail_ms=sc.tail, time_limit_s=sc.timeout_s, seed=sc.seed,
+            differential=sc.differential,
+        )  # fmt: skip
+        out = run_sss(run)
+    except (SpecError, ValueError) as e:
+        raise InputError(f"scenario {sc.name!r}: {e}") from None
+    stats = {"verdict": out.verdict, "driver_starts": out.starts, "batches_checked": out.check.batches_checked,
+             "states_checked": out.check.states_checked, "input_files": len(inputs)}  # fmt: skip
+    return [v.to_dict() for v in verdicts_of(sc, out)], stats
+
+
+def verdicts_of(sc: SssScenario, out: SssOutcome) -> list[Verdict]:
+    refusals = out.check.refused + out.failures
+    schedule = _schedule(sc, out)
+    if sc.expect != "pass":
+        found = [f"refused: {r}" for r in refusals] + [f"violation: {v}" for v in out.check.violations]
+        expected = Verdict(
+            "expected_verdict", out.verdict == sc.expect,
+            f"the run ended in verdict {out.verdict!r}, as expected" if out.verdict == sc.expect
+            else f"expected verdict {sc.expect!r}, the run ended in {out.verdict!r}",
+            found[:40],
+        )  # fmt: skip
+        return [expected, schedule]
+    output = [v for v in out.check.violations if any(s in v for s in _OUTPUT)]
+    live = [v for v in out.check.violations if v.startswith("liveness:")]
+    state = [v for v in out.check.violations if v not in output and v not in live]
+    if out.verdict == "stuck":
+        live.append("the run hit its time limit before every input file was committed")
+    output_verdict, state_verdict = (
+        Verdict.of(
+            "exactly_once",
+            output,
+            f"{out.check.batches_checked} batches' output equals the model's",
+            "{n} batches' output differs from the model's",
+        ),
+        Verdict.of(
+            "restored_state",
+            state,
+            f"{out.check.states_checked} restored states equal the model's",
+            "{n} differences between Spark's restored state and the model's",
+        ),
+    )
+    if not out.check.batches_checked and not output:
+        output_verdict = Verdict.unknown("exactly_once", "no batch wrote output to compare")
+    if not out.check.states_checked and not state:
+        state_verdict = Verdict.unknown("restored_state", "Spark's state was never read")
+    return [
+        output_verdict,
+        state_verdict,
+        Verdict.of("liveness", live, "every input file was committed", "{n} liveness problems"),
+        Verdict.of("query_ran", refusals, f"Spark ran the query through {out.starts} driver starts",
+                   "Spark refused {n} times (failed query or unreadable state)"),
+        schedule,
+    ]  # fmt: skip
+
+
+def _schedule(sc: SssScenario, out: SssOutcome) -> Verdict:
+    struck = [e for e in out.events if e["type"] == "fault_start" and "damage" not in e]
+    problems = [f"{e['kind']} at batch {e.get('batch')} did not strike: {e.get('why')}"
+                for e in out.events if e["type"] == "fault_skipped"]  # fmt: skip
+    if len(struck) < len(sc.faults) and not problems:
+        problems.append(f"only {len(struck)} of {len(sc.faults)} planned faults struck")
+    return Verdict.of("fault_schedule", problems, f"all {len(sc.faults)} planned faults struck",
+                      "{n} planned faults did not strike")  # fmt: skip

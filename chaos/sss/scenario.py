@@ -1,0 +1,309 @@
+"""Scenario files for Structured Streaming queries: ``engine: sss``.
+
+The same file format, commands and outcome as runtime scenarios (``statechaos validate / list / run``,
+exit codes 0/1/2, ``outcome.json``, the summary table, Allure results, the pytest plugin's
+``run_scenario``), with a ``query`` (the user's StatefulProcessor or ``applyInPandasWithState``
+function, see :class:`harness.sss.spec.SssSpec`), an ``input`` (a generator ``module:function``
+returning one list of rows per micro-batch, or a folder of CSV files) and faults that strike after
+a number of committed micro-batches::
+
+    name: cart-sss-local
+    engine: sss
+    cluster: local-cluster[1,1,1024]      # or docker, or spark://host:7077
+    query: {processor: "examples.sss.cart:CartTotals", key: user,
+            input_schema: "user string, item string, qty long",
+            output_schema: "user string, kind string, total long, items long"}
+    input: {generator: "examples.sss.cart:make_inputs", options: {files: 6}}
+    faults: [{kind: kill_executor, after_batches: 2}, {kind: kill_driver, after_batches: 4}]
+    tail: 3s
+
+``expect`` names the verdict the scenario asserts: ``pass`` (every oracle holds) or, for damage,
+``refused`` (Spark must refuse the damaged state) or ``caught`` (an oracle must find it).
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
+
+from chaos.errors import InputError
+from chaos.sss.cluster_faults import WORKER_FAULTS
+from chaos.sss.damage import DAMAGE_CLASSES
+from chaos.trigger import Duration, Strict, parse_duration_ms
+from harness.sss.spec import SpecError, SssSpec
+
+__all__ = [
+    "SssScenario",
+    "SssScenarioError",
+    "SSS_FAULT_KINDS",
+    "parse_sss_scenario",
+    "is_sss",
+    "load_inputs",
+]
+
+
+class SssScenarioError(InputError, ValueError):
+    """An sss scenario is malformed; ``problems`` holds (field path, message) pairs, which
+    :func:`chaos.scenario.parse_scenario` turns into ``file:line: field: problem``."""
+
+    def __init__(self, where: str, problems: list[tuple[tuple[Any, ...], str]]) -> None:
+        self.problems = problems
+        super().__init__(f"invalid scenario {where}\n  " + "\n  ".join(
+            f"{'.'.join(map(str, loc))}: {msg}" if loc else msg for loc, msg in problems))  # fmt: skip
+
+
+def _problems(e: ValidationError) -> list[tuple[tuple[Any, ...], str]]:
+    """Pydantic's errors as (field path, message); a model validator names its field as ``@path@``."""
+    out = []
+    for err in e.errors():
+        msg = err["msg"].removeprefix("Value error, ")
+        loc = tuple(err["loc"])
+        if msg.startswith("@"):
+            where, _, msg = msg[1:].partition("@ ")
+            loc = (*loc, *(int(x) if x.isdigit() else x for x in where.split(".")))
+        out.append((loc, "unknown field" if err["type"] == "extra_forbidden" else msg))
+    return out
+
+
+LOCAL_FAULTS = ("kill_executor", "pause_executor")
+DOCKER_FAULTS = (*WORKER_FAULTS, "network")
+SSS_FAULT_KINDS = (*LOCAL_FAULTS, *DOCKER_FAULTS, "kill_driver", *DAMAGE_CLASSES)
+DEFAULT_LOCAL = "local-cluster[1,1,1024]"
+
+
+class SssQuery(Strict):
+    processor: Annotated[str, Field(min_length=3)]
+    api: Literal["transformWithState", "applyInPandasWithState"] = "transformWithState"
+    key: str
+    input_schema: str
+    output_schema: str
+    time_mode: Literal["ProcessingTime", "None"] = "ProcessingTime"
+    state_schema: str = ""
+    timeout: Literal["NoTimeout", "ProcessingTimeTimeout"] = "NoTimeout"
+    output_mode: Literal["Update", "Append"] = "Update"
+
+    def spec(self) -> SssSpec:
+        return SssSpec(**self.model_dump())
+
+
+class SssInput(Strict):
+    """Exactly one of ``generator`` (``module:function``, called with ``options``) and ``folder``."""
+
+    generator: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+    folder: str | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> SssInput:
+        if (self.generator is None) == (self.folder is None):
+            raise ValueError("give exactly one of generator (module:function) and folder (CSV files)")
+        if self.folder is not None and self.options:
+            raise ValueError("options go with a generator, not a folder")
+        return self
+
+
+class SssFaultEntry(Strict):
+    kind: str
+    after_batches: Annotated[int, Field(ge=0)]
+    duration: Duration = 5_000  # pause_*, stop_worker, partition_worker, network: how long it lasts
+    # network: a Toxiproxy toxic (or ``disable``) on the driver<->executor link (chaos.sss.driver_link)
+    toxic: str | None = None
+    attributes: dict[str, Any] = Field(default_factory=dict)
+    stream: Literal["upstream", "downstream"] = "downstream"
+
+    @model_validator(mode="after")
+    def _toxic(self) -> SssFaultEntry:
+        from chaos.faults.network import TOXICS
+
+        if self.kind == "network" and self.toxic not in TOXICS:
+            raise ValueError(f"@toxic@ a network fault needs toxic: one of {', '.join(TOXICS)}")
+        if self.kind != "network" and (self.toxic is not None or self.attributes):
+            raise ValueError("@toxic@ only a network fault takes toxic and attributes")
+        return self
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, v: str) -> str:
+        if v not in SSS_FAULT_KINDS:
+            raise ValueError(
+                f"unknown fault kind {v!r} for an sss scenario; expected one of: {', '.join(SSS_FAULT_KINDS)}"
+            )
+        return v
+
+    @field_validator("duration", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> Any:
+        return parse_duration_ms(v)
+
+
+class SssScenario(Strict):
+    """A Structured Streaming query under chaos (``engine: sss``)."""
+
+    name: Annotated[str, Field(min_length=1)]
+    engine: Literal["sss"]
+    description: str = ""
+    cluster: str = DEFAULT_LOCAL
+    query: SssQuery
+    input: SssInput
+    faults: list[SssFaultEntry] = Field(default_factory=list)
+    expect: Literal["pass", "refused", "caught"] = "pass"
+    trigger: Duration = 1_000
+    tail: Duration = 0  # keep running this long past the last input's batch (timers, timeouts)
+    differential: bool = False
+    seed: int = 0
+    timeout_s: Annotated[float, Field(gt=0)] = 420
+    _base_dir: Path | None = PrivateAttr(default=None)
+
+    @field_validator("trigger", "tail", mode="before")
+    @classmethod
+    def _ms(cls, v: Any) -> Any:
+        return parse_duration_ms(v)
+
+    @field_validator("cluster")
+    @classmethod
+    def _cluster(cls, v: str) -> str:
+        if v in ("local", "docker") or v.startswith(("local-cluster[", "spark://")):
+            return v
+        raise ValueError(
+            f"unknown cluster {v!r} for an sss scenario; expected local, local-cluster[W,C,MEM], docker or spark://host:port"
+        )
+
+    @model_validator(mode="after")
+    def _faults_fit_cluster(self) -> SssScenario:
+        for i, f in enumerate(self.faults):
+            if f.kind in DOCKER_FAULTS and self.cluster_kind != "docker":
+                raise ValueError(
+                    f"@faults.{i}.kind@ fault kind {f.kind!r} needs cluster docker, but cluster is {self.cluster!r}"
+                )
+            if f.kind in LOCAL_FAULTS and self.cluster_kind == "spark":
+                raise ValueError(
+                    f"@faults.{i}.kind@ fault kind {f.kind!r} needs the executors' processes (local or docker), not {self.cluster!r}"
+                )
+            if f.kind in DAMAGE_CLASSES and self.cluster_kind == "spark":
+                raise ValueError(
+                    f"@faults.{i}.kind@ damage needs the checkpoint on this machine (local or docker)"
+                )
+        return self
+
+    # ---- what the CLI, the runner and the plugin ask of every scenario -------------------------------
+    @property
+    def cluster_kind(self) -> str:
+        """local, docker or spark (any spark:// master)."""
+        if self.cluster.startswith("spark://"):
+            return "spark"
+        return "local" if self.cluster.startswith("local") else self.cluster
+
+    @property
+    def master(self) -> str:
+        return DEFAULT_LOCAL if self.cluster == "local" else self.cluster
+
+    @property
+    def job(self) -> str:
+        return ""  # no runtime job: the query is the system under test
+
+    @property
+    def base_dir(self) -> Path | None:
+        return self._base_dir
+
+    def located(self, base_dir: Path | None) -> SssScenario:
+        self._base_dir = base_dir
+        return self
+
+    def with_overrides(self, cluster: str | None = None, seed: int | None = None) -> SssScenario:
+        data = self.model_dump(exclude_unset=True)
+        if cluster is not None:
+            data["cluster"] = cluster
+        if seed is not None:
+            data["seed"] = seed
+        try:
+            return SssScenario.model_validate(data).located(self._base_dir)
+        except ValidationError as e:
+            raise SssScenarioError(
+                f"{self.name!r} with cluster {data.get('cluster')!r}", _problems(e)
+            ) from None
+
+    def spec(self) -> SssSpec:
+        return self.query.spec()
+
+    def checks(self) -> list[str]:
+        """The checks this scenario's run reports (chaos.sss.execute)."""
+        if self.expect != "pass":
+            return ["expected_verdict", "fault_schedule"]
+        return ["exactly_once", "restored_state", "liveness", "query_ran", "fault_schedule"]
+
+
+def is_sss(obj: Any) -> bool:
+    """Whether ``obj`` (a scenario, or its YAML as a dict) is a Structured Streaming scenario."""
+    return isinstance(obj, SssScenario) or (isinstance(obj, dict) and obj.get("engine") == "sss")
+
+
+def _on_path(base_dir: Path | None) -> None:
+    for p in (str(base_dir) if base_dir else None, str(Path.cwd())):
+        if p and p not in sys.path:
+            sys.path.insert(0, p)
+
+
+def load_inputs(sc: SssScenario) -> list[list[dict[str, Any]]]:
+    """One list of rows per micro-batch file, from the generator or the CSV folder. ValueError naming
+    the field when they cannot be had."""
+    columns = sc.spec().input_columns()
+    if sc.input.generator is not None:
+        _on_path(sc.base_dir)
+        module, _, name = sc.input.generator.partition(":")
+        try:
+            fn = getattr(importlib.import_module(module), name)
+            files = fn(**sc.input.options)
+        except (ImportError, AttributeError) as e:
+            raise ValueError(f"input.generator: {sc.input.generator!r} cannot be loaded ({e})") from None
+        except TypeError as e:
+            raise ValueError(f"input.options: {e}") from None
+        for i, rows in enumerate(files):
+            for r in rows:
+                if set(r) != set(columns):
+                    raise ValueError(
+                        f"input.generator: file {i} has a row with fields {sorted(r)}, the input schema {columns}"
+                    )
+        return [list(rows) for rows in files]
+    folder = Path(sc.input.folder or "")
+    if not folder.is_absolute() and sc.base_dir is not None:
+        folder = sc.base_dir / folder
+    paths = sorted(folder.glob("*.csv"))
+    if not paths:
+        raise ValueError(f"input.folder: {folder} holds no *.csv files (one file per micro-batch, no header)")
+    out = []
+    for f in paths:
+        with f.open(newline="") as fh:
+            recs = list(csv.reader(fh))
+        for n, rec in enumerate(recs, 1):
+            if len(rec) != len(columns):
+                raise ValueError(
+                    f"input.folder: {f}:{n}: {len(rec)} fields, the input schema has {len(columns)}"
+                )
+        out.append([dict(zip(columns, rec, strict=True)) for rec in recs])
+    return out
+
+
+def parse_sss_scenario(data: dict[str, Any], path: str, base_dir: Path | None) -> SssScenario:
+    """Validate an ``engine: sss`` mapping: the schema, the query (its processor or function loads) and
+    the input (it can be had); SssScenarioError with every problem's field path."""
+    try:
+        sc = SssScenario.model_validate(data).located(base_dir)
+    except ValidationError as e:
+        raise SssScenarioError(path, _problems(e)) from None
+    _on_path(base_dir)
+    try:
+        sc.spec().validate()
+    except SpecError as e:
+        field, _, msg = str(e).partition(": ")
+        raise SssScenarioError(path, [(("query", field), msg)]) from None
+    try:
+        load_inputs(sc)
+    except ValueError as e:
+        field, _, msg = str(e).partition(": ")
+        raise SssScenarioError(path, [(tuple(field.split(".")), msg)]) from None
+    return sc

@@ -1,0 +1,236 @@
+"""``applyInPandasWithState`` and ``engine: sss`` scenarios without Spark: the GroupState model follows
+Spark's timeout semantics, scenario files validate with ``file:line: field: problem`` errors through
+the command line (exit 0 / 2), ``list`` shows them, and a run's outcome becomes the usual verdicts."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaos.cli import main
+from chaos.scenario import ScenarioError, load_scenario
+from chaos.sss.execute import verdicts_of
+from chaos.sss.run import SssOutcome
+from chaos.sss.scenario import SssScenario, SssScenarioError
+from harness.oracles.verdict import status_of
+from harness.sss.group_state_model import GROUP_STATE, NO_TIMESTAMP, GroupStateModel
+from harness.sss.oracles import SssCheck, spark_state_image
+from harness.sss.spec import SpecError, SssSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+LOCAL = ROOT / "examples" / "sss" / "cart-local.yaml"
+GROUPSTATE = ROOT / "examples" / "sss" / "cart-groupstate-local.yaml"
+DOCKER = ROOT / "scenarios" / "cart-sss-docker.yaml"
+
+
+def _spec(func: str = "cart_sessions") -> SssSpec:
+    from examples.sss.cart_groupstate import SPEC
+
+    return SssSpec(**{**SPEC, "processor": f"suites.chaos.test_sss_scenario:{func}"})
+
+
+def _row(user: str, qty: int) -> dict[str, Any]:
+    return {"user": user, "item": "i", "qty": qty}
+
+
+# functions the model runs (module-level: the spec names them by import path)
+def cart_sessions(key: Any, pdfs: Any, state: Any) -> Any:
+    from examples.sss.cart_groupstate import cart_sessions as f
+
+    return f(key, pdfs, state)
+
+
+def arm_once(key: Any, pdfs: Any, state: Any) -> Any:
+    """Arms a timeout only on the first call, then updates without re-arming (clears it)."""
+    import pandas as pd
+
+    rows = sum(len(p) for p in pdfs)
+    if not state.exists:
+        state.update((rows, 0))
+        state.setTimeoutDuration(1_000)
+    elif state.hasTimedOut:
+        state.remove()
+        state.setTimeoutDuration(5_000)  # removed, yet a timeout: Spark keeps a row with a null value
+    else:
+        state.update((state.get[0] + rows, 0))
+    yield pd.DataFrame({"user": [key[0]], "kind": ["timeout" if state.hasTimedOut else "data"], "total": [rows],
+                        "events": [0]})  # fmt: skip
+
+
+def test_groupstate_timeout_is_strictly_after_and_skips_keys_with_input() -> None:
+    m = GroupStateModel(_spec())
+    m.run_batch(1_000, [_row("a", 2), _row("b", 3)])
+    assert m.state()[GROUP_STATE][(("a",), None)] == ((2, 1), 1_000 + 3_000)
+    # at exactly the timeout timestamp nothing times out (Spark: timeoutTimestamp < batchTimestampMs)
+    assert m.run_batch(4_000, []) == []
+    # a key with input in the batch re-arms and does not time out; the other one does, and is removed
+    out = m.run_batch(4_001, [_row("a", 1)])
+    assert sorted((r["user"], r["kind"], r["total"]) for r in out) == [("a", "update", 3), ("b", "closed", 3)]
+    assert m.state()[GROUP_STATE] == {(("a",), None): ((3, 2), 4_001 + 3_000)}
+
+
+def test_groupstate_timeout_cleared_unless_rearmed_and_removed_value_with_timeout_keeps_a_row() -> None:
+    m = GroupStateModel(_spec("arm_once"))
+    m.run_batch(1_000, [_row("a", 1)])
+    assert m.state()[GROUP_STATE] == {(("a",), None): ((1, 0), 2_000)}
+    m.run_batch(1_500, [_row("a", 1)])  # no setTimeoutDuration in this call: the timeout is gone
+    assert m.state()[GROUP_STATE] == {(("a",), None): ((2, 0), NO_TIMESTAMP)}
+    assert m.run_batch(9_000, []) == []  # never times out now
+    m2 = GroupStateModel(_spec("arm_once"))
+    m2.run_batch(1_000, [_row("b", 1)])
+    out = m2.run_batch(2_001, [])
+    assert [(r["user"], r["kind"]) for r in out] == [("b", "timeout")]
+    assert m2.state()[GROUP_STATE] == {(("b",), None): (None, 2_001 + 5_000)}
+
+
+def test_groupstate_state_data_source_rows_read_as_the_model() -> None:
+    m = GroupStateModel(_spec())
+    dump = {"group_state": [{"key": {"user": "a"}, "value": {"groupState": {"total": 2, "events": 1},
+                                                             "timeoutTimestamp": 4_000}, "partition_id": 1}]}  # fmt: skip
+    assert spark_state_image(dump, m) == {GROUP_STATE: {(("a",), None): ((2, 1), 4_000)}}
+
+
+def test_groupstate_spec_is_validated() -> None:
+    with pytest.raises(SpecError, match="state_schema"):
+        SssSpec(**{**_spec().__dict__, "state_schema": ""}).validate()
+    with pytest.raises(SpecError, match="timeout"):
+        SssSpec(**{**_spec().__dict__, "timeout": "EventTimeTimeout"}).validate()
+
+
+def test_sss_scenarios_validate_and_list_from_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(LOCAL), str(GROUPSTATE), str(DOCKER)]) == 0
+    assert main(["list", str(DOCKER), str(GROUPSTATE)]) == 0
+    out = capsys.readouterr().out
+    assert "(sss)" in out
+    sc = load_scenario(GROUPSTATE)
+    assert isinstance(sc, SssScenario) and sc.spec().api == "applyInPandasWithState"
+    assert sc.checks() == ["exactly_once", "restored_state", "liveness", "query_ran", "fault_schedule"]
+
+
+@pytest.mark.parametrize(
+    "old,new,where",
+    [
+        ("key: user", "key: usr", ":10: query.key: 'usr' is not a column"),
+        (
+            "kill_executor",
+            "kill_worker",
+            ":18: faults[0].kind: fault kind 'kill_worker' needs cluster docker",
+        ),
+        ("kill_executor", "unplug", ":18: faults[0].kind: unknown fault kind 'unplug'"),
+        ("options: {files: 6}", "options: {files: 6, bogus: 1}", ":16: input.options: "),
+        ("trigger: 1s", "trigger: soon", ":20: trigger: expected a duration"),
+        ("CartTotals", "NoSuchClass", ":9: query.processor: module 'examples.sss.cart' has no 'NoSuchClass'"),
+        ("tail: 3s", "tail: 3s\nsurprise: 1", ":22: surprise: unknown field"),
+    ],
+)
+def test_bad_sss_scenario_names_file_line_and_field(
+    tmp_path: Path, capsys: Any, old: str, new: str, where: str
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    text = LOCAL.read_text()
+    assert old in text
+    bad.write_text(text.replace(old, new, 1))
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(bad)
+    assert f"{bad}{where}" in str(e.value)
+    assert main(["validate", str(bad)]) == 2
+
+
+def test_sss_scenario_overrides_keep_it_valid() -> None:
+    sc = load_scenario(LOCAL)
+    assert sc.with_overrides(cluster="docker", seed=3).cluster_kind == "docker"
+    with pytest.raises(
+        SssScenarioError, match="faults.0.kind: fault kind 'kill_executor' needs the executors'"
+    ):
+        sc.with_overrides(cluster="spark://host:7077")
+
+
+def _outcome(
+    verdict: str, violations: list[str] = (), refused: list[str] = (), events: Any = None
+) -> SssOutcome:
+    check = SssCheck(list(violations), list(refused), batches_checked=4, states_checked=2)
+    events = events if events is not None else [{"type": "fault_start", "kind": "kill_executor", "batch": 2},
+                                                {"type": "fault_start", "kind": "kill_driver", "batch": 4}]  # fmt: skip
+    return SssOutcome(verdict, check, events, 2, [])
+
+
+def test_outcome_becomes_the_usual_verdicts() -> None:
+    sc = load_scenario(LOCAL)
+    ok = {v.oracle: str(v.status) for v in verdicts_of(sc, _outcome("pass"))}
+    assert ok == dict.fromkeys(sc.checks(), "holds")
+    bad = _outcome("caught", ["batch 2 output differs from the model: ...", "start-1.json (batch 3): total[...]",
+                              "liveness: committed batches read 3 of 4 input files"])  # fmt: skip
+    got = {v.oracle: str(v.status) for v in verdicts_of(sc, bad)}
+    assert got == {"exactly_once": "fails", "restored_state": "fails", "liveness": "fails", "query_ran": "holds",
+                   "fault_schedule": "holds"}  # fmt: skip
+    skipped = _outcome(
+        "pass", events=[{"type": "fault_skipped", "kind": "kill_executor", "batch": 2, "why": "x"}]
+    )
+    assert status_of(verdicts_of(sc, skipped)[-1].to_dict()) == "fails"
+
+
+def test_expected_damage_verdict(tmp_path: Path) -> None:
+    damaged = tmp_path / "damage.yaml"
+    text = LOCAL.read_text().replace("kind: kill_driver", "kind: missing_changelog") + "expect: refused\n"
+    damaged.write_text(text)
+    sc = load_scenario(damaged)
+    assert sc.checks() == ["expected_verdict", "fault_schedule"]
+    held = verdicts_of(sc, _outcome("refused", refused=["CANNOT_LOAD_STATE_STORE ..."]))[0]
+    assert held.passed and "CANNOT_LOAD_STATE_STORE" in held.details[0]
+    assert not verdicts_of(sc, _outcome("pass"))[0].passed
+
+
+def test_scenario_folder_of_csv_files_is_an_input(tmp_path: Path) -> None:
+    shutil.copy(LOCAL, tmp_path / "s.yaml")
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.csv").write_text("u1,i1,2\nu2,i2,3\n")
+    text = (
+        (tmp_path / "s.yaml")
+        .read_text()
+        .replace("  generator: examples.sss.cart:make_inputs\n  options: {files: 6}", "  folder: in")
+    )
+    (tmp_path / "s.yaml").write_text(text)
+    from chaos.sss.scenario import load_inputs
+
+    assert load_inputs(load_scenario(tmp_path / "s.yaml")) == [
+        [{"user": "u1", "item": "i1", "qty": "2"}, {"user": "u2", "item": "i2", "qty": "3"}]]  # fmt: skip
+
+
+def test_sss_run_goes_through_the_runner_summary_and_allure(tmp_path: Path, monkeypatch: Any) -> None:
+    """``statechaos run``'s path for an sss scenario (the query itself replaced by a recorded outcome):
+    outcome.json with the verdicts, the story from the history's fault windows, Allure steps."""
+    import json
+
+    import chaos.sss.execute as ex
+    from chaos.allure_results import history_steps, write_allure_results
+    from chaos.runner import run_scenario, story
+
+    def fake(sc: SssScenario, run_dir: Path) -> Any:
+        history = run_dir / "history.jsonl"
+        events = [
+            {"type": "driver_start", "start": 0, "next_batch": 0, "t": 5, "seq": 0},
+            {"type": "fault_start", "fault_id": 0, "details": {}, "kind": "kill_executor", "batch": 2,
+             "trigger": "2 batches committed", "target": "executor:42", "t": 900, "seq": 1},
+            {"type": "job_restart", "attempt": 1, "reason": "driver restarted from the checkpoint location",
+             "checkpoint_id": None, "t": 1500, "seq": 2},
+        ]  # fmt: skip
+        history.write_text("".join(json.dumps(e) + "\n" for e in events))
+        return [v.to_dict() for v in verdicts_of(sc, _outcome("pass"))], {"verdict": "pass"}
+
+    monkeypatch.setattr(ex, "execute_sss", fake)
+    outcome = run_scenario(load_scenario(LOCAL), tmp_path / "run", source=str(LOCAL))
+    assert outcome.passed and outcome.cluster == "local-cluster[1,1,1024]"
+    saved = json.loads((tmp_path / "run" / "outcome.json").read_text())
+    assert saved["passed"] and {v["oracle"] for v in saved["verdicts"]} == set(load_scenario(LOCAL).checks())
+    lines = story(tmp_path / "run")
+    assert any("fault #0 kill_executor on executor:42 [2 batches committed]" in ln for ln in lines), lines
+    assert any("job restarted" in ln for ln in lines)
+    assert [s["name"] for s in history_steps(tmp_path / "run" / "history.jsonl")][:1] == [
+        "fault: kill_executor on executor:42"
+    ]
+    write_allure_results([outcome], tmp_path / "allure")
+    result = json.loads(next((tmp_path / "allure").glob("*-result.json")).read_text())
+    assert result["status"] == "passed" and result["name"] == "cart-sss-local"
