@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.cluster.base import attach_nemesis
+from chaos.cluster.remote_spark import remote_executors
 from chaos.errors import EnvironmentProblem, InputError
 from chaos.faults import FaultTarget
 from chaos.faults.network import network_link
@@ -116,10 +117,15 @@ def _run_spark(
 
         docker = stack.enter_context(docker_cluster_for(run_dir, slots))
         master, spark_kwargs = docker.master_url, docker.spark_kwargs()
+    remote = remote_executors() if sc.cluster_kind == "spark" else None  # executors on other hosts
+    if remote is not None:
+        spark_kwargs = remote.spark_kwargs()
     router: ProxyRouter | None = None
     # docker: tasks in different containers listen on their own container's address on the run's
     # network; the coordinator on the network's gateway, the host's address that containers reach
     hosts = {"coordinator_bind": docker.driver_host, "data_bind": OWN_ADDRESS} if docker else {}
+    if remote is not None:
+        hosts = remote.hosts()
     network = TaskNetwork(**hosts)
     net_faults = [f for f in sc.faults if f.kind == "network"]
     if net_faults:

@@ -25,6 +25,7 @@ from harness.job import JobGraph, task_name
 from harness.jobmaster import JobFailure, JobMaster, RescaleRequest, RescaleSchedule, RunSummary
 from harness.run_store import RunStore
 from harness.spark.cluster import SparkCluster
+from harness.spark.inband_control import INBAND_MESSAGES, InbandFaults
 from harness.spark.network import Endpoint, TaskNetwork, coordinator_link
 from harness.spark.root_cause import root_cause
 from harness.spark.task_runner import run_subtask
@@ -131,6 +132,10 @@ class SparkExecutor:
         self.dep: _Deployment | None = None
         self.deployments = _attempts_so_far(RunStore(self.run_dir).history) if resume else 0
         self.skews: dict[str, int] = {}
+        # in-band process faults (#25): tasks act on their own executor when asked over their link
+        self.inband = InbandFaults(
+            self.server.send, self.history.emit, lambda: cluster.app_id, self._deployment_number
+        )
         self.storage_mode: tuple[str | None, int] = (None, 0)
         self.records_emitted = 0
         self.completed = 0
@@ -139,6 +144,9 @@ class SparkExecutor:
         self.stopping_for_rescale = False
         self._gate: EndOfInputGate | None = None  # built on first use: hooks may be attached later
         self.root_cause = ""  # the first real error behind the last stage Spark gave up on
+
+    def _deployment_number(self) -> int:
+        return self.dep.number if self.dep else -1
 
     def now(self) -> int:
         return int((time.monotonic() - self._t0) * 1000)
@@ -287,6 +295,8 @@ class SparkExecutor:
             self._on_failpoint(task, msg[1], msg[2])
         elif kind == "route":
             self.server.send(task, ("route", *self._route(str(msg[1]), (str(msg[2]), int(msg[3])))))
+        elif kind in INBAND_MESSAGES:  # in-band process faults (#25): where a task runs, what it did
+            self.inband.on_message(task, msg)
 
     def _route(self, link: str, real: Endpoint) -> Endpoint:
         router = self.network.router

@@ -18,6 +18,7 @@ from harness.failpoints import Failpoints, InjectedCrash
 from harness.items import CheckpointBarrier, from_wire, to_wire
 from harness.job import JobGraph
 from harness.run_store import RunStore
+from harness.spark import inband
 from harness.spark.network import Endpoint, advertised_host, bind_host, data_link
 from harness.spark.transport import CoordinatorClient, InputGate, OutputChannel, RunSecret, TransportError
 from harness.storage_gate import GatedStorage
@@ -186,6 +187,7 @@ def run_subtask(
     try:
         deploy = link.request(("register", partition), "deploy", timeout_s=120)
         _, deployment, chk_path, failpoints_on, skew, net = deploy
+        link.send(*inband.home_message())  # in-band process faults (#25): where this task runs
         # data endpoints: every task learns every task's input gate through allGather
         channels = graph.channels()
         n_inputs = sum(1 for _, down in channels if down == name)
@@ -328,6 +330,9 @@ def _loop(
                 raise InjectedCrash("crash_task", task.name)
             elif kind == "skew":
                 clock.skew_ms = int(m[1])
+                link.send("emit", "clock_skewed", {"subtask": task.name, "skew_ms": clock.skew_ms})
+            elif kind == inband.INBAND_FAULT:  # in-band process faults (#25): act on its own executor
+                inband.act(m, link.send)
             elif kind == "storage":
                 storage.set(m[1], int(m[2]))
             elif kind == "delay_barrier" and output is not None:

@@ -1,0 +1,104 @@
+"""In-band process faults, the driver's side: where each task runs (its executor, as the task reported
+on registration), which task carries out a fault aimed at an executor or a subtask, and what the
+task answered, for the history. The task's side is :mod:`harness.spark.inband`.
+
+Targets are identities, never hosts: ``executor:N`` is the N-th of the executors the current
+deployment's tasks run on (sorted by executor id), a subtask name the executor that runs it. The
+task re-checks the identity against its ancestor JVM before acting.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from harness.spark.inband import ACTIONS, INBAND_FAULT, INBAND_HOME, INBAND_REPLY, ExecutorHome
+
+__all__ = ["InbandFaults", "InbandTarget", "NoTaskThere", "INBAND_MESSAGES"]
+
+# task -> driver messages this module handles (the driver's dispatch routes them here)
+INBAND_MESSAGES = (INBAND_HOME, INBAND_REPLY)
+
+
+class NoTaskThere(LookupError):
+    """No task of the current deployment runs on the targeted executor (yet)."""
+
+
+@dataclass(frozen=True)
+class InbandTarget:
+    task: str
+    home: ExecutorHome
+
+
+class InbandFaults:
+    """The driver's in-band fault channel. ``send(task, msg)`` is the coordinator server's send;
+    ``emit`` the history's; ``app_id`` and ``deployment`` are read when needed (both change)."""
+
+    def __init__(
+        self,
+        send: Callable[[str, Any], bool],
+        emit: Callable[..., None],
+        app_id: Callable[[], str | None],
+        deployment: Callable[[], int],
+    ) -> None:
+        self._send, self.emit, self.app_id, self.deployment = send, emit, app_id, deployment
+        self.homes: dict[str, tuple[int, ExecutorHome | None]] = {}  # task -> (deployment, home)
+        self.sent: dict[int, InbandTarget] = {}  # fault id -> where it went
+        self.replies: dict[int, tuple[bool, dict[str, Any]]] = {}
+
+    def on_message(self, task: str, msg: tuple[Any, ...]) -> None:
+        if msg[0] == INBAND_HOME:
+            _, eid, app, pid, host = msg
+            home = None if eid is None else ExecutorHome(str(eid), str(app), int(pid), str(host))
+            self.homes[task] = (self.deployment(), home)
+        elif msg[0] == INBAND_REPLY:
+            _, fault_id, acted, details = msg
+            self.replies[int(fault_id)] = (bool(acted), dict(details))
+            self.emit(
+                "fault_delivered",
+                fault_id=int(fault_id),
+                delivery="inband",
+                task=task,
+                acted=bool(acted),
+                **details,
+            )
+
+    def _current(self) -> dict[str, ExecutorHome]:
+        dep = self.deployment()
+        return {t: h for t, (d, h) in sorted(self.homes.items()) if d == dep and h is not None}
+
+    def target(self, target: str | None, rng: random.Random) -> InbandTarget:
+        """The task that acts for ``target`` (``executor:N``, a subtask name, None: a random executor)."""
+        homes = self._current()
+        if not homes:
+            raise NoTaskThere("no task of the current deployment has reported its executor yet")
+        executors = sorted(
+            {h.executor_id for h in homes.values()}, key=lambda x: int(x) if x.isdigit() else x
+        )
+        if target is None:
+            eid = rng.choice(executors)
+        elif target.startswith("executor:"):
+            n = target.removeprefix("executor:")
+            if not n.isdigit():
+                raise ValueError(f"target {target!r}: expected executor:N or a subtask name")
+            eid = executors[int(n) % len(executors)]
+        else:
+            if target not in homes:
+                raise NoTaskThere(f"subtask {target} has not reported its executor yet")
+            return InbandTarget(target, homes[target])
+        task = next(t for t, h in homes.items() if h.executor_id == eid)
+        return InbandTarget(task, homes[task])
+
+    def send(self, fault_id: int, action: str, to: InbandTarget, duration_ms: int = 0) -> None:
+        """Ask ``to.task`` to carry out ``action`` on its own executor, as this run's application."""
+        if action not in ACTIONS:
+            raise ValueError(f"unknown in-band action {action!r}")
+        app = self.app_id()
+        if app is None:
+            raise NoTaskThere("the driver does not know its application id yet")
+        msg = (INBAND_FAULT, int(fault_id), action, app, to.home.executor_id, int(duration_ms))
+        if not self._send(to.task, msg):
+            raise NoTaskThere(f"subtask {to.task} is not connected")
+        self.sent[int(fault_id)] = to
