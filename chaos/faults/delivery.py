@@ -44,8 +44,8 @@ def cluster_problem(f: Any, cluster_kind: str) -> str | None:
     """Why ``f``'s delivery cannot work on ``cluster_kind``, or None (scenario validation)."""
     if getattr(f, "delivery", None) == "out_of_band" and cluster_kind not in OUT_OF_BAND_CLUSTERS:
         return (
-            f"delivery out_of_band needs cluster local or docker (this host signals the executor); "
-            f"on {cluster_kind!r} the executors run on other hosts: use delivery: inband"
+            f"delivery out_of_band needs cluster local or docker, where this host can signal the executor: "
+            f"on {cluster_kind!r} the executors run on other hosts (use delivery: inband)"
         )
     return None
 
