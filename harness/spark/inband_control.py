@@ -45,8 +45,6 @@ class InbandFaults:
     ) -> None:
         self._send, self.emit, self.app_id, self.deployment = send, emit, app_id, deployment
         self.homes: dict[str, tuple[int, ExecutorHome | None]] = {}  # task -> (deployment, home)
-        self.sent: dict[int, InbandTarget] = {}  # fault id -> where it went
-        self.replies: dict[int, tuple[bool, dict[str, Any]]] = {}
 
     def on_message(self, task: str, msg: tuple[Any, ...]) -> None:
         if msg[0] == INBAND_HOME:
@@ -55,7 +53,6 @@ class InbandFaults:
             self.homes[task] = (self.deployment(), home)
         elif msg[0] == INBAND_REPLY:
             _, fault_id, acted, details = msg
-            self.replies[int(fault_id)] = (bool(acted), dict(details))
             self.emit(
                 "fault_delivered",
                 fault_id=int(fault_id),
@@ -101,4 +98,3 @@ class InbandFaults:
         msg = (INBAND_FAULT, int(fault_id), action, app, to.home.executor_id, int(duration_ms))
         if not self._send(to.task, msg):
             raise NoTaskThere(f"subtask {to.task} is not connected")
-        self.sent[int(fault_id)] = to
