@@ -38,7 +38,7 @@ def shared_stack(image: str, request: pytest.FixtureRequest, tmp_path_factory: p
     """One compose stack for every scenario of the module (run directories live under the mounted root)."""
     root = Path(request.config.getoption("--runs-dir") or tmp_path_factory.getbasetemp())
     with docker_session(root):
-        yield
+        yield root
     assert _owned_by_me() == {"containers": [], "networks": [], "volumes": []}
 
 
@@ -130,7 +130,7 @@ PROCESS_FAULTS = ("kill_executor", "pause_executor", "kill_python_worker")
 
 
 def test_multi_host_profile_delivers_every_executor_fault_in_band(
-    shared_stack: None, run_scenario: Any, tmp_path_factory: pytest.TempPathFactory, monkeypatch: Any
+    shared_stack: Path, run_scenario: Any, monkeypatch: Any
 ) -> None:
     """inband-local.yaml (the local-cluster scenario file, unchanged) on the stack addressed as a plain
     ``spark://`` master: executors in other network namespaces with their own host names, the driver
@@ -141,18 +141,18 @@ def test_multi_host_profile_delivers_every_executor_fault_in_band(
 
     from chaos.cluster.docker_spark import docker_cluster_for
 
-    with docker_cluster_for(tmp_path_factory.getbasetemp(), 4) as dc:  # the module's stack, repaired
+    with docker_cluster_for(shared_stack, 4) as dc:  # the module's stack (repaired), kept for the run
         master, env = dc.as_spark_master()
         workers = {c.attrs["Config"]["Hostname"] for c in dc.worker_containers()}
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
 
-    def no_docker(*a: Any, **k: Any) -> Any:
-        raise AssertionError("a Docker API call during the spark:// run")
+        def no_docker(*a: Any, **k: Any) -> Any:
+            raise AssertionError("a Docker API call during the spark:// run")
 
-    monkeypatch.setattr(docker.api.client.APIClient, "send", no_docker)
-    outcome = run_scenario(INBAND, cluster=master)
-    monkeypatch.undo()
+        monkeypatch.setattr(docker.api.client.APIClient, "send", no_docker)
+        outcome = run_scenario(INBAND, cluster=master)
+        monkeypatch.undo()
     failed = [(v["oracle"], v["summary"], v.get("details", [])[:5]) for v in outcome.failed_checks]
     assert outcome.passed, failed
     events = _events(outcome)
