@@ -12,6 +12,7 @@ from typing import Any
 
 from chaos.cluster.registry import cluster_for
 from chaos.errors import InfrastructureError, InputError
+from chaos.faults.delivery import unconfirmed
 from chaos.scenario import Scenario
 from chaos.schedule import plan
 from harness.jobs import JobSpec
@@ -121,6 +122,8 @@ def _schedule_verdict(sc: Scenario, run_dir: Path) -> dict[str, Any]:
             errors.setdefault(e["fault_id"], str(e["details"]["error"]))
         elif e["type"] == "fault_end" and e.get("error"):
             errors.setdefault(e["fault_id"], str(e["error"]))
+    for fid, why in unconfirmed(events).items():  # in-band faults: their task confirms that it acted
+        errors.setdefault(fid, why)
     problems = []
     for p in planned:
         if p.fault_id not in started:

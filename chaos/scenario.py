@@ -18,6 +18,7 @@ import yaml
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from chaos.faults import FAULT_KINDS, FaultParams
+from chaos.faults.delivery import cluster_problem
 from chaos.trigger import Duration, Strict, Trigger, coerce_trigger, parse_duration_ms
 from harness.failpoints import FAILPOINTS  # the runtime owns its failpoint names
 from harness.oracles import ORACLES  # the oracle registry owns the check names
@@ -258,6 +259,8 @@ def consistency_problems(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
                     f"fault kind {f.kind!r} needs cluster {' or '.join(allowed)}, but cluster is {s.cluster!r}",
                 )
             )
+        elif (problem := cluster_problem(f, s.cluster_kind)) is not None:  # a process fault's delivery
+            out.append((("faults", i, "delivery"), problem))
     return out
 
 

@@ -17,6 +17,8 @@ __all__ = ["scenario_job", "job_problems", "default_checks", "checks_for", "DEFA
 DEFAULT_CHECKS = ("exactly_once", "sequence", "restored_state", "checkpoint_integrity", "liveness")
 _TASK = re.compile(r"^(?P<op>.+)\[(?P<i>\d+)\]$")
 _TASK_TARGETED = ("crash_task", "clock_skew", "failpoint")  # target: a subtask "op[i]"
+# target: executor:N, or a subtask "op[i]" (in band: the executor running it)
+_EXECUTOR_TARGETED = ("kill_executor", "pause_executor", "kill_python_worker")
 _CHANNEL_KINDS = ("delay_barrier", "network")  # channel: "up[i]->down[j]"
 
 
@@ -121,6 +123,9 @@ def job_problems(sc: Any, base_dir: Path | None = None) -> list[tuple[tuple[Any,
                     f"a {f.kind} target names a subtask, e.g. {base.operators()[-1]}[0]",
                 )
             )
+        target = f.target_name or ""
+        if f.kind in _EXECUTOR_TARGETED and target and not target.startswith(("executor:", "worker:")):
+            task(target, ("faults", i, "target"))  # an executor fault aimed at the executor of a subtask
         if f.kind in _CHANNEL_KINDS and f.channel and "->" in f.channel:
             for end in f.channel.split("->"):
                 task(end.strip(), ("faults", i, "channel"))

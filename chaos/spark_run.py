@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.cluster.base import nemesis_for
+from chaos.cluster.remote_spark import remote_executors
 from chaos.errors import EnvironmentProblem, InputError
 from chaos.faults import FaultTarget
 from chaos.faults.network import delivery, network_link
@@ -111,6 +112,9 @@ class SparkRun:
         """``resume``: a new driver takes over ``run_dir`` from one that died (chaos.resume)."""
         with contextlib.ExitStack() as stack:
             place = SparkPlace(spark_master(sc, spark_slots(sc, spec)))
+            remote = remote_executors() if sc.cluster_kind == "spark" else None  # executors on other hosts
+            if remote is not None:
+                place.spark_kwargs, place.network = remote.spark_kwargs(), remote.hosts()
             return run_on_spark(sc, spec, run_dir, stack, resume, place)
 
 

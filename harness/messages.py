@@ -42,6 +42,7 @@ __all__ = [
     "StorageGate",
     "DelayBarrier",
     "Toxic",
+    "InbandFault",
     "FailpointReply",
     "Routed",
     # task -> driver
@@ -57,6 +58,8 @@ __all__ = [
     "Ended",
     "FailpointHit",
     "RouteRequest",
+    "InbandHome",
+    "InbandReply",
     # the coordinator link's own events (put on the driver's queue by the link, never sent)
     "LinkConnected",
     "LinkDisconnected",
@@ -251,6 +254,18 @@ class Toxic(Message):
     arg: Any
 
 
+@message("inband_fault")
+class InbandFault(Message):
+    """Carry out ``action`` on this task's own executor (``harness.spark.inband``), once its ancestor JVM
+    is proven to be executor ``executor_id`` of application ``app_id``; ``duration_ms`` for a pause."""
+
+    fault_id: int
+    action: str
+    app_id: str
+    executor_id: str
+    duration_ms: int
+
+
 @message("failpoint_reply")
 class FailpointReply(Message):
     """What to do at a failpoint the task hit: ``action`` None (nothing), "crash" or "delay"."""
@@ -355,6 +370,26 @@ class RouteRequest(Message):
     link: str
     host: str
     port: int
+
+
+@message("inband_home")
+class InbandHome(Message):
+    """Where a task runs, for in-band faults: its executor JVM's identity and this host (all None but
+    ``host`` when no executor JVM is among the task's ancestors)."""
+
+    executor_id: str | None
+    app_id: str | None
+    jvm_pid: int | None
+    host: str
+
+
+@message("inband_reply")
+class InbandReply(Message):
+    """What a task did with an :class:`InbandFault`: ``acted``, with the pid and host, or the refusal."""
+
+    fault_id: int
+    acted: bool
+    details: dict[str, Any]
 
 
 # ---------------------------------------------------------------------------- link events

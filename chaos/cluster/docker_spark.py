@@ -218,6 +218,18 @@ class DockerSparkCluster:
             "extra_conf": dict(SPARK_CONF),
         }
 
+    def as_spark_master(self) -> tuple[str, dict[str, str]]:
+        """The multi-host profile: this stack as a plain ``spark://`` master whose executors run on
+        other hosts (each worker container its own network namespace and host name), for a run that
+        knows nothing of Docker (cluster ``spark://...``, every executor fault in band): the master URL
+        and the environment :mod:`chaos.cluster.remote_spark` reads."""
+        env = {
+            "STATECHAOS_DRIVER_HOST": self.driver_host,
+            "STATECHAOS_EXECUTOR_PYTHON": IMAGE_PYTHON,
+            "STATECHAOS_EXECUTOR_MEMORY_MB": "768",
+        }
+        return self.master_url, env
+
     def _ip(self, container: Any) -> str:
         assert self.stack is not None
         container.reload()

@@ -34,6 +34,9 @@ def fault_injector(on: FaultTarget) -> Callable[[Any, random.Random], Injector |
     """The Nemesis' injector factory for a run: each planned fault's kind builds its injector."""
 
     def build(planned: Any, rng: random.Random) -> Injector | None:
-        return FAULT_KINDS[planned.fault.kind].injector(planned.fault, on, rng)
+        injector = FAULT_KINDS[planned.fault.kind].injector(planned.fault, on, rng)
+        if hasattr(injector, "fault_id"):  # an in-band fault names its fault in the task's reply
+            injector.fault_id = planned.fault_id
+        return injector
 
     return build

@@ -1,27 +1,31 @@
-"""``kill_executor``: SIGKILL an executor JVM (``executor:N``, else a random one); Spark relaunches it
-and the job restores. Spark clusters (on docker: inside the worker's container)."""
+"""``kill_executor``: SIGKILL an executor JVM (``executor:N``, the executor running a subtask, else a
+random one); Spark relaunches it and the job restores. Spark clusters: in band (the executor's own
+task kills its ancestor JVM) or out of band (this host, or inside the docker worker's container);
+see :mod:`chaos.faults.delivery`."""
 
 from __future__ import annotations
 
 import random
 from typing import Literal
 
+from chaos.faults.delivery import Delivered, InbandProcessFault, ProcessFaultParams, delivery_of
 from chaos.faults.executors import executor_target, in_worker_container
-from chaos.faults.params import FaultParams
 from chaos.faults.registry import SPARK_CLUSTERS, FaultKind, FaultTarget, register
 from chaos.injectors.base import Injector
 from chaos.injectors.process import KillProcess
 
 
-class KillExecutorFault(FaultParams):
+class KillExecutorFault(ProcessFaultParams):
     kind: Literal["kill_executor"]
 
 
 def injector(f: KillExecutorFault, on: FaultTarget, rng: random.Random) -> Injector:
+    if delivery_of(f, on) == "inband":
+        return InbandProcessFault(on.executor, f, "kill_executor", rng)
     if (inside := in_worker_container(f.kind, on, f.target_name, rng)) is not None:
-        return inside
+        return Delivered(inside)
     _, pid = executor_target(on.spark, f.target_name, rng)
-    return KillProcess(on.scope, pid, "executor")
+    return Delivered(KillProcess(on.scope, pid, "executor"))
 
 
 register(FaultKind(KillExecutorFault, SPARK_CLUSTERS, injector))

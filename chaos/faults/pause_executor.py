@@ -1,4 +1,7 @@
-"""``pause_executor``: SIGSTOP an executor JVM for ``duration_ms``, then SIGCONT. Spark clusters."""
+"""``pause_executor``: SIGSTOP an executor JVM (and its Python processes) for ``duration_ms``, then
+SIGCONT. Spark clusters. In band, a detached helper the task starts on the executor's host, in its own
+session, sends the SIGCONT (the task itself is frozen with its executor); see
+:mod:`chaos.faults.delivery`."""
 
 from __future__ import annotations
 
@@ -7,14 +10,14 @@ from typing import Literal
 
 from pydantic import model_validator
 
+from chaos.faults.delivery import Delivered, InbandProcessFault, ProcessFaultParams, delivery_of
 from chaos.faults.executors import executor_target, in_worker_container
-from chaos.faults.params import FaultParams
 from chaos.faults.registry import SPARK_CLUSTERS, FaultKind, FaultTarget, register
 from chaos.injectors.base import Injector
 from chaos.injectors.process import PauseProcess
 
 
-class PauseExecutorFault(FaultParams):
+class PauseExecutorFault(ProcessFaultParams):
     kind: Literal["pause_executor"]
 
     @model_validator(mode="after")
@@ -25,10 +28,12 @@ class PauseExecutorFault(FaultParams):
 
 
 def injector(f: PauseExecutorFault, on: FaultTarget, rng: random.Random) -> Injector:
+    if delivery_of(f, on) == "inband":
+        return InbandProcessFault(on.executor, f, "pause_executor", rng)
     if (inside := in_worker_container(f.kind, on, f.target_name, rng)) is not None:
-        return inside
+        return Delivered(inside)
     _, pid = executor_target(on.spark, f.target_name, rng)
-    return PauseProcess(on.scope, pid, "executor")
+    return Delivered(PauseProcess(on.scope, pid, "executor"))
 
 
 register(FaultKind(PauseExecutorFault, SPARK_CLUSTERS, injector))

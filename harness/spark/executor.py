@@ -31,6 +31,7 @@ from harness.job import JobGraph, task_name
 from harness.jobmaster import JobFailure, RescaleRequest
 from harness.run_store import RunStore
 from harness.spark.cluster import SparkCluster
+from harness.spark.inband_control import InbandFaults
 from harness.spark.network import Endpoint, TaskNetwork, coordinator_link
 from harness.spark.root_cause import record_stage_failure
 from harness.spark.stage import JOB_CODE_FAILED, submit_stage
@@ -112,8 +113,15 @@ class SparkExecutor(Driver):
         self.server = CoordinatorServer(self.secret, self.network.coordinator_bind)
         self.dep: _Deployment | None = None
         self.deployments = _attempts_so_far(RunStore(self.run_dir).history) if resume else 0
+        # in-band process faults: tasks act on their own executor when asked over their link
+        self.inband = InbandFaults(
+            self._send, self.history.emit, lambda: cluster.app_id, self._deployment_number
+        )
         self.finishing = False
         self.stopping_for_rescale = False
+
+    def _deployment_number(self) -> int:
+        return self.dep.number if self.dep else -1
 
     def now_ms(self) -> int:
         return int((time.monotonic() - self._t0) * 1000)
@@ -235,6 +243,10 @@ class SparkExecutor(Driver):
                 self._send(task, reply)
             case ctl.RouteRequest(link, host, port):
                 self._send(task, ctl.Routed(*self._route(link, (host, port))))
+            case (
+                ctl.InbandHome() | ctl.InbandReply()
+            ):  # in-band process faults: where a task runs, what it did
+                self.inband.on_message(task, msg)
             case _:
                 raise TypeError(f"{task} sent a message the driver does not take: {msg!r}")
 

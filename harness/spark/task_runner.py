@@ -19,6 +19,7 @@ from harness.failpoints import Failpoints, InjectedCrash
 from harness.items import CheckpointBarrier, from_wire, to_wire
 from harness.job import JobGraph
 from harness.run_store import RunStore
+from harness.spark import inband
 from harness.spark.network import Endpoint, advertised_host, bind_host, data_link
 from harness.spark.transport import CoordinatorClient, InputGate, OutputChannel, RunSecret, TransportError
 from harness.storage_gate import GatedStorage
@@ -187,6 +188,7 @@ def run_subtask(
         deployment, chk_path, net = deploy.deployment, deploy.checkpoint_path, deploy.network
         if "toxics" in net:  # in-band network faults: the run's toxics before any link is dialled
             toxic_layer().replace(net["toxics"])
+        link.send(inband.home_message())  # in-band process faults: where this task runs
         # data endpoints: every task learns every task's input gate through allGather
         channels = graph.channels()
         n_inputs = sum(1 for _, down in channels if down == name)
@@ -332,7 +334,12 @@ def _loop(
                     raise InjectedCrash("crash_task", task.name)
                 case ctl.Skew(skew_ms):
                     clock.skew_ms = skew_ms
-                case ctl.Toxic(op, link_name, arg):  # in-band network fault: a toxic added/updated/removed, a cut
+                    link.send(ctl.Emit("clock_skewed", {"subtask": task.name, "skew_ms": skew_ms}))
+                case ctl.InbandFault():  # in-band process fault: act on its own executor
+                    inband.act(m, link.send)
+                case ctl.Toxic(
+                    op, link_name, arg
+                ):  # in-band network fault: a toxic added/updated/removed, a cut
                     toxic_layer().handle(op, link_name, arg)
                 case ctl.StorageGate(mode, delay_ms):
                     storage.set(mode, delay_ms)

@@ -12,7 +12,7 @@ from chaos.faults.registry import EVERY_CLUSTER, FAULT_KINDS, FaultKind, registe
 from chaos.scenario import parse_scenario
 
 # modules of chaos/faults that define no kind
-_SHARED = {"__init__", "registry", "params", "executors"}
+_SHARED = {"__init__", "registry", "params", "executors", "delivery"}
 
 
 def test_every_kind_is_its_own_module_and_named_after_it():

@@ -38,7 +38,7 @@ def shared_stack(image: str, request: pytest.FixtureRequest, tmp_path_factory: p
     """One compose stack for every scenario of the module (run directories live under the mounted root)."""
     root = Path(request.config.getoption("--runs-dir") or tmp_path_factory.getbasetemp())
     with docker_session(root):
-        yield
+        yield root
     assert _owned_by_me() == {"containers": [], "networks": [], "volumes": []}
 
 
@@ -148,3 +148,50 @@ def test_docker_scenario_passes_every_check(shared_stack: None, run_scenario: An
 def test_every_docker_fault_kind_has_a_scenario() -> None:
     kinds = {f.kind for p in SCENARIOS for f in load_scenario(p).faults}
     assert {"kill_worker", "stop_worker", "pause_worker", "partition_worker", "kill_python_worker"} <= kinds
+
+
+# ---- the multi-host profile: the same stack as a plain spark:// master, every executor fault in band ----
+INBAND = Path(__file__).resolve().parents[2] / "scenarios" / "inband-local.yaml"
+PROCESS_FAULTS = ("kill_executor", "pause_executor", "kill_python_worker")
+
+
+def test_multi_host_profile_delivers_every_executor_fault_in_band(
+    shared_stack: Path, run_scenario: Any, monkeypatch: Any
+) -> None:
+    """inband-local.yaml (the local-cluster scenario file, unchanged) on the stack addressed as a plain
+    ``spark://`` master: executors in other network namespaces with their own host names, the driver
+    on this host. Any Docker API call while it runs fails it, so no fault can have gone through Docker."""
+    import socket
+
+    import docker.api.client
+
+    from chaos.cluster.docker_spark import docker_cluster_for
+
+    with docker_cluster_for(shared_stack, 4) as dc:  # the module's stack (repaired), kept for the run
+        master, env = dc.as_spark_master()
+        workers = {c.attrs["Config"]["Hostname"] for c in dc.worker_containers()}
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+
+        def no_docker(*a: Any, **k: Any) -> Any:
+            raise AssertionError("a Docker API call during the spark:// run")
+
+        monkeypatch.setattr(docker.api.client.APIClient, "send", no_docker)
+        outcome = run_scenario(INBAND, cluster=master)
+        monkeypatch.undo()
+    failed = [(v["oracle"], v["summary"], v.get("details", [])[:5]) for v in outcome.failed_checks]
+    assert outcome.passed, failed
+    events = _events(outcome)
+    starts = [e for e in events if e["type"] == "fault_start" and e["kind"] in PROCESS_FAULTS]
+    assert sorted(e["kind"] for e in starts) == sorted(PROCESS_FAULTS)
+    assert all(e["details"].get("delivery") == "inband" for e in starts), starts
+    done = {e["fault_id"]: e for e in events if e["type"] == "fault_delivered"}
+    for e in starts:  # each confirmed by its task, on a worker's host (not this one)
+        d = done[e["fault_id"]]
+        assert d["acted"] and d["host"] in workers and d["host"] != socket.gethostname(), d
+    # effects: the pause expired a checkpoint, the kills failed the job over, the skew reached its task
+    start, end = _window(events, "pause_executor")
+    expired = [e for e in events if e["type"] == "checkpoint_aborted" and "expired" in str(e.get("reason"))]
+    assert any(start <= e["t"] <= end + 1000 for e in expired), "no checkpoint expired during the pause"
+    assert any(e["type"] == "job_restart" for e in events), "the kills never made the job fail over"
+    assert any(e["type"] == "clock_skewed" and e["skew_ms"] == 5000 for e in events)
