@@ -77,6 +77,11 @@ def execute_scenario(
     if is_sss(sc):  # a Structured Streaming query (chaos.sss.execute)
         from chaos.sss.execute import execute_sss
 
+        if resume:  # its driver restarts are the query's own, from its checkpoint location
+            raise InputError(
+                f"scenario {sc.name!r}: a Structured Streaming run cannot be resumed by a new statechaos "
+                "driver; its scenario restarts the query's driver itself (kill_driver faults)"
+            )
         return execute_sss(sc, run_dir)  # type: ignore[arg-type]
     from chaos.scenario_job import checks_for
     from harness.oracles import IntegrityConfig, LivenessConfig, check_all

@@ -183,7 +183,10 @@ def run_on_spark(
 
         graph, rescales, planned = resume_point(run_dir, graph, rescales, planned)
     nemesis = nemesis_for(
-        planned, lambda controls: FaultTarget(controls, scope, spark=cluster, docker=docker, router=router)
+        planned,
+        lambda controls: FaultTarget(
+            controls, scope, spark=cluster, docker=docker, router=router, cluster_kind=sc.cluster_kind
+        ),
     )
     try:
         ex = SparkExecutor(

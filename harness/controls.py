@@ -1,8 +1,9 @@
 """The contract between an executor and the chaos layer, in both directions.
 
 :class:`ExecutorControls` is what fault injectors may do to a running job; every executor offers it
-with the same semantics (checked by ``suites/runtime/test_controls.py`` on sim and by the Spark
-executor tests on Spark). :class:`FaultScheduler` is what an executor tells the fault scheduler
+with the same semantics (checked by ``suites/runtime/test_messages_and_controls.py`` on sim and by the
+Spark executor tests on Spark); :class:`InbandControls` is what in-band faults add on Spark.
+:class:`FaultScheduler` is what an executor tells the fault scheduler
 (``chaos.schedule.Nemesis``), which it receives as a constructor argument and binds to itself.
 
 Adding a control is one method on :class:`ExecutorControls` and its implementation in
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["ExecutorControls", "ProcessHandles", "FaultScheduler", "Emit"]
+__all__ = ["ExecutorControls", "InbandControls", "ProcessHandles", "FaultScheduler", "Emit"]
 
 Emit = Callable[..., None]  # emit(type, **fields): append an event to the run's history
 
@@ -73,6 +74,21 @@ class ExecutorControls(Protocol):
     def processes(self) -> ProcessHandles | None:
         """The run's processes on this host, for process faults; None on an executor without any
         (sim: every subtask is in this process)."""
+        ...
+
+
+@runtime_checkable
+class InbandControls(Protocol):
+    """What faults the tasks act out themselves (in band) need, on an executor whose tasks run in other
+    processes, possibly on other hosts (Spark): a control message to one task, and where each task runs
+    (``harness.spark.inband_control.InbandFaults``: its executor, as the task reported). The sim offers
+    neither: its subtasks all run in the driver's process, where the controls above reach them."""
+
+    inband: Any
+
+    def tell(self, task: str, msg: Any) -> bool:
+        """Send the control message ``msg`` (``harness.messages``) to ``task``; False when it is not
+        connected (it gets the run's in-band state when it is deployed again)."""
         ...
 
 

@@ -19,6 +19,7 @@ from pydantic import model_validator
 from chaos.faults.params import FaultParams
 from chaos.faults.registry import FaultTarget
 from chaos.injectors.base import Injector, InjectorError, NotReady
+from harness.controls import InbandControls
 
 __all__ = ["Delivery", "ProcessFaultParams", "delivery_of", "InbandProcessFault", "Delivered", "unconfirmed"]
 
@@ -51,19 +52,24 @@ def cluster_problem(f: Any, cluster_kind: str) -> str | None:
 
 
 def delivery_of(f: ProcessFaultParams, on: FaultTarget) -> Delivery:
+    """The fault's ``delivery``; none: out of band where this host can signal the executors
+    (``OUT_OF_BAND_CLUSTERS``), in band elsewhere."""
     if f.delivery is not None:
         return f.delivery
-    local = on.spark is not None and getattr(on.spark, "local_cluster", None)
-    return "out_of_band" if on.docker is not None or local else "inband"
+    return "out_of_band" if on.cluster_kind in OUT_OF_BAND_CLUSTERS else "inband"
 
 
 class InbandProcessFault(Injector):
     """Sends ``action`` to the task running on the targeted executor; that task checks the executor is
     this run's own (its ancestor JVM, by app id and executor id) and acts, or refuses."""
 
-    def __init__(self, executor: Any, fault: ProcessFaultParams, action: str, rng: random.Random) -> None:
+    def __init__(
+        self, executor: InbandControls, fault: ProcessFaultParams, action: str, rng: random.Random
+    ) -> None:
         from harness.spark.inband_control import NoTaskThere
 
+        if not isinstance(executor, InbandControls):
+            raise InjectorError("in-band faults need an executor whose tasks take control messages (Spark)")
         self.executor, self.fault, self.action = executor, fault, action
         self.kind = fault.kind
         self.instant = action != "pause_executor"

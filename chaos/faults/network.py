@@ -15,9 +15,10 @@ from pydantic import Field, model_validator
 from chaos.errors import EnvironmentProblem
 from chaos.faults.params import FaultParams
 from chaos.faults.registry import SPARK_CLUSTERS, FaultKind, FaultTarget, register
-from chaos.injectors.base import Injector, NotReady
+from chaos.injectors.base import Injector, InjectorError, NotReady
 from chaos.injectors.inband_network import InbandCut, InbandToxic
 from chaos.injectors.network import DisableLink, ToxicFault
+from harness.controls import InbandControls
 from harness.toxics.kinds import check_attributes
 
 __all__ = ["NetworkFault", "TOXICS", "network_link", "delivery"]
@@ -82,10 +83,20 @@ def delivery(f: NetworkFault, cluster_kind: str) -> str:
     return f.via or ("inband" if cluster_kind == "spark" else "proxy")
 
 
+def _stream(f: NetworkFault, link: str) -> str:
+    """The fault's ``stream``; none: the way records flow (a data channel: upstream, from the sending task
+    to the receiving one; a coordinator link: downstream, the driver's triggers to a task)."""
+    return f.stream or ("upstream" if link.startswith("data:") else "downstream")
+
+
 def _inband(f: NetworkFault, on: FaultTarget, link: str, rng: random.Random) -> Injector:
     from harness.spark.network import coordinator_link, data_link
 
     ex = on.executor
+    if not isinstance(ex, InbandControls):
+        raise InjectorError(
+            "in-band network faults need an executor whose tasks take control messages (Spark)"
+        )
     live = [data_link(*c.split("->")) for c in ex.channel_names()]
     live += [coordinator_link(t) for t in ex.task_names()]
     links = [x for x in live if x == link or (link.endswith(":") and x.startswith(link))]
@@ -95,16 +106,13 @@ def _inband(f: NetworkFault, on: FaultTarget, link: str, rng: random.Random) -> 
         raise NotReady(f"no link of the run matches {f.channel or 'a data channel'!r}")
     if f.toxic == "disable":
         return InbandCut(ex.tell, links)
-    stream = f.stream or ("upstream" if link.startswith("data:") else "downstream")
-    return InbandToxic(
-        ex.tell, links, str(f.toxic), dict(f.attributes), stream, f.toxicity, on.scope.run_id
-    )
+    stream = _stream(f, link)
+    return InbandToxic(ex.tell, links, str(f.toxic), dict(f.attributes), stream, f.toxicity, on.scope.run_id)
 
 
 def injector(f: NetworkFault, on: FaultTarget, rng: random.Random) -> Injector:
     link = network_link(f.channel)
-    routed = on.router is not None and on.router.wants(link)
-    if f.via == "inband" or (f.via is None and not routed):
+    if delivery(f, on.cluster_kind) == "inband":
         return _inband(f, on, link, rng)
     assert on.router is not None, "a run with network faults via proxy routes its links through proxies"
     proxies = on.router.proxies_for(link)
@@ -115,8 +123,9 @@ def injector(f: NetworkFault, on: FaultTarget, rng: random.Random) -> Injector:
         raise NotReady(f"no live proxied link matches {f.channel or 'a data channel'!r} (proxied: {live})")
     if f.toxic == "disable":
         return DisableLink(proxies)
-    stream = f.stream or ("upstream" if link.startswith("data:") else "downstream")
-    return ToxicFault(proxies, str(f.toxic), dict(f.attributes), stream, f.toxicity, on.scope.run_id)
+    return ToxicFault(
+        proxies, str(f.toxic), dict(f.attributes), _stream(f, link), f.toxicity, on.scope.run_id
+    )
 
 
 register(FaultKind(NetworkFault, SPARK_CLUSTERS, injector))

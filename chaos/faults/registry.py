@@ -41,6 +41,7 @@ class FaultTarget:
     spark: Any = None  # harness.spark.cluster.SparkCluster
     docker: Any = None  # chaos.cluster.docker_spark.DockerSparkCluster
     router: Any = None  # chaos.injectors.network.ProxyRouter, when the scenario has network faults
+    cluster_kind: str = "sim"  # the scenario's cluster kind (sim, local, spark, docker): default deliveries
 
 
 # (the fault, what it acts on, the schedule's random source) -> its injector; None: the runtime acts

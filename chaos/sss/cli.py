@@ -15,6 +15,7 @@ from typing import Any
 
 from chaos.sss.cluster_faults import WORKER_FAULTS
 from chaos.sss.damage import DAMAGE_CLASSES
+from harness.sss.spec import APIS, DEFAULT_MASTER, TIMEOUTS
 
 __all__ = ["add_sss_parser"]
 
@@ -93,10 +94,10 @@ def add_sss_parser(sub: Any) -> None:
         help="module:Class of a StatefulProcessor, or module:function (--api applyInPandasWithState)",
     )
     s.add_argument(
-        "--api", choices=("transformWithState", "applyInPandasWithState"), default="transformWithState"
+        "--api", choices=APIS, default=APIS[0]
     )
     s.add_argument("--state-schema", default="", help="applyInPandasWithState: DDL of the GroupState")
-    s.add_argument("--timeout", choices=("NoTimeout", "ProcessingTimeTimeout"), default="NoTimeout",
+    s.add_argument("--timeout", choices=TIMEOUTS, default=TIMEOUTS[0],
                    help="applyInPandasWithState: the GroupState timeout")  # fmt: skip
     s.add_argument("--output-mode", choices=("Update", "Append"), default="Update")
     s.add_argument("--key", required=True, help="grouping key column")
@@ -105,7 +106,7 @@ def add_sss_parser(sub: Any) -> None:
     s.add_argument("--input", required=True, help="folder of CSV files, one per micro-batch, in name order")
     s.add_argument("--fault", action="append", type=_fault, default=[], metavar="KIND@BATCHES",
                    help=f"strike once BATCHES micro-batches committed; KIND: {', '.join(FAULT_KINDS)}")  # fmt: skip
-    s.add_argument("--master", default="local-cluster[1,1,1024]",
+    s.add_argument("--master", default=DEFAULT_MASTER,
                    help="local-cluster[W,C,MEM], docker (the compose stack), or spark://host:port")  # fmt: skip
     s.add_argument("--trigger-ms", type=int, default=1000)
     s.add_argument(

@@ -28,7 +28,7 @@ _OUTPUT = ("output differs from the model", "its output is missing")
 
 def execute_sss(sc: SssScenario, run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Run ``sc`` in ``run_dir``; (verdicts as plain dicts, run statistics)."""
-    try:
+    try:  # bad input is the scenario's; a ValueError later in the run is not (it is not caught here)
         inputs = load_inputs(sc)
         run = SssRun(
             sc.spec(), inputs, run_dir,
@@ -37,8 +37,11 @@ def execute_sss(sc: SssScenario, run_dir: Path) -> tuple[list[dict[str, Any]], d
             master=sc.master, trigger_ms=sc.trigger, tail_ms=sc.tail, time_limit_s=sc.timeout_s, seed=sc.seed,
             differential=sc.differential,
         )  # fmt: skip
-        out = run_sss(run)
     except (SpecError, ValueError) as e:
+        raise InputError(f"scenario {sc.name!r}: {e}") from None
+    try:
+        out = run_sss(run)
+    except SpecError as e:  # the processor named cannot be loaded
         raise InputError(f"scenario {sc.name!r}: {e}") from None
     stats = {"verdict": out.verdict, "driver_starts": out.starts, "batches_checked": out.check.batches_checked,
              "states_checked": out.check.states_checked, "input_files": len(inputs)}  # fmt: skip

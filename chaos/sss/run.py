@@ -39,7 +39,7 @@ from harness.sss.checkpoint_log import committed_batches, read_offsets, source_f
 from harness.sss.driver import EXIT_NO_SPARK
 from harness.sss.errors import spark_error_gist
 from harness.sss.oracles import SssCheck, check_run
-from harness.sss.spec import SssSpec
+from harness.sss.spec import DEFAULT_MASTER, SssSpec
 
 __all__ = ["SssFault", "SssRun", "SssOutcome", "run_sss"]
 
@@ -69,7 +69,7 @@ class SssRun:
     inputs: list[list[dict[str, Any]]]  # one CSV file per element, appended in order
     workdir: Path
     faults: list[SssFault] = field(default_factory=list)
-    master: str = "local-cluster[1,1,1024]"  # or "docker", or a spark:// URL
+    master: str = DEFAULT_MASTER  # or "docker", or a spark:// URL
     trigger_ms: int = 1000
     tail_ms: int = 0  # keep running until a batch this long after the last input's batch (timers)
     time_limit_s: float = 300.0

@@ -35,7 +35,7 @@ from chaos.errors import InputError
 from chaos.sss.cluster_faults import WORKER_FAULTS
 from chaos.sss.damage import DAMAGE_CLASSES
 from chaos.trigger import Duration, Strict, parse_duration_ms
-from harness.sss.spec import SpecError, SssSpec
+from harness.sss.spec import DEFAULT_MASTER, SpecError, SssSpec
 
 __all__ = [
     "SssScenario",
@@ -73,7 +73,7 @@ def _problems(e: ValidationError) -> list[tuple[tuple[Any, ...], str]]:
 LOCAL_FAULTS = ("kill_executor", "pause_executor")
 DOCKER_FAULTS = (*WORKER_FAULTS, "network")
 SSS_FAULT_KINDS = (*LOCAL_FAULTS, *DOCKER_FAULTS, "kill_driver", *DAMAGE_CLASSES)
-DEFAULT_LOCAL = "local-cluster[1,1,1024]"
+DEFAULT_LOCAL = DEFAULT_MASTER
 
 
 class SssQuery(Strict):

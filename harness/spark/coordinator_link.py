@@ -4,6 +4,9 @@ A task dials the driver and opens with the run's handshake (``link_auth``) namin
 Spark attempt; the server admits it only then, on its own thread, so a silent or foreign client never
 holds up the driver. Every connection refused (failed handshake, stale attempt) is counted and
 delivered like a message, for the history.
+
+One module, a little over 400 lines: the server and the client are the two ends of one link (the same
+handshake context, framing and in-band toxic ends) and change together.
 """
 
 from __future__ import annotations

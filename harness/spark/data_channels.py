@@ -9,6 +9,10 @@ Every channel opens with the run's handshake (``link_auth``) naming what it is f
 the receiving task and the channel index. The gate's doorkeeper thread (``admission``) admits it only
 if all three are its own, and keeps listening while the gate runs, so a late or foreign connection is
 refused (and reported through ``take_refusals``) instead of lingering unseen in the backlog.
+
+One module, a little over 400 lines: the gate and the output channel are the two ends of one wire
+protocol (framing, terminal markers, the in-band toxic layer's ends), which is easier to keep right
+read side by side than split.
 """
 
 from __future__ import annotations

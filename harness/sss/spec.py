@@ -11,7 +11,11 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["SssSpec", "SpecError", "APIS", "load_processor", "load_function"]
+__all__ = ["SssSpec", "SpecError", "APIS", "TIMEOUTS", "DEFAULT_MASTER", "load_processor", "load_function"]
+
+# the default cluster of a query: one executor with one core (a micro-batch's state store tasks run
+# one at a time, which keeps a 2-core machine responsive)
+DEFAULT_MASTER = "local-cluster[1,1,1024]"
 
 TRANSFORM = "transformWithState"
 APPLY = "applyInPandasWithState"
