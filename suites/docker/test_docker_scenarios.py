@@ -155,12 +155,13 @@ INBAND = Path(__file__).resolve().parents[2] / "scenarios" / "inband-local.yaml"
 PROCESS_FAULTS = ("kill_executor", "pause_executor", "kill_python_worker")
 
 
-def test_multi_host_profile_delivers_every_executor_fault_in_band(
+def test_multi_host_profile_delivers_every_fault_in_band(
     shared_stack: Path, run_scenario: Any, monkeypatch: Any
 ) -> None:
     """inband-local.yaml (the local-cluster scenario file, unchanged) on the stack addressed as a plain
     ``spark://`` master: executors in other network namespaces with their own host names, the driver
-    on this host. Any Docker API call while it runs fails it, so no fault can have gone through Docker."""
+    on this host. Any Docker API call while it runs fails it, so no fault can have gone through Docker:
+    executor kill, pause and Python worker kill, clock skew and a network latency, all in band."""
     import socket
 
     import docker.api.client
@@ -195,3 +196,21 @@ def test_multi_host_profile_delivers_every_executor_fault_in_band(
     assert any(start <= e["t"] <= end + 1000 for e in expired), "no checkpoint expired during the pause"
     assert any(e["type"] == "job_restart" for e in events), "the kills never made the job fail over"
     assert any(e["type"] == "clock_skewed" and e["skew_ms"] == 5000 for e in events)
+    # the in-band latency (1 s) on one channel held barriers in flight across hosts: no checkpoint whose
+    # barrier crossed it while the toxic was on was acked by count[1] sooner
+    [net] = [e for e in events if e["type"] == "fault_start" and e["kind"] == "network"]
+    assert net["details"]["via"] == "inband" and net["target"] == "data:source[0]->count[1]", net
+    start, end = _window(events, "network")
+    acks = {
+        e["checkpoint_id"]: e["t"]
+        for e in reversed(events)
+        if e["type"] == "checkpoint_acked" and (e["operator"], e["subtask"]) == ("count", 1)
+    }
+    waits = [
+        acks[e["checkpoint_id"]] - e["t"]
+        for e in events
+        if e["type"] == "checkpoint_triggered"
+        and start <= e["t"] <= end - 1000
+        and e["checkpoint_id"] in acks
+    ]
+    assert waits and min(waits) >= 1000, waits
