@@ -8,18 +8,17 @@ coordinator links; each end applies the direction it sends.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from typing import Any
 
 from chaos.injectors.base import Injector
+from chaos.injectors.network import toxic_request
 from harness.messages import Toxic
 from harness.toxics.inband import link_ends, toxic_layer
 from harness.toxics.kinds import TOXIC_TYPES, ToxicSpec
 
 __all__ = ["InbandToxic", "InbandCut", "Send"]
 
-_ids = itertools.count(1)
 Send = Callable[[str, Toxic], Any]  # (task, message): the driver's coordinator link to a task
 
 
@@ -46,11 +45,8 @@ class InbandToxic(Injector):
         run_id: str = "",
     ) -> None:
         self.send, self.links, self.toxic = send, list(links), toxic
-        typ = "latency" if toxic == "jitter" else toxic
-        attrs = {k: int(v) for k, v in (attributes or {}).items()}
-        if toxic == "jitter":
-            attrs.setdefault("jitter", 100)
-        name = f"statechaos-{run_id}-{typ}-{next(_ids)}"
+        name, typ, attrs = toxic_request(toxic, attributes, run_id)
+        attrs = {k: int(v) for k, v in attrs.items()}
         self.spec = ToxicSpec(name, typ, stream, float(toxicity), {**TOXIC_TYPES[typ], **attrs})
         self._added = False
 

@@ -11,9 +11,25 @@ from typing import Any
 
 from chaos.injectors.base import Injector, InjectorError
 
-__all__ = ["ToxicFault", "DisableLink", "ProxyRouter"]
+__all__ = ["ToxicFault", "DisableLink", "ProxyRouter", "toxic_request"]
 
 _ids = itertools.count(1)
+
+
+def toxic_request(
+    toxic: str, attributes: dict[str, Any] | None, run_id: str
+) -> tuple[str, str, dict[str, Any]]:
+    """A scenario's toxic as Toxiproxy takes it, through a proxy or in band: its run-owned name, its type
+    (``jitter`` is a latency toxic with a jitter, 100 ms unless given) and its attributes (integers:
+    a JSON 300.0 is refused where 300 is taken)."""
+    attrs = {
+        k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in (attributes or {}).items()
+    }
+    typ = "latency" if toxic == "jitter" else toxic
+    if toxic == "jitter":
+        attrs.setdefault("latency", 0)
+        attrs.setdefault("jitter", 100)
+    return f"statechaos-{run_id}-{typ}-{next(_ids)}", typ, attrs
 
 
 def _as_list(proxy: Any) -> list[Any]:
@@ -113,15 +129,7 @@ class ToxicFault(Injector):
     ) -> None:
         self.proxies = _as_list(proxy)
         self.toxic, self.stream, self.toxicity = toxic, stream, toxicity
-        # Toxiproxy's attributes are integers: a JSON 300.0 is refused where 300 is taken
-        self.attributes = {
-            k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in (attributes or {}).items()
-        }
-        self.type = "latency" if toxic == "jitter" else toxic
-        if toxic == "jitter":
-            self.attributes.setdefault("latency", 0)
-            self.attributes.setdefault("jitter", 100)
-        self.name = f"statechaos-{run_id}-{self.type}-{next(_ids)}"
+        self.name, self.type, self.attributes = toxic_request(toxic, attributes, run_id)
         self._added = False
 
     def start(self) -> None:

@@ -63,6 +63,7 @@ from typing import Any
 
 import psutil
 
+from harness.spark.cmdline import arg, cmdline
 from reference_impl.errors import EnvironmentFault
 
 __all__ = [
@@ -131,20 +132,6 @@ def check_java() -> str:
     if too_old:
         raise SparkEnvironmentError(f"{'; '.join(too_old)}; pyspark 4 needs Java 17+: {hint}")
     raise SparkEnvironmentError(f"no Java found (JAVA_HOME unset or invalid, no java on PATH): {hint}")
-
-
-def _cmdline(p: psutil.Process) -> list[str]:
-    try:
-        return p.cmdline()
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return []
-
-
-def _arg(cmd: list[str], flag: str) -> str | None:
-    try:
-        return cmd[cmd.index(flag) + 1]
-    except (ValueError, IndexError):
-        return None
 
 
 def _alive(p: psutil.Process) -> bool:
@@ -500,9 +487,9 @@ class SparkCluster:
             cmd = p.info.get("cmdline") or []
             if _EXECUTOR_CLASS not in cmd:
                 continue
-            if _arg(cmd, "--app-id") != self.app_id:
+            if arg(cmd, "--app-id") != self.app_id:
                 continue
-            if not (_arg(cmd, "--driver-url") or "").endswith(self._driver_url_suffix):
+            if not (arg(cmd, "--driver-url") or "").endswith(self._driver_url_suffix):
                 continue
             out[p.pid] = p
         return out
@@ -518,7 +505,7 @@ class SparkCluster:
             if not _alive(p):
                 continue
             self._seen.setdefault(pid, p)
-            eid = _arg(_cmdline(p), "--executor-id")
+            eid = arg(cmdline(p), "--executor-id")
             if eid is not None:
                 out[eid] = pid
         return out
@@ -529,7 +516,7 @@ class SparkCluster:
         for eid, pid in self.executor_pids().items():
             with contextlib.suppress(psutil.Error):
                 for c in psutil.Process(pid).children():
-                    if "pyspark.daemon" in _cmdline(c):
+                    if "pyspark.daemon" in cmdline(c):
                         out[eid] = c.pid
         return out
 
@@ -545,7 +532,7 @@ class SparkCluster:
             pids: list[int] = []
             with contextlib.suppress(psutil.Error):
                 for c in psutil.Process(pid).children():
-                    cmd = _cmdline(c)
+                    cmd = cmdline(c)
                     if "pyspark.daemon" in cmd:
                         with contextlib.suppress(psutil.Error):
                             pids += [w.pid for w in c.children() if _alive(w)]
@@ -639,7 +626,7 @@ def sweep_stale_work_dirs(spark_home: Path, min_age_s: float = STALE_WORK_DIR_S)
     candidates = [d for d in work.iterdir() if d.is_dir() and _APP_DIR.match(d.name)]
     if not candidates:
         return []
-    in_use = {_arg(_cmdline(p), "--app-id") for p in psutil.process_iter()}
+    in_use = {arg(cmdline(p), "--app-id") for p in psutil.process_iter()}
     now, removed = time.time(), []
     for d in candidates:
         if d.name in in_use:

@@ -31,6 +31,7 @@ from typing import Any
 import psutil
 
 from harness.messages import InbandFault, InbandHome, InbandReply
+from harness.spark.cmdline import arg, cmdline
 
 __all__ = [
     "BACKEND_CLASSES",
@@ -71,20 +72,6 @@ class ExecutorHome:
         return InbandHome(self.executor_id, self.app_id, self.jvm_pid, self.host)
 
 
-def _cmdline(pid: int) -> list[str]:
-    try:
-        return psutil.Process(pid).cmdline()
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return []
-
-
-def _arg(cmd: list[str], flag: str) -> str | None:
-    try:
-        return cmd[cmd.index(flag) + 1]
-    except (ValueError, IndexError):
-        return None
-
-
 def _ancestors(pid: int) -> list[int]:
     """Parent, grandparent, ... of ``pid`` (nearest first), up to the root."""
     out: list[int] = []
@@ -105,10 +92,10 @@ def _backend(cmd: list[str]) -> str | None:
 def find_home(me: int | None = None) -> ExecutorHome | None:
     """The nearest ancestor of ``me`` (this process) that is a Spark executor JVM, or None."""
     for pid in _ancestors(os.getpid() if me is None else me):
-        cmd = _cmdline(pid)
+        cmd = cmdline(pid)
         if _backend(cmd):
             return ExecutorHome(
-                _arg(cmd, "--executor-id") or "?", _arg(cmd, "--app-id") or "?", pid, socket.gethostname()
+                arg(cmd, "--executor-id") or "?", arg(cmd, "--app-id") or "?", pid, socket.gethostname()
             )
     return None
 
@@ -118,14 +105,14 @@ def verify_executor(pid: int, app_id: str, executor_id: str, me: int | None = No
     of ``me`` whose command line names an executor backend with ``--app-id app_id`` and
     ``--executor-id executor_id``; else :class:`Refused`, saying which check failed."""
     me = os.getpid() if me is None else me
-    cmd = _cmdline(pid)
+    cmd = cmdline(pid)
     if not cmd:
         raise Refused(f"pid {pid} is gone or unreadable")
     if pid not in _ancestors(me):
         raise Refused(f"pid {pid} ({' '.join(cmd[:2])}) is not an ancestor of this task: not its executor")
     if not _backend(cmd):
         raise Refused(f"pid {pid} is not a Spark executor: its command line names no executor backend")
-    found_app, found_id = _arg(cmd, "--app-id"), _arg(cmd, "--executor-id")
+    found_app, found_id = arg(cmd, "--app-id"), arg(cmd, "--executor-id")
     if found_app != app_id:
         raise Refused(f"pid {pid} belongs to application {found_app!r}, not this run's {app_id!r}")
     if found_id != executor_id:
@@ -151,7 +138,7 @@ def python_target(which: str, jvm_pid: int, me: int | None = None) -> int:
     if which == "worker":
         return me
     between = chain[: chain.index(jvm_pid)]
-    daemon = next((p for p in between if "pyspark.daemon" in _cmdline(p)), None)
+    daemon = next((p for p in between if "pyspark.daemon" in cmdline(p)), None)
     if daemon is None:
         raise Refused("no pyspark.daemon between this task and its executor (spark.python.use.daemon off?)")
     return daemon
