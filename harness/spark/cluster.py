@@ -227,6 +227,9 @@ class SparkCluster:
             # a barrier job submitted before enough executors registered is re-checked, not failed
             "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s",
             "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "60",
+            # a barrier task killed with its stage (an executor lost) frees its slot for the relaunch
+            # soon: its Python worker is killed after 200 ms, not Spark's 2 s (its task never checks)
+            "spark.python.task.killTimeout": "200ms",
             # 2-core box: fewer GC threads, quicker JIT warm-up
             "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
             "spark.executor.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",

@@ -134,7 +134,7 @@ class SparkExecutor(Driver):
         self.adapt_to: Fit | None = None
         self.capacity_since: float | None = None
         self._slots_polled = 0.0
-        self._job_group = f"statechaos-{self.run_dir.name}"
+        self._job_group = ""  # the running Spark job's group (one per job, so a cancel hits only it)
         self.held_for_scale_up: int | None = None  # since when the end of input waits for a scale-up
 
     def _deployment_number(self) -> int:
@@ -322,6 +322,7 @@ class SparkExecutor(Driver):
             for t in (task_name(o, i) for o, i, _ in graph.subtasks())
         }
         layout = slot_layout(graph.subtasks(), self.slots)
+        self._job_group = f"statechaos-{self.run_dir.name}-{self.deployments}"
         return submit_stage(
             self.cluster.sc, graph, str(self.run_dir), coords, self.secret, layout, self._job_group
         )
@@ -352,6 +353,8 @@ class SparkExecutor(Driver):
                 now = self.now_ms()
                 self._observe_time(now)
                 self._adapt(now)
+                if self.adapt_to is not None:  # the cancelled job ends on its own: no task of it runs
+                    return _Outcome("adapt")
                 if self.rescales.ready is not None and not self.stopping_for_rescale:
                     self.stopping_for_rescale = True
                     self._broadcast(ctl.Cancel())
@@ -366,8 +369,6 @@ class SparkExecutor(Driver):
                         self._end_input_when_released(dep, now)
         th.join()
         if "error" in result:
-            if self.adapt_to is not None:
-                return _Outcome("adapt")
             if self.stopping_for_rescale:
                 return _Outcome("rescale")
             text = str(result["error"])
