@@ -41,12 +41,7 @@ class Fit:
     """A deployment that fits the slots: each operator's parallelism, and the task slots it takes."""
 
     parallelism: dict[str, int]
-    slots: int
-
-    @property
-    def shared(self) -> bool:
-        """Do subtasks share slots (fewer slots than subtasks)?"""
-        return self.slots < sum(self.parallelism.values())
+    slots: int  # fewer than the subtasks: they share slots (``slot_layout``)
 
 
 def fit(configured: dict[str, int], slots: int) -> Fit:

@@ -131,7 +131,6 @@ class SparkExecutor(Driver):
         self.configured = graph.parallelism()
         self.slots = len(graph.subtasks())
         self.lost_at: float | None = None
-        self.taken_over = False  # the lost deployment's tasks were told to stop: the driver restarts it
         self.adapt_to: Fit | None = None
         self.capacity_since: float | None = None
         self._slots_polled = 0.0
@@ -242,7 +241,6 @@ class SparkExecutor(Driver):
                 dep.restored.add(task)
                 if len(dep.restored) == len(self.task_names()) and self.coord is None:
                     self.lost_at = None  # the deployment runs again: adaptive recovery's clock stops
-                    self.taken_over = False
                     self._new_coordinator(failpoint=self._driver_failpoint)
             case ctl.Emit(type_, fields):
                 self.history.emit(type_, **fields)
@@ -413,20 +411,17 @@ class SparkExecutor(Driver):
         self._slots_polled = t
         bound = cfg.resource_stabilization_timeout_ms / 1000
         slots = self.cluster.task_slots()
-        if self.coord is not None and slots < self.slots and not self.taken_over:
-            # Spark removed an executor the running deployment had a task on: the stage attempt is
-            # lost, and the driver, not Spark's relaunch, restarts it. The tasks still running end
-            # now (their Python workers stay warm for the restart), not when Spark kills them.
-            self.lost_at, self.taken_over = self.lost_at or t, True
-            self._broadcast(ctl.Cancel())
+        if self.lost_at is None and self.coord is not None and slots < self.slots:
+            self.lost_at = t  # Spark removed an executor the running deployment had a task on
         if self.lost_at is not None:
-            if t - self.lost_at >= bound and slots >= 1 and (self.taken_over or slots < self.slots):
+            if t - self.lost_at >= bound and 1 <= slots < self.slots:
                 self.adapt_to = fit(self.configured, slots)
-                if slots < self.slots:
-                    waited = int((t - self.lost_at) * 1000)
-                    self.history.emit("resources_lost", slots=slots, needed=self.slots, waited_ms=waited)
-                self._broadcast(ctl.Cancel())
+                self.history.emit(
+                    "resources_lost", slots=slots, needed=self.slots, waited_ms=int((t - self.lost_at) * 1000)
+                )
+                # the job first: a task that ends cleanly after it cannot complete part of a relaunch
                 self.cluster.sc.cancelJobGroup(self._job_group)
+                self._broadcast(ctl.Cancel())  # tasks still running end now, not when Spark kills them
             return
         larger = fit(self.configured, max(slots, 1))
         if (
@@ -512,17 +507,15 @@ class SparkExecutor(Driver):
                     if req.reason != "adaptive":  # a planned rescale sets the parallelism to adapt from
                         self.configured = graph.parallelism()
                 case "adapt":
-                    target, self.adapt_to, self.lost_at, self.taken_over = self.adapt_to, None, None, False
+                    target, self.adapt_to, self.lost_at = self.adapt_to, None, None
                     assert target is not None
-                    old, old_slots, self.slots = self.graph.parallelism(), self.slots, target.slots
+                    old, self.slots = self.graph.parallelism(), target.slots
                     self._retire("resources lost")
-                    why = "an executor was lost: its slots came back"
-                    if (old, old_slots) != (target.parallelism, target.slots):
-                        self.master.record_rescale(
-                            old, target.parallelism, False, reason="adaptive", slots=target.slots
-                        )
-                        why = f"an executor was lost: {target.slots} task slots left"
+                    self.master.record_rescale(
+                        old, target.parallelism, False, reason="adaptive", slots=target.slots
+                    )
                     graph = self.graph.with_parallelism(target.parallelism)
+                    why = f"an executor was lost: {target.slots} task slots left"
                 case "failed":
                     why = f"Spark gave up on the stage: {outcome.error}"
 

@@ -17,19 +17,20 @@ pytestmark = [allure.epic("runtime"), allure.feature("adaptive recovery")]
 
 def test_enough_slots_keep_the_configured_parallelism_one_subtask_per_slot():
     f = fit({"source": 2, "count": 3}, 8)
-    assert (f.parallelism, f.slots, f.shared) == ({"source": 2, "count": 3}, 5, False)
+    assert (f.parallelism, f.slots) == ({"source": 2, "count": 3}, 5)
 
 
 def test_fewer_slots_take_subtasks_from_the_widest_operator_downstream_first():
     assert fit({"source": 2, "count": 3}, 4).parallelism == {"source": 2, "count": 2}
-    assert fit({"source": 2, "count": 3}, 3).parallelism == {"source": 2, "count": 1}  # a tie: downstream gives
+    # a tie at 2 and 2: the downstream operator gives up a subtask
+    assert fit({"source": 2, "count": 3}, 3).parallelism == {"source": 2, "count": 1}
     assert fit({"source": 2, "count": 3}, 2).parallelism == {"source": 1, "count": 1}
     assert fit({"source": 2, "count": 3}, 2).slots == 2
 
 
 def test_fewer_slots_than_operators_share_slots_one_subtask_of_each_operator_per_slot():
     f = fit({"source": 1, "count": 1}, 1)
-    assert (f.parallelism, f.slots, f.shared) == ({"source": 1, "count": 1}, 1, True)
+    assert (f.parallelism, f.slots) == ({"source": 1, "count": 1}, 1)
     f = fit({"source": 3, "a": 1, "b": 4}, 2)
     assert (f.parallelism, f.slots) == ({"source": 2, "a": 1, "b": 2}, 2)
 
@@ -60,7 +61,9 @@ def test_a_shared_slot_gathers_once_for_all_its_subtasks():
 
     gather = SharedGather(Ctx(), 2)
     got = {}
-    threads = [threading.Thread(target=lambda m=m: got.setdefault(m, gather.allGather(m))) for m in ("a", "b")]
+    threads = [
+        threading.Thread(target=lambda m=m: got.setdefault(m, gather.allGather(m))) for m in ("a", "b")
+    ]
     for t in threads:
         t.start()
     for t in threads:
