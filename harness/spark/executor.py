@@ -398,12 +398,12 @@ class SparkExecutor(Driver):
             self._trigger_final(now)
 
     def _adapt(self, now: int) -> None:
-        """Adaptive recovery, polled from the driver loop (slots at most every 200 ms): a deployment
+        """Adaptive recovery, polled from the driver loop (slots at most every 200 ms). A deployment
         lost (a task's link closed, or Spark's scheduler has fewer slots than the running deployment
-        takes: an executor it ran on is gone) for longer than the resource stabilization timeout,
-        with fewer slots than it takes, is
-        cancelled (``_drive`` resubmits it smaller); a deployment smaller than the configured one
-        rescales up (stop with a savepoint) once enough slots for a larger one have stayed as long."""
+        takes: an executor it ran on is gone) for longer than the resource stabilization timeout, with
+        fewer slots than it takes, is cancelled (``_drive`` resubmits it smaller); a deployment smaller
+        than the configured one rescales up (stop with a savepoint) once enough slots for a larger one
+        have stayed as long."""
         cfg = self.adaptive
         t = time.monotonic()
         if not cfg.enabled or self.adapt_to is not None or t - self._slots_polled < 0.2:
