@@ -135,7 +135,7 @@ def _schedule_verdict(sc: Scenario, run_dir: Path) -> dict[str, Any]:
             problems.append(f"fault {p.describe()} never fired: the run ended before its trigger was reached")
         elif p.fault_id in errors:
             problems.append(f"fault {p.describe()} did not fire: its injection failed: {errors[p.fault_id]}")
-    rescales = sum(1 for e in events if e["type"] == "rescale")
+    rescales = sum(1 for e in events if e["type"] == "rescale" and e.get("reason") != "adaptive")
     if rescales < len(sc.rescale):
         problems.append(
             f"only {rescales} of {len(sc.rescale)} rescale steps happened: the run ended before the others' "

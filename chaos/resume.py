@@ -31,7 +31,7 @@ def resume_point(
         if e["type"] == "fault_start":
             fired.add(int(e["fault_id"]))
         elif e["type"] == "rescale":
-            done += 1
+            done += e.get("reason") != "adaptive"  # adaptive ones are no scenario step
             graph = graph.with_parallelism(e["to"])
         elif e["type"] == "run_end":
             ended = e

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from chaos.errors import InputError
 from chaos.scenario import Scenario
+from harness.adaptive import AdaptiveConfig
 from harness.coordinator import CheckpointConfig
 from harness.jobmaster import RescaleRequest
 
-__all__ = ["checkpoint_config", "rescale_requests"]
+__all__ = ["adaptive_config", "checkpoint_config", "rescale_requests"]
 
 
 def checkpoint_config(sc: Scenario) -> CheckpointConfig:
@@ -21,6 +22,11 @@ def checkpoint_config(sc: Scenario) -> CheckpointConfig:
         tolerable_failures=c.tolerable_failures,
         retained=c.retained,
     )
+
+
+def adaptive_config(sc: Scenario) -> AdaptiveConfig:
+    a = sc.adaptive_recovery
+    return AdaptiveConfig(a.enabled, a.resource_stabilization_timeout_ms)
 
 
 def rescale_requests(sc: Scenario) -> list[RescaleRequest]:

@@ -106,6 +106,19 @@ class CheckpointSettings(Strict):
         return parse_duration_ms(v)
 
 
+class AdaptiveSettings(Strict):
+    """Adaptive recovery on Spark (``harness.adaptive``; Flink's adaptive scheduler in reactive mode):
+    restart with the slots left after an executor is lost, scale up when they return. Sim ignores it."""
+
+    enabled: bool = True
+    resource_stabilization_timeout_ms: Duration = 1000
+
+    @field_validator("resource_stabilization_timeout_ms", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> Any:
+        return parse_duration_ms(v)
+
+
 _CLUSTER = re.compile(
     r"^(sim|local|docker|local-cluster\[\d+,\s*\d+,\s*\d+\]|spark://[\w.\-]+(:\d+)?(,[\w.\-]+(:\d+)?)*)$"
 )
@@ -130,6 +143,7 @@ class Scenario(Strict):
     records: Annotated[int, Field(ge=1)] = 10_000
     keys: Annotated[int, Field(ge=1)] = 100
     checkpoint: CheckpointSettings = Field(default_factory=CheckpointSettings)
+    adaptive_recovery: AdaptiveSettings = Field(default_factory=AdaptiveSettings)
     faults: list[AnyFault] = Field(default_factory=list)  # type: ignore[valid-type]
     rescale: list[RescaleStep] = Field(default_factory=list)
     checks: list[str] = Field(

@@ -18,7 +18,7 @@ from chaos.errors import EnvironmentProblem, InputError
 from chaos.faults import FaultTarget
 from chaos.faults.network import delivery, network_link
 from chaos.injectors.network import ProxyRouter
-from chaos.runtime_config import checkpoint_config, rescale_requests
+from chaos.runtime_config import adaptive_config, checkpoint_config, rescale_requests
 from chaos.scenario import Scenario
 from chaos.schedule import plan
 from chaos.scope import RunScope
@@ -209,6 +209,7 @@ def run_on_spark(
             network=network,
             resume=resume,
             tls=sc.tls,
+            adaptive=adaptive_config(sc),
         )
     except TransportError as e:  # tls: true without openssl
         raise EnvironmentProblem(f"scenario {sc.name!r}: {e}") from None

@@ -220,7 +220,7 @@ class Driver(ExecutorControls):
         old = self.graph.parallelism()
         graph = self.graph.with_parallelism(req.parallelism)
         self._retire("rescale")
-        self.master.record_rescale(old, graph.parallelism(), req.savepoint)
+        self.master.record_rescale(old, graph.parallelism(), req.savepoint, req.reason, req.slots)
         return graph
 
     # ------------------------------------------------------------------ the run

@@ -42,6 +42,8 @@ class RescaleRequest:
     parallelism: dict[str, int] | int
     savepoint: bool = True
     done: bool = False
+    reason: str = "scheduled"  # or "adaptive" (harness.adaptive: slots were lost or came back)
+    slots: int | None = None  # adaptive: the task slots the new deployment takes
 
     def due(self, now_ms: int, records: int, checkpoint: int | None = None) -> bool:
         """Has the trigger been reached? ``checkpoint`` is a just-completed checkpoint id, if any."""
@@ -252,10 +254,20 @@ class JobMaster:
             "job_restart", attempt=attempt, reason=reason, checkpoint_id=self.latest_checkpoint_id()
         )
 
-    def record_rescale(self, old: dict[str, int], new: dict[str, int], savepoint: bool) -> None:
+    def record_rescale(
+        self,
+        old: dict[str, int],
+        new: dict[str, int],
+        savepoint: bool,
+        reason: str = "scheduled",
+        slots: int | None = None,
+    ) -> None:
+        """A ``rescale`` event; an adaptive one (``harness.adaptive``) names the task slots it fits."""
+        extra = {"reason": reason} if slots is None else {"reason": reason, "slots": slots}
         self.history.emit(
             "rescale",
             **{"from": old, "to": new, "checkpoint_id": self.latest_checkpoint_id(), "savepoint": savepoint},
+            **extra,
         )
 
     def end_run(self, status: str, reason: str, attempts: int) -> None:

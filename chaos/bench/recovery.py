@@ -4,8 +4,11 @@ local-cluster, with the same keys and checkpoint interval.
 Both sides: SIGKILL the executor JVM with the lowest id right after the second checkpoint has
 completed (ours: the coordinator completed checkpoint 2; Structured Streaming: micro-batch 1's
 commit file exists), and stop the clock at the first checkpoint completed after that — ours: the
-first checkpoint of the relaunched deployment (Spark fails the barrier stage, relaunches every task,
-each restores from checkpoint 2, then the coordinator completes a new checkpoint); Structured
+first checkpoint of the next deployment, at whatever parallelism (Spark fails the barrier stage;
+with a spare slot per task it relaunches every task at once; without one, adaptive recovery
+(``harness.adaptive``, on by default) restarts the job on the slot left, sharing it, after the
+resource stabilization timeout; every task restores from checkpoint 2, then the coordinator
+completes a new checkpoint); Structured
 Streaming: the next micro-batch commit (Spark retries the lost tasks, the state store reloads the
 lost partitions from the checkpoint). Cluster startup is excluded, and each side runs a warm-up job
 first (see ``end_to_end``). Lower is better: the ratio is ours / Spark's, target <= 1. Measured
@@ -38,7 +41,8 @@ KEYS_FULL = (2_000, 10_000, 40_000)
 SSS_BATCHES = 10
 # Cluster shapes (both sides run on the same one). Ours relaunches the whole barrier stage, which
 # needs a free slot per task at once: with 2 cores per executor the survivor has them; with 1 core
-# per executor the relaunch waits for the replacement executor (new JVM, cold Python workers).
+# per executor adaptive recovery restarts the job on the survivor's one slot (both subtasks share it)
+# rather than wait for the replacement executor (new JVM, cold Python workers).
 SPARE_SLOTS = "local-cluster[2,2,2048]"
 SHAPES_QUICK: tuple[tuple[str, tuple[int, ...]], ...] = ((SPARE_SLOTS, (2_000,)),)
 SHAPES_FULL: tuple[tuple[str, tuple[int, ...]], ...] = ((SPARE_SLOTS, KEYS_FULL), (MASTER, (2_000,)))
@@ -69,6 +73,7 @@ class KillAfterCheckpoint:
         self.killed_at: float | None = None
         self.killed_deployment = -1
         self.recovery_seconds: float | None = None
+        self.slots = 0  # the task slots of the deployment that recovered
 
     def bind(self, controls: Any, emit: Any) -> None:
         self.ex = controls  # the SparkExecutor: which deployment runs
@@ -81,6 +86,7 @@ class KillAfterCheckpoint:
             self.killed_at, self.killed_deployment = time.perf_counter(), dep
         elif self.killed_at is not None and self.recovery_seconds is None and dep > self.killed_deployment:
             self.recovery_seconds = time.perf_counter() - self.killed_at
+            self.slots = self.ex.slots
 
     def on_time(self, now_ms: int) -> None:
         if self.recovery_seconds is not None:
@@ -121,7 +127,10 @@ def _ours(cluster: Any, work: Path, keys: int, time_limit_s: float) -> tuple[flo
             f"ours: no checkpoint completed after the kill within {time_limit_s:.0f} s "
             f"(killed: {hooks.killed_at is not None})"
         )
-    return hooks.recovery_seconds, "unbounded input, stopped at the first checkpoint after the restore"
+    return (
+        hooks.recovery_seconds,
+        f"unbounded input, stopped at the first checkpoint after the restore (on {hooks.slots} task slots)",
+    )
 
 
 def _theirs(cluster: Any, work: Path, keys: int, op: str) -> float:

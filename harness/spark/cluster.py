@@ -227,6 +227,9 @@ class SparkCluster:
             # a barrier job submitted before enough executors registered is re-checked, not failed
             "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s",
             "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "60",
+            # a barrier task killed with its stage (an executor lost) frees its slot for the relaunch
+            # soon: its Python worker is killed after 200 ms, not Spark's 2 s (its task never checks)
+            "spark.python.task.killTimeout": "200ms",
             # 2-core box: fewer GC threads, quicker JIT warm-up
             "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
             "spark.executor.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
@@ -569,6 +572,22 @@ class SparkCluster:
         except Exception:
             n = jsc.getExecutorMemoryStatus().size() - 1
             return [str(i) for i in range(n)]
+
+    def task_slots(self) -> int:
+        """Task slots of the executors the driver's scheduler knows now: what a barrier stage can run
+        at once (Spark's own barrier check, ``SparkContext.maxNumConcurrentTasks``)."""
+        if self.sc is None:
+            return 0
+        jsc = self.sc._jsc.sc()
+        try:  # private[spark] in Scala, public in bytecode
+            return int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
+        except Exception:
+            cores = int(self.sc.getConf().get("spark.executor.cores", "0") or 0)
+            m = _LOCAL_CLUSTER.match(self.master)
+            per = int(m.group(2)) if m else cores or 1
+            return (
+                len(self.registered_executors()) * per // int(self.sc.getConf().get("spark.task.cpus", "1"))
+            )
 
     def wait_for_executors(self, n: int, timeout_s: float = 60.0) -> dict[str, int]:
         """Wait until ``n`` executors are registered (and, on local-cluster, their JVMs are found);

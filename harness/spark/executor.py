@@ -5,7 +5,10 @@ retries). Every relaunch is a new *deployment*: the first task of a new attempt 
 the driver retire the old checkpoint coordinator and plan a restore from the newest intact
 checkpoint; every task of the deployment restores from it. When Spark gives up on the stage, the
 driver's restart strategy resubmits the job (up to ``max_restarts``); a rescale stops the job (after
-a savepoint, or at once) and resubmits it at the new parallelism. What every driver does the same
+a savepoint, or at once) and resubmits it at the new parallelism. Adaptive recovery
+(``harness.adaptive``): a lost deployment whose slots do not all come back within the resource
+stabilization timeout is cancelled and resubmitted from the latest checkpoint at the parallelism the
+slots left allow, and scaled up again when slots return. What every driver does the same
 way (coordinator, restarts, rescales, the chaos controls, the fault scheduler) is ``harness.driver``;
 this module keeps how the tasks run (a Spark job) and how they are reached (``harness.messages`` over
 each task's coordinator link).
@@ -23,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import harness.messages as ctl
+from harness.adaptive import AdaptiveConfig, Fit, fit, slot_layout
 from harness.controls import FaultScheduler, ProcessHandles
 from harness.coordinator import CheckpointConfig, JobFailedError
 from harness.driver import Driver
@@ -75,6 +79,7 @@ class SparkExecutor(Driver):
         resume: bool = False,
         tls: bool = False,
         authenticate: bool = True,
+        adaptive: AdaptiveConfig | None = None,
     ) -> None:
         graph.validate()
         # absolute: executors run in their own working directories and must find the same files
@@ -119,6 +124,18 @@ class SparkExecutor(Driver):
         )
         self.finishing = False
         self.stopping_for_rescale = False
+        # adaptive recovery: the parallelism asked for, the slots the deployment takes, since when it
+        # waits for lost slots (monotonic s), the smaller deployment it is cancelled for, and since
+        # when enough slots for a larger one are there
+        self.adaptive = adaptive or AdaptiveConfig()
+        self.configured = graph.parallelism()
+        self.slots = len(graph.subtasks())
+        self.lost_at: float | None = None
+        self.adapt_to: Fit | None = None
+        self.capacity_since: float | None = None
+        self._slots_polled = 0.0
+        self._job_group = ""  # the running Spark job's group (one per job, so a cancel hits only it)
+        self.held_for_scale_up: int | None = None  # since when the end of input waits for a scale-up
 
     def _deployment_number(self) -> int:
         return self.dep.number if self.dep else -1
@@ -199,8 +216,15 @@ class SparkExecutor(Driver):
                 self.history.emit(
                     "connection_refused", listener="coordinator", peer=peer, task=task, reason=reason
                 )
-            case ctl.LinkConnected() | ctl.LinkDisconnected():
-                pass  # a task that is gone fails its Spark task, and Spark relaunches the stage
+            case ctl.LinkDisconnected():  # a task that is gone fails its Spark task: Spark relaunches the stage
+                if (
+                    dep is not None
+                    and task in dep.registered
+                    and not (self.finishing or self.stopping_for_rescale)
+                ):
+                    self.lost_at = self.lost_at or time.monotonic()  # adaptive recovery's clock starts
+            case ctl.LinkConnected():
+                pass
             case ctl.Refused(peer, reason):  # a task's input gate refused a connection
                 self.history.emit(
                     "connection_refused", listener=f"input gate of {task}", peer=peer, reason=reason
@@ -216,6 +240,7 @@ class SparkExecutor(Driver):
                 assert dep is not None
                 dep.restored.add(task)
                 if len(dep.restored) == len(self.task_names()) and self.coord is None:
+                    self.lost_at = None  # the deployment runs again: adaptive recovery's clock stops
                     self._new_coordinator(failpoint=self._driver_failpoint)
             case ctl.Emit(type_, fields):
                 self.history.emit(type_, **fields)
@@ -296,7 +321,11 @@ class SparkExecutor(Driver):
             t: self._route(coordinator_link(t), real)
             for t in (task_name(o, i) for o, i, _ in graph.subtasks())
         }
-        return submit_stage(self.cluster.sc, graph, str(self.run_dir), coords, self.secret)
+        layout = slot_layout(graph.subtasks(), self.slots)
+        self._job_group = f"statechaos-{self.run_dir.name}-{self.deployments}"
+        return submit_stage(
+            self.cluster.sc, graph, str(self.run_dir), coords, self.secret, layout, self._job_group
+        )
 
     def _drive_once(self, graph: JobGraph, reason: str | None) -> _Outcome:
         """One Spark job, until it finished, stopped for a rescale or Spark gave up on the stage."""
@@ -323,6 +352,9 @@ class SparkExecutor(Driver):
             with self.lock:
                 now = self.now_ms()
                 self._observe_time(now)
+                self._adapt(now)
+                if self.adapt_to is not None:  # the cancelled job ends on its own: no task of it runs
+                    return _Outcome("adapt")
                 if self.rescales.ready is not None and not self.stopping_for_rescale:
                     self.stopping_for_rescale = True
                     self._broadcast(ctl.Cancel())
@@ -357,13 +389,75 @@ class SparkExecutor(Driver):
         channels still carry barriers); once every source is exhausted and the gate releases, end of
         input flows, and when it has passed every keyed subtask the final checkpoint is triggered."""
         exhausted_all = len(dep.exhausted) == sum(src.parallelism for src, _ in dep.graph.sources())
-        if not self.gate.releases(exhausted_all, now):
+        if self._holds_for_scale_up(exhausted_all, now) or not self.gate.releases(exhausted_all, now):
             return
         for t in sorted(dep.exhausted - dep.input_ended):
             self._send(t, ctl.EndInput())
             dep.input_ended.add(t)
         if exhausted_all and len(dep.ended) == sum(st.parallelism for st in dep.graph.stages):
             self._trigger_final(now)
+
+    def _adapt(self, now: int) -> None:
+        """Adaptive recovery, polled from the driver loop (slots at most every 200 ms). A deployment
+        lost (a task's link closed, or Spark's scheduler has fewer slots than the running deployment
+        takes: an executor it ran on is gone) for longer than the resource stabilization timeout, with
+        fewer slots than it takes, is cancelled (``_drive`` resubmits it smaller); a deployment smaller
+        than the configured one rescales up (stop with a savepoint) once enough slots for a larger one
+        have stayed as long."""
+        cfg = self.adaptive
+        t = time.monotonic()
+        if not cfg.enabled or self.adapt_to is not None or t - self._slots_polled < 0.2:
+            return
+        self._slots_polled = t
+        bound = cfg.resource_stabilization_timeout_ms / 1000
+        slots = self.cluster.task_slots()
+        if self.lost_at is None and self.coord is not None and slots < self.slots:
+            self.lost_at = t  # Spark removed an executor the running deployment had a task on
+        if self.lost_at is not None:
+            if t - self.lost_at >= bound and 1 <= slots < self.slots:
+                self.adapt_to = fit(self.configured, slots)
+                self.history.emit(
+                    "resources_lost", slots=slots, needed=self.slots, waited_ms=int((t - self.lost_at) * 1000)
+                )
+                # the job first: a task that ends cleanly after it cannot complete part of a relaunch
+                self.cluster.sc.cancelJobGroup(self._job_group)
+                self._broadcast(ctl.Cancel())  # tasks still running end now, not when Spark kills them
+            return
+        larger = fit(self.configured, max(slots, 1))
+        if (
+            self.coord is None
+            or self.final_after is not None
+            or self.rescales.busy
+            or self.stopping_for_rescale
+            or larger.slots <= self.slots
+        ):
+            self.capacity_since = None
+            return
+        self.capacity_since = self.capacity_since or t
+        if t - self.capacity_since >= bound:
+            self.capacity_since = None
+            self.rescales.requests.append(
+                RescaleRequest("time_ms", 0, larger.parallelism, True, reason="adaptive", slots=larger.slots)
+            )
+
+    def _holds_for_scale_up(self, exhausted_all: bool, now: int) -> bool:
+        """The end of input waits while the job runs smaller than configured; once every source is
+        exhausted, bounded as the gate bounds a wait for planned triggers (``input_held``/
+        ``input_released``): a job ends at its configured parallelism when the slots come back in time."""
+        full = sum(self.configured.values())
+        smaller = self.graph.parallelism() != self.configured or self.slots < full
+        if self.adaptive.enabled and smaller:
+            if not exhausted_all:
+                return True
+            if self.held_for_scale_up is None:
+                self.held_for_scale_up = now
+                waiting = [f"adaptive scale-up to {self.configured} on {full} task slots"]
+                self.history.emit("input_held", waiting=waiting, limit_ms=self.gate.limit_ms)
+            return now - self.held_for_scale_up < self.gate.limit_ms
+        if self.held_for_scale_up is not None:
+            self.history.emit("input_released", waiting=[], held_ms=now - self.held_for_scale_up)
+            self.held_for_scale_up = None
+        return False
 
     def _fail_deployment(self, reason: str) -> None:
         """Too many checkpoint failures: fail every task, so Spark relaunches the stage."""
@@ -409,6 +503,19 @@ class SparkExecutor(Driver):
                     assert req is not None
                     self.stopping_for_rescale = False
                     graph, why = self._rescaled(req), None
+                    self.slots = req.slots or len(graph.subtasks())
+                    if req.reason != "adaptive":  # a planned rescale sets the parallelism to adapt from
+                        self.configured = graph.parallelism()
+                case "adapt":
+                    target, self.adapt_to, self.lost_at = self.adapt_to, None, None
+                    assert target is not None
+                    old, self.slots = self.graph.parallelism(), target.slots
+                    self._retire("resources lost")
+                    self.master.record_rescale(
+                        old, target.parallelism, False, reason="adaptive", slots=target.slots
+                    )
+                    graph = self.graph.with_parallelism(target.parallelism)
+                    why = f"an executor was lost: {target.slots} task slots left"
                 case "failed":
                     why = f"Spark gave up on the stage: {outcome.error}"
 

@@ -1,7 +1,8 @@
 """How the Spark executor's tasks run: the job's subtasks as one barrier-mode stage
 (``RDD.barrier().mapPartitions``) followed by a shuffle, so the barrier stage is a ShuffleMapStage that
 Spark relaunches as a whole when a task or an executor dies (a barrier ResultStage it never retries).
-Each task runs ``harness.spark.task_runner.run_subtask``."""
+Each task runs ``harness.spark.task_runner.run_subtask`` for one subtask, or, in a deployment with fewer
+slots than subtasks (adaptive recovery), for the subtasks its slot shares (``harness.spark.slot_sharing``)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,13 @@ __all__ = ["JOB_CODE_FAILED", "submit_stage"]
 JOB_CODE_FAILED = "statechaos: the job's code cannot be loaded on the executor"
 
 
-def _stage_body(graph: JobGraph, run_dir: str, coordinators: dict[str, Endpoint], secret: RunSecret) -> Any:
+def _stage_body(
+    graph: JobGraph,
+    run_dir: str,
+    coordinators: dict[str, Endpoint],
+    secret: RunSecret,
+    layout: list[list[int]],
+) -> Any:
     """The barrier stage's function. The run's secret travels inside it (Spark ships the closure to
     the executors), never on a command line, in a log or in a file. The job travels pickled, with the
     user's modules registered by value, so it is loaded on the executor where a failure can be told
@@ -27,6 +34,8 @@ def _stage_body(graph: JobGraph, run_dir: str, coordinators: dict[str, Endpoint]
     from pyspark import cloudpickle
 
     blob = cloudpickle.dumps(graph)  # user modules registered by value travel inside
+    # shared slots gather in batches (``SharedGather``): then every slot must, even one holding one subtask
+    shared = any(len(slot) > 1 for slot in layout)
 
     def body(it: Any) -> Any:
         import pickle
@@ -40,22 +49,39 @@ def _stage_body(graph: JobGraph, run_dir: str, coordinators: dict[str, Endpoint]
             raise RuntimeError(f"{JOB_CODE_FAILED}\n{traceback.format_exc()}") from None
         list(it)
         ctx = BarrierTaskContext.get()
-        yield run_subtask(g, run_dir, coordinators, secret, ctx.partitionId(), ctx, ctx.taskAttemptId())
+        mine, attempt = layout[ctx.partitionId()], ctx.taskAttemptId()
+        if not shared:
+            yield run_subtask(g, run_dir, coordinators, secret, mine[0], ctx, attempt)
+        else:
+            from harness.spark.slot_sharing import run_shared
+
+            yield from run_shared(
+                lambda p, c: run_subtask(g, run_dir, coordinators, secret, p, c, attempt), mine, ctx
+            )
 
     return body
 
 
 def submit_stage(
-    sc: Any, graph: JobGraph, run_dir: str, coordinators: dict[str, Endpoint], secret: RunSecret
+    sc: Any,
+    graph: JobGraph,
+    run_dir: str,
+    coordinators: dict[str, Endpoint],
+    secret: RunSecret,
+    layout: list[list[int]],
+    group: str,
 ) -> tuple[threading.Thread, dict[str, Any]]:
-    """Run the job as one Spark job on a thread of its own; the dict gets ``tasks`` (each task's
-    summary) or ``error`` (what Spark raised when it gave up) when the thread ends."""
-    n = len(graph.subtasks())
+    """Run the job as one Spark job in job group ``group`` (``sc.cancelJobGroup`` stops it), on a
+    thread of its own, one barrier task per slot of ``layout`` (``harness.adaptive.slot_layout``); the
+    dict gets ``tasks`` (each subtask's summary) or ``error`` (what Spark raised when it gave up, or
+    the cancel) when the thread ends."""
+    n = len(layout)
     result: dict[str, Any] = {}
-    body = _stage_body(graph, run_dir, coordinators, secret)
+    body = _stage_body(graph, run_dir, coordinators, secret, layout)
 
     def run() -> None:
         try:
+            sc.setJobGroup(group, f"statechaos {graph.name}")
             rdd = sc.parallelize(range(n), n).barrier().mapPartitions(body)
             result["tasks"] = rdd.map(lambda r: (0, r)).groupByKey(1).values().collect()
         except BaseException as e:  # reported to the driver loop

@@ -1,0 +1,49 @@
+"""Adaptive recovery on local-cluster with no spare task slot: an executor SIGKILL leaves 2 of the 3
+slots the job (source 1, count 2) takes; the driver restarts it from the latest checkpoint at
+count 1, then scales it back up to count 2 when the replacement executor registers. Every oracle
+holds across both rescales and the output is exactly-once.
+
+The resource stabilization timeout is 0: the job adapts on the first poll that sees the slot gone,
+whatever the machine's speed (a replacement executor is a new JVM, never there at once), and the end
+of input waits for the scale-up as for a planned trigger."""
+
+from __future__ import annotations
+
+import allure
+import pytest
+
+from harness.history import read_history
+from harness.run_store import RunStore
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, allure.epic("spark"), allure.feature("adaptive recovery")]
+
+SCENARIO = {
+    "name": "spark-adaptive-recovery",
+    "cluster": "local-cluster[3,1,1024]",
+    "job": "keyed_count",
+    "parallelism": {"source": 1, "count": 2},
+    "records": 20_000,
+    "keys": 200,
+    "checkpoint": {"interval_ms": 200, "retained": 2, "tolerable_failures": 5},
+    "adaptive_recovery": {"resource_stabilization_timeout_ms": 0},
+    "faults": [{"at": "checkpoint:2", "kind": "kill_executor", "target": "executor:0"}],
+    "checks": ["exactly_once", "sequence", "restored_state", "rescale", "checkpoint_integrity", "liveness"],
+    "timeout_s": 240,
+    "seed": 5,
+}
+
+
+def test_lost_executor_resumes_smaller_then_scales_back_up(run_scenario):
+    outcome = run_scenario(SCENARIO)
+    assert outcome.error is None, outcome.error
+    assert outcome.passed, [(v["oracle"], v["summary"], v["details"][:5]) for v in outcome.failed_checks]
+    events = list(read_history(RunStore(outcome.run_dir).history))
+    adaptive = [e for e in events if e["type"] == "rescale" and e.get("reason") == "adaptive"]
+    assert [(e["from"], e["to"], e["slots"]) for e in adaptive[:2]] == [
+        ({"source": 1, "count": 2}, {"source": 1, "count": 1}, 2),
+        ({"source": 1, "count": 1}, {"source": 1, "count": 2}, 3),
+    ], adaptive
+    restores = {(e["attempt"], e["operator"], e["parallelism"]) for e in events if e["type"] == "restore"}
+    assert ("count", 1) in {(op, p) for _, op, p in restores}  # it ran at count 1 in between
+    end = next(e for e in events if e["type"] == "run_end")
+    assert (end["status"], end["records_committed"]) == ("finished", SCENARIO["records"])
