@@ -132,7 +132,8 @@ def _evidence(name: str, outcome: Any) -> None:
         ]
         assert slow and max(slow) >= 600, f"no checkpoint waited for the 600 ms late barrier: {slow}"
     if name == "rescale-docker":
-        assert len([e for e in events if e["type"] == "rescale"]) == 2
+        planned = [e for e in events if e["type"] == "rescale" and e.get("reason") != "adaptive"]
+        assert len(planned) == 2, planned  # adaptive recovery may add its own around the worker restart
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
