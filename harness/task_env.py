@@ -42,7 +42,8 @@ class CoordinatorGateway(Protocol):
 class OutputWriter(Protocol):
     """Output channels of one subtask, one per downstream subtask; control items go to all."""
 
-    def send(self, target: int, record: Any) -> None: ...
+    def send_records(self, target: int, records: list[Any]) -> None:
+        """Records for downstream subtask ``target``, in order (one call per batch, not per record)."""
 
     def broadcast(self, item: Any) -> None: ...
 
