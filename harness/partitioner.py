@@ -31,6 +31,7 @@ class Partitioner:
         return t
 
     def _target(self, key: Any) -> int:
+        """The subtask owning ``key``'s key group (every route is computed here, then cached)."""
         return compute_operator_index_for_key_group(self.max_p, self.p, assign_to_key_group(key, self.max_p))
 
     def send_all(self, output: OutputWriter, records: list[Any]) -> None:

@@ -110,6 +110,7 @@ class StreamTask(TaskBase):
                 failpoint=self._hit,
                 attempt=env.attempt,
                 identity=getattr(self.stage.sink, "identity", None),
+                sync=env.durable,
             )
             if last
             else None

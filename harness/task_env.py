@@ -60,3 +60,4 @@ class TaskEnv:
     failpoints: Failpoints
     run_dir: Path
     output: OutputWriter | None = None
+    durable: bool = True  # fsync what the sink writes (the sim's crashes are never of the machine)
