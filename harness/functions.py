@@ -88,6 +88,12 @@ class RuntimeContext:
             raise ValueError(f"{self.task_name}[{self.subtask}]: cannot emit None")
         self._out.append(value)
 
+    def collect_all(self, values: list[Any]) -> None:
+        """``collect`` each of ``values``, in order, in one call (for ``process_elements``)."""
+        if None in values:
+            raise ValueError(f"{self.task_name}[{self.subtask}]: cannot emit None")
+        self._out.extend(values)
+
     def _drain(self) -> list[Any]:
         out, self._out = self._out, []
         return out
@@ -95,13 +101,22 @@ class RuntimeContext:
 
 class KeyedProcessFunction:
     """Override ``open`` to create state handles and ``process_element`` to handle one record under
-    its key; emit with ``ctx.collect``."""
+    its key; emit with ``ctx.collect``. Optionally override ``process_elements`` too, to take many
+    records of one key per call (the runtime then calls it instead of ``process_element``)."""
 
     def open(self, ctx: RuntimeContext) -> None:  # noqa: B027 - optional hook
         pass
 
     def process_element(self, value: Any, ctx: RuntimeContext) -> None:
         raise NotImplementedError
+
+    def process_elements(self, key: Any, values: list[Any], ctx: RuntimeContext) -> None:
+        """The records ``values`` of ``key`` (its state current), in arrival order, in one call: one
+        state read and write per batch instead of per record. Only called when a subclass overrides
+        it; then it must do what ``process_element`` on each value in turn would. The runtime groups
+        the records it has taken in by key; a batch never spans a barrier, watermark or timer."""
+        for v in values:
+            self.process_element(v, ctx)
 
     def on_timer(self, timestamp: int, ctx: RuntimeContext) -> None:  # noqa: B027 - optional hook
         """A timer of the current key fired (``ctx.time_domain``, ``ctx.timer_namespace`` say which)."""

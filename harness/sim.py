@@ -93,6 +93,7 @@ class SimExecutor(Driver):
             hold_floor_ms=10_000,
             run_info=run_info,
         )
+        self.master.storage.sync = False  # crashes here are of tasks, not of the machine: no fsync
         self.storage = GatedStorage(self.master.storage, sleep=self._sleep)
         self.failpoints = Failpoints(faults, sleep=self._sleep)
         self.keyed_backend_factory = keyed_backend_factory
@@ -197,6 +198,7 @@ class SimExecutor(Driver):
                 self.failpoints,
                 self.run_dir,
                 output,
+                durable=False,
             )
 
         # one channel per (upstream, downstream) pair; a task's outputs in downstream order, its

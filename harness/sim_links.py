@@ -35,6 +35,13 @@ class SimChannel:
         self.last = at
         self.q.append((at, item))
 
+    def push_all(self, at: int, items: list[Any]) -> None:
+        """``push`` each of ``items`` at ``at``."""
+        if at < self.last:
+            at = self.last
+        self.last = at
+        self.q.extend([(at, item) for item in items])
+
     def ready(self, now: int) -> bool:
         return bool(self.q) and self.q[0][0] <= now
 
@@ -43,8 +50,10 @@ class SimOutput:
     def __init__(self, ex: SimExecutor, channels: list[SimChannel]) -> None:
         self.ex, self.channels = ex, channels
 
-    def send(self, target: int, record: Any) -> None:
-        self.channels[target].push(self.ex.now + self.ex.cfg.channel_latency_ms + self.ex._step_delay, record)
+    def send_records(self, target: int, records: list[Any]) -> None:
+        self.channels[target].push_all(
+            self.ex.now + self.ex.cfg.channel_latency_ms + self.ex._step_delay, records
+        )
 
     def broadcast(self, item: Any) -> None:
         at = self.ex.now + self.ex.cfg.channel_latency_ms + self.ex._step_delay

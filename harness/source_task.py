@@ -99,14 +99,12 @@ class SourceTask(TaskBase):
             records = apply_chain(self.chain, records)
         out = self.env.output
         assert out is not None
-        part = self.partition
         if self.broadcast_to is not None:
-            for r in records:
+            if records:
                 for target in range(self.fan_out):
-                    out.send(target, r)
+                    out.send_records(target, records)
         else:
-            for r in records:
-                out.send(part(r), r)
+            self.partition.send_all(out, records)
         self.records_out += len(records)
         if self.watermarks is not None:
             self._emit_watermark()

@@ -105,7 +105,7 @@ class SequenceSource(SourceFunction):
         return any(key_name(k) == name and n >= self.total_for(k) for k, n in self._splits)
 
     def exhausted(self) -> bool:
-        return all(n >= self.total_for(k) for k, n in self._splits)
+        return not self._live  # the splits with records left (O(1): polled on every step)
 
     def snapshot_splits(self) -> list[Any]:
         return [list(s) for s in self._splits]

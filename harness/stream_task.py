@@ -14,7 +14,7 @@ from typing import Any
 
 from harness.barriers import Alignment, BarrierAligner
 from harness.items import CancelCheckpointMarker, CheckpointBarrier, EndOfInput, Watermark
-from harness.job import RuntimeContext, StageSpec, apply_chain
+from harness.job import KeyedProcessFunction, RuntimeContext, StageSpec, apply_chain
 from harness.partitioner import Partitioner
 from harness.run_store import RunStore
 from harness.sinks import SINK_STATE, TwoPhaseCommitFileSink
@@ -27,9 +27,36 @@ from reference_impl.rescale import RestoredSubtask
 from reference_impl.time import TimeProvider
 from reference_impl.timers import MAX_WATERMARK, MIN_WATERMARK, InternalTimerService, TimerService
 
-__all__ = ["StreamTask", "WATERMARK_STATE"]
+__all__ = ["StreamTask", "WATERMARK_STATE", "merge_record_runs"]
 
 WATERMARK_STATE = "__watermark"  # union: each keyed subtask's watermark at the checkpoint
+
+
+def merge_record_runs(
+    messages: list[tuple[int, Any]], is_broadcast: Callable[[int], bool]
+) -> list[tuple[int, Any]]:
+    """``(channel, message)`` pairs as an input gate hands them out, each run of consecutive
+    ``("records", list)`` messages of one side (keyed or broadcast inputs) merged into one, under
+    the run's first channel. Any other message (a barrier, a watermark) ends a run, so a batch never
+    spans one, and order is kept. Fewer, larger batches: larger groups per key for
+    ``process_elements`` and less per-call overhead."""
+    out: list[tuple[int, Any]] = []
+    run: list[Any] | None = None
+    side = False
+    for ch, msg in messages:
+        if msg[0] != "records":
+            out.append((ch, msg))
+            run = None
+            continue
+        if run is not None and is_broadcast(ch) == side:
+            run.extend(msg[1])
+            continue
+        run, side = (
+            msg[1] if isinstance(msg[1], list) else list(msg[1]),
+            is_broadcast(ch),
+        )  # extended in place
+        out.append((ch, ("records", run)))
+    return out
 
 
 class StreamTask(TaskBase):
@@ -83,12 +110,15 @@ class StreamTask(TaskBase):
                 failpoint=self._hit,
                 attempt=env.attempt,
                 identity=getattr(self.stage.sink, "identity", None),
+                sync=env.durable,
             )
             if last
             else None
         )
         self.finished = False
         self._key_selector = self.stage.key_selector
+        # a function that takes records grouped by key gets them so (KeyedProcessFunction.process_elements)
+        self._batched = type(self.function).process_elements is not KeyedProcessFunction.process_elements
 
     def restore(
         self, restored: RestoredSubtask | None, checkpoint_id: int | None = None, path: str | None = None
@@ -154,7 +184,14 @@ class StreamTask(TaskBase):
 
     # ------------------------------------------------------------------ input
 
+    def is_broadcast_input(self, channel: int) -> bool:
+        """Whether ``channel`` is a broadcast input (they come after the keyed ones)."""
+        return channel >= self.keyed_inputs
+
     def on_records(self, channel: int, records: list[Any]) -> None:
+        """Records taken in from ``channel`` (or from several keyed input channels, in the order they
+        arrived with nothing else between them: executors may merge them, so a batched function
+        gets larger groups; a barrier or watermark is never inside ``records``)."""
         if channel >= self.keyed_inputs:  # the broadcast input: no key, broadcast state writable
             ctx = self.ctx
             ctx._broadcast_side = True
@@ -167,15 +204,25 @@ class StreamTask(TaskBase):
             if ctx._out:
                 self._emit(ctx._drain())
             return
-        set_key, process, ctx, sel = (
-            self.keyed.set_current_key,
-            self.function.process_element,
-            self.ctx,
-            self._key_selector,
-        )
-        for r in records:
-            set_key(sel(r))
-            process(r, ctx)
+        set_key, ctx, sel = self.keyed.set_current_key, self.ctx, self._key_selector
+        if self._batched:
+            groups: dict[Any, list[Any]] = {}
+            get = groups.get
+            for k, r in zip(map(sel, records), records, strict=True):
+                g = get(k)
+                if g is None:
+                    groups[k] = [r]
+                else:
+                    g.append(r)
+            process_all = self.function.process_elements
+            for k, values in groups.items():
+                set_key(k)
+                process_all(k, values, ctx)
+        else:
+            process = self.function.process_element
+            for r in records:
+                set_key(sel(r))
+                process(r, ctx)
         self.records_in += len(records)
         if ctx._out:  # what the batch emitted, in order: drained once per batch, not per record
             self._emit(ctx._drain())
@@ -188,8 +235,7 @@ class StreamTask(TaskBase):
             self.sink.write(out)
         else:
             assert self.env.output is not None and self.partition is not None
-            for r in out:
-                self.env.output.send(self.partition(r), r)
+            self.partition.send_all(self.env.output, out)
 
     def _track_alignment(self, outcome: str) -> None:
         """Record how long a blocking alignment held channels back, when it ends (``alignment`` event:

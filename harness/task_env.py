@@ -42,7 +42,8 @@ class CoordinatorGateway(Protocol):
 class OutputWriter(Protocol):
     """Output channels of one subtask, one per downstream subtask; control items go to all."""
 
-    def send(self, target: int, record: Any) -> None: ...
+    def send_records(self, target: int, records: list[Any]) -> None:
+        """Records for downstream subtask ``target``, in order (one call per batch, not per record)."""
 
     def broadcast(self, item: Any) -> None: ...
 
@@ -59,3 +60,4 @@ class TaskEnv:
     failpoints: Failpoints
     run_dir: Path
     output: OutputWriter | None = None
+    durable: bool = True  # fsync what the sink writes (the sim's crashes are never of the machine)

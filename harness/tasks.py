@@ -16,7 +16,7 @@ from __future__ import annotations
 from harness.job import task_name
 from harness.partitioner import Partitioner
 from harness.source_task import SPLIT_TIMESTAMPS_STATE, SPLITS_STATE, SourceTask
-from harness.stream_task import WATERMARK_STATE, StreamTask
+from harness.stream_task import WATERMARK_STATE, StreamTask, merge_record_runs
 from harness.task_env import CheckpointWriter, CoordinatorGateway, OutputWriter, TaskEnv
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "Partitioner",
     "SourceTask",
     "StreamTask",
+    "merge_record_runs",
     "SPLITS_STATE",
     "SPLIT_TIMESTAMPS_STATE",
     "WATERMARK_STATE",

@@ -1,15 +1,14 @@
 """The bare-loop baseline: one Python process doing the keyed running count's logical work with no
 runtime at all — generate the reference source's records (same keys, same mmh3 payload), count each
-key in a dict, JSON-encode every output record as the sink does. The ceiling a single core sets for
+key in a dict, JSON-encode every output record with the sink's own encoder. The ceiling a single core sets for
 pure-Python per-record work, which our executors' throughput is judged against in the same run."""
 
 from __future__ import annotations
 
-import json
-
 import mmh3
 
 from chaos.bench.core import best_rate
+from harness.sinks import encode_line
 from harness.sources import key_name
 
 __all__ = ["bare_loop", "bare_loop_rate"]
@@ -21,7 +20,7 @@ def bare_loop(records: int, keys: int, seed: int = 0) -> int:
     counts: dict[str, int] = {}
     names = [key_name(i) for i in range(keys)]
     prefixes = [f"{seed}/{i}/" for i in range(keys)]
-    h, dumps = mmh3.hash, json.dumps
+    h, dumps = mmh3.hash, encode_line  # the sink's encoder: the same text, at the same cost
     out: list[str] = []
     append = out.append
     for n in range(records):

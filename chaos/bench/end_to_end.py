@@ -91,15 +91,17 @@ def run_ours(
     time_limit_s: float = 600.0,
     authenticate: bool = True,
     tls: bool = False,
+    options: dict[str, Any] | None = None,
 ) -> OurResult:
     """The built-in ``keyed_count`` job (source 1, count 1) on ``cluster``; timed from submission to
-    the final commit. Checks that the committed output holds exactly ``records`` lines."""
+    the final commit. Checks that the committed output holds exactly ``records`` lines.
+    ``options``: the job's options (``{"batched": False}``: the per-record path)."""
     from harness.coordinator import CheckpointConfig
     from harness.jobs import build_job
     from harness.sinks import committed_files
     from harness.spark.executor import SparkExecutor
 
-    spec = build_job("keyed_count", records, keys, 1, 128, {"source": 1, "count": 1})
+    spec = build_job("keyed_count", records, keys, 1, 128, {"source": 1, "count": 1}, options)
     run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=workdir))
     ex = SparkExecutor(
         spec.graph,
@@ -214,7 +216,9 @@ def _channel_rate(secret: Any, n: int, layer: bool = True) -> float:
         outs: list[OutputChannel] = []
 
         def dial() -> None:
-            outs.append(OutputChannel(gate.endpoint, 0, secret, "count[0]", 0, link="data:source[0]->count[0]"))
+            outs.append(
+                OutputChannel(gate.endpoint, 0, secret, "count[0]", 0, link="data:source[0]->count[0]")
+            )
 
         t = threading.Thread(target=dial)
         t.start()

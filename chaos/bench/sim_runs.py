@@ -42,6 +42,7 @@ def _best_seconds(sc: Scenario, work: Path, repeats: int) -> float:
     best = float("inf")
     for i in range(repeats):
         d = work / f"run-{i}"
+        d.mkdir(parents=True)  # execute_scenario writes input.json into it first
         t0 = time.perf_counter()
         verdicts, _ = execute_scenario(sc, d)
         best = min(best, time.perf_counter() - t0)

@@ -163,12 +163,20 @@ class RunArtifacts:
         for f in committed_files(RunStore(self.run_dir).output):
             m = _TXN.match(f.stem)
             cid = int(m.group(1)) if m else -1
-            with open(f, encoding="utf-8") as fh:
-                for n, line in enumerate(fh, 1):
+            lines = f.read_text(encoding="utf-8").splitlines()
+            try:  # one parse per file (as a JSON array of its lines), not one per line
+                records = json.loads("[" + ",".join(lines) + "]") if lines else []
+            except json.JSONDecodeError:
+                records = None
+            if records is None or len(records) != len(lines):  # a damaged line: say which
+                records = []
+                for n, line in enumerate(lines, 1):
                     try:
-                        out.append(CommittedRecord(json.loads(line), f.stem, cid))
+                        records.append(json.loads(line))
                     except json.JSONDecodeError as e:
                         raise ValueError(f"{f}:{n}: damaged committed record: {e}") from None
+            stem = f.stem
+            out.extend(CommittedRecord(r, stem, cid) for r in records)
         return out
 
     @cached_property

@@ -80,7 +80,9 @@ def dial(
             try:
                 sock = secret.client_context().wrap_socket(sock)
             except (OSError, ssl.SSLError) as e:
-                raise TransportError(f"{what}: TLS handshake with {endpoint[0]}:{endpoint[1]} failed: {e}") from None
+                raise TransportError(
+                    f"{what}: TLS handshake with {endpoint[0]}:{endpoint[1]} failed: {e}"
+                ) from None
         session = client_handshake(sock, secret, context, max(0.1, deadline - time.monotonic()), what)
     except BaseException:
         sock.close()
@@ -130,7 +132,9 @@ class InputGate:
         self._links = links or [None] * num_channels
         self._listener = socket.create_server((host, 0), backlog=backlog or max(16, num_channels * 2))
         self._listener.setblocking(False)
-        self._door = Doorkeeper(self._listener, secret, self._check, f"input gate {task}", handshake_timeout_s)
+        self._door = Doorkeeper(
+            self._listener, secret, self._check, f"input gate {task}", handshake_timeout_s
+        )
         self._channels: dict[int, _InChannel] = {}
         self._claimed: set[int] = set()  # channels admitted (touched by the doorkeeper thread only)
         self._reported = 0
@@ -219,7 +223,9 @@ class InputGate:
                 return
             if not data:
                 if ch.decoder.pending_bytes:
-                    self._finish(ch, f"connection closed mid-frame ({ch.decoder.pending_bytes} bytes pending)")
+                    self._finish(
+                        ch, f"connection closed mid-frame ({ch.decoder.pending_bytes} bytes pending)"
+                    )
                 else:
                     self._finish(ch, None)
                 return
@@ -387,8 +393,15 @@ class OutputChannel:
             self.flush()
 
     def send_records(self, recs: Iterable[Any]) -> None:
-        for r in recs:
-            self.send_record(r)
+        """``send_record`` each of ``recs``: frames of ``batch_records`` go out as they fill."""
+        batch = self._batch
+        batch.extend(recs)
+        n = self.batch_records
+        if len(batch) >= n:
+            self._batch = batch[len(batch) - len(batch) % n :]
+            for i in range(0, len(batch) - len(batch) % n, n):
+                self._send(("records", batch[i : i + n]))
+                self.records_sent += n
 
     def flush(self) -> None:
         if self._batch:

@@ -23,7 +23,7 @@ from harness.spark import inband
 from harness.spark.network import Endpoint, advertised_host, bind_host, data_link
 from harness.spark.transport import CoordinatorClient, InputGate, OutputChannel, RunSecret, TransportError
 from harness.storage_gate import GatedStorage
-from harness.tasks import SourceTask, StreamTask, TaskEnv, task_name
+from harness.tasks import SourceTask, StreamTask, TaskEnv, merge_record_runs, task_name
 from harness.toxics.inband import toxic_layer
 from reference_impl.checkpoint import FileSystemCheckpointStorage, StateFileHandle, load_metadata
 from reference_impl.rescale import assign_state, restore_subtask
@@ -88,11 +88,11 @@ class _Output:
         self.held: dict[int, deque[Any]] = {}
         self.delay_next: dict[int, float] = {}
 
-    def send(self, target: int, record: Any) -> None:
+    def send_records(self, target: int, records: list[Any]) -> None:
         if target in self.held:
-            self.held[target].append(("r", record))
+            self.held[target].append(("r", records))
         else:
-            self.channels[target].send_record(record)
+            self.channels[target].send_records(records)
 
     def broadcast(self, item: Any) -> None:
         wire = to_wire(item)
@@ -111,7 +111,7 @@ class _Output:
             del self.hold[i]
             for kind, x in self.held.pop(i):
                 if kind == "r":
-                    self.channels[i].send_record(x)
+                    self.channels[i].send_records(x)
                 else:
                     self.channels[i].send_control(x)
 
@@ -289,6 +289,22 @@ def _route(link: _Link, net: dict[str, Any], up: str, down: str, real: Endpoint)
     return (reply.host, reply.port)
 
 
+_GATHER_FRAMES = 64  # records frames (256 records each) taken in before the task handles them
+
+
+def _take_input(gate: InputGate, blocked: set[int]) -> list[tuple[int, Any]]:
+    """What the gate holds, gathered over a few polls while only records frames arrive (up to
+    ``_GATHER_FRAMES``): the task then handles larger runs of records (larger groups per key for
+    ``process_elements``). Stops at the first other message, so no barrier is passed over."""
+    messages = gate.poll(blocked, 0.005, _GATHER_FRAMES)
+    while 0 < len(messages) < _GATHER_FRAMES and all(m[0] == "records" for _, m in messages):
+        more = gate.poll(blocked, 0.0, _GATHER_FRAMES - len(messages))
+        if not more:
+            break
+        messages += more
+    return messages
+
+
 def _loop(
     task: Any,
     link: _Link,
@@ -365,7 +381,8 @@ def _loop(
         else:
             assert gate is not None
             task.advance_time()
-            for ch, msg in gate.poll(task.blocked_channels(), 0.005, 512):
+            messages = _take_input(gate, task.blocked_channels())
+            for ch, msg in merge_record_runs(messages, task.is_broadcast_input):
                 tag = msg[0]
                 if tag == "records":
                     task.on_records(ch, msg[1])

@@ -48,6 +48,21 @@ OPERATOR = "operator"  # the section id of operator state (key groups are ints)
 PRE = struct.Struct(">4sHI")  # magic, version, header length
 U32 = struct.Struct(">I")
 CHUNK = 64 << 10  # bytes per read when a check streams a file: the whole memory a check needs
+# below this many bytes a state file is written and read in the caller's thread: starting a helper
+# thread costs more than the overlap of I/O and (de)coding saves on a small file
+THREAD_FROM_BYTES = 1 << 20
+
+
+class Done:
+    """A result already computed, in the place of a ``Future`` (work done in the caller's thread)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def result(self) -> Any:
+        return self.value
 
 
 class CorruptStateFileError(ValueError):
@@ -239,9 +254,10 @@ def prefetched(
 ) -> Iterator[tuple[Any, int, int, memoryview, int]]:
     """``(sid, length, crc, data, crc of data)`` per section (absolute offsets), in order. With a real
     file, one reader thread reads and checksums section i+1 (both release the GIL) into the other of
-    two buffers while the caller decodes section i; ``data`` is valid until the next item."""
+    two buffers while the caller decodes section i (for a file of ``THREAD_FROM_BYTES`` or more);
+    ``data`` is valid until the next item."""
     readers = (_SectionReader(fh), _SectionReader(fh))
-    if readers[0].fd < 0 or len(sections) < 2:
+    if readers[0].fd < 0 or len(sections) < 2 or sum(s[2] for s in sections) < THREAD_FROM_BYTES:
         for sid, offset, length, section_crc in sections:
             data, data_crc = readers[0].read_and_crc(offset, length)
             yield sid, length, section_crc, data, data_crc

@@ -23,9 +23,11 @@ from reference_impl.checkpoint.container import (
     MAGIC,
     OPERATOR,
     PRE,
+    THREAD_FROM_BYTES,
     TRAILER_MAGIC,
     U32,
     CorruptStateFileError,
+    Done,
     Header,
     crc,
     crc32_combine,
@@ -84,7 +86,7 @@ def write_subtask_state(
         write(view)
         return c & 0xFFFFFFFF
 
-    def finish(sid: str | int, done: Future[int], view: memoryview, packer: Any) -> None:
+    def finish(sid: str | int, done: Future[int] | Done, view: memoryview, packer: Any) -> None:
         nonlocal file_crc, offset
         section_crc, n = done.result(), len(view)
         index.append([sid, offset, n, section_crc])
@@ -95,9 +97,22 @@ def write_subtask_state(
             packer.reset()
 
     # two packers: key group i+1 is packed (holding the GIL) while key group i is checksummed and
-    # written by one writer thread, in order
-    with ThreadPoolExecutor(1, thread_name_prefix="state-writer") as writer:
-        pending: tuple[str | int, Future[int], memoryview, Any] | None = None
+    # written by one writer thread, in order; the thread starts only once THREAD_FROM_BYTES were
+    # written in the caller's thread (a small file is done sooner without one)
+    writer: ThreadPoolExecutor | None = None
+    inline = 0
+
+    def submit(view: memoryview) -> Future[int] | Done:
+        nonlocal writer, inline
+        if writer is None and inline < THREAD_FROM_BYTES:
+            inline += len(view)
+            return Done(crc_and_write(view))
+        if writer is None:
+            writer = ThreadPoolExecutor(1, thread_name_prefix="state-writer")
+        return writer.submit(crc_and_write, view)
+
+    try:
+        pending: tuple[str | int, Future[int] | Done, memoryview, Any] | None = None
         if s.keyed is not None:
             k = s.keyed
             encoders = {name: encoder(m) for name, m in k.states.items()}
@@ -109,18 +124,21 @@ def write_subtask_state(
                 except (TypeError, OverflowError, ValueError) as e:
                     raise SerializerError(f"msgpack serializer: key group {kg}: {e}") from e
                 view = packer.getbuffer()
-                done = writer.submit(crc_and_write, view)
+                done = submit(view)
                 if pending is not None:
                     finish(*pending)
                 pending = (kg, done, view, packer)
         if s.operator is not None:
             view = memoryview(encode_operator(s.operator))
-            done = writer.submit(crc_and_write, view)
+            done = submit(view)
             if pending is not None:
                 finish(*pending)
             pending = (OPERATOR, done, view, None)
         if pending is not None:
             finish(*pending)
+    finally:
+        if writer is not None:
+            writer.shutdown()
     footer = msgpack.packb(index, use_bin_type=True)
     tail = footer + U32.pack(len(footer)) + U32.pack(crc(footer))
     file_crc = zlib.crc32(tail, file_crc)
