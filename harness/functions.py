@@ -88,9 +88,11 @@ class RuntimeContext:
             raise ValueError(f"{self.task_name}[{self.subtask}]: cannot emit None")
         self._out.append(value)
 
-    def collect_all(self, values: list[Any]) -> None:
-        """``collect`` each of ``values``, in order, in one call (for ``process_elements``)."""
-        if None in values:
+    def collect_all(self, values: Iterable[Any]) -> None:
+        """``collect`` each of ``values`` (any iterable, a generator too), in order, in one call (for
+        ``process_elements``)."""
+        values = list(values)
+        if any(v is None for v in values):
             raise ValueError(f"{self.task_name}[{self.subtask}]: cannot emit None")
         self._out.extend(values)
 

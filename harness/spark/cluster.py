@@ -573,21 +573,17 @@ class SparkCluster:
             n = jsc.getExecutorMemoryStatus().size() - 1
             return [str(i) for i in range(n)]
 
-    def task_slots(self) -> int:
+    def task_slots(self) -> int | None:
         """Task slots of the executors the driver's scheduler knows now: what a barrier stage can run
-        at once (Spark's own barrier check, ``SparkContext.maxNumConcurrentTasks``)."""
+        at once (Spark's own barrier check, ``SparkContext.maxNumConcurrentTasks``); None when this
+        Spark does not say (adaptive recovery then stays off rather than guess)."""
         if self.sc is None:
-            return 0
+            return None
         jsc = self.sc._jsc.sc()
         try:  # private[spark] in Scala, public in bytecode
             return int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
         except Exception:
-            cores = int(self.sc.getConf().get("spark.executor.cores", "0") or 0)
-            m = _LOCAL_CLUSTER.match(self.master)
-            per = int(m.group(2)) if m else cores or 1
-            return (
-                len(self.registered_executors()) * per // int(self.sc.getConf().get("spark.task.cpus", "1"))
-            )
+            return None
 
     def wait_for_executors(self, n: int, timeout_s: float = 60.0) -> dict[str, int]:
         """Wait until ``n`` executors are registered (and, on local-cluster, their JVMs are found);

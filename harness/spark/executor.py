@@ -136,6 +136,7 @@ class SparkExecutor(Driver):
         self._slots_polled = 0.0
         self._job_group = ""  # the running Spark job's group (one per job, so a cancel hits only it)
         self.held_for_scale_up: int | None = None  # since when the end of input waits for a scale-up
+        self.scale_up_given_up = False  # that wait ran out: the input ends at the parallelism there is
 
     def _deployment_number(self) -> int:
         return self.dep.number if self.dep else -1
@@ -252,11 +253,11 @@ class SparkExecutor(Driver):
             case ctl.Decline(deployment, cid, op, sub, reason):
                 if dep is not None and deployment == dep.number and self.coord is not None:
                     self.coord.decline(cid, op, sub, reason, self.now_ms())
-            case ctl.Exhausted():
-                if dep is not None:
+            case ctl.Exhausted():  # only from this deployment's tasks, not a cancelled job's late ones
+                if dep is not None and task in dep.registered:
                     dep.exhausted.add(task)
             case ctl.Ended():
-                if dep is not None:
+                if dep is not None and task in dep.registered:
                     dep.ended.add(task)
             case ctl.FailpointHit(name, target):
                 action = self._failpoint_action(name, target)
@@ -411,8 +412,12 @@ class SparkExecutor(Driver):
         self._slots_polled = t
         bound = cfg.resource_stabilization_timeout_ms / 1000
         slots = self.cluster.task_slots()
-        if self.lost_at is None and self.coord is not None and slots < self.slots:
-            self.lost_at = t  # Spark removed an executor the running deployment had a task on
+        if slots is None or self.stopping_for_rescale:  # slots unknown here; a stop is on its way
+            return
+        if self.lost_at is None and slots < self.slots and (self.coord is not None or self.deployments > 1):
+            # Spark removed an executor the running deployment had a task on, or a redeployment
+            # (a restart, a rescale) waits for more slots than there are
+            self.lost_at = t
         if self.lost_at is not None:
             if t - self.lost_at >= bound and 1 <= slots < self.slots:
                 self.adapt_to = fit(self.configured, slots)
@@ -429,7 +434,8 @@ class SparkExecutor(Driver):
             or self.final_after is not None
             or self.rescales.busy
             or self.stopping_for_rescale
-            or larger.slots <= self.slots
+            or (sum(larger.parallelism.values()), larger.slots)
+            <= (sum(self.graph.parallelism().values()), self.slots)  # more subtasks, or unshared
         ):
             self.capacity_since = None
             return
@@ -440,20 +446,30 @@ class SparkExecutor(Driver):
                 RescaleRequest("time_ms", 0, larger.parallelism, True, reason="adaptive", slots=larger.slots)
             )
 
+    def _drop_adaptive_requests(self) -> None:
+        rs = self.rescales
+        rs.requests = [r for r in rs.requests if r.reason != "adaptive"]
+        if rs.ready is not None and rs.ready.reason == "adaptive":
+            rs.ready = None
+        if rs.savepoint is not None and rs.savepoint[1].reason == "adaptive":
+            rs.savepoint = None
+
     def _holds_for_scale_up(self, exhausted_all: bool, now: int) -> bool:
         """The end of input waits while the job runs smaller than configured; once every source is
         exhausted, bounded as the gate bounds a wait for planned triggers (``input_held``/
         ``input_released``): a job ends at its configured parallelism when the slots come back in time."""
         full = sum(self.configured.values())
-        smaller = self.graph.parallelism() != self.configured or self.slots < full
-        if self.adaptive.enabled and smaller:
+        smaller = self.graph.parallelism() != self.configured  # a scale-up would change the parallelism
+        if self.adaptive.enabled and smaller and not self.scale_up_given_up:
             if not exhausted_all:
                 return True
             if self.held_for_scale_up is None:
                 self.held_for_scale_up = now
                 waiting = [f"adaptive scale-up to {self.configured} on {full} task slots"]
                 self.history.emit("input_held", waiting=waiting, limit_ms=self.gate.limit_ms)
-            return now - self.held_for_scale_up < self.gate.limit_ms
+            if now - self.held_for_scale_up < self.gate.limit_ms:
+                return True
+            self.scale_up_given_up = True  # the slots did not come back in time: the job ends smaller
         if self.held_for_scale_up is not None:
             self.history.emit("input_released", waiting=[], held_ms=now - self.held_for_scale_up)
             self.held_for_scale_up = None
@@ -502,6 +518,11 @@ class SparkExecutor(Driver):
                     req = self.rescales.take()
                     assert req is not None
                     self.stopping_for_rescale = False
+                    if req.reason == "adaptive":  # what the slots allow now, not when it was queued
+                        now_fit = fit(self.configured, max(self.cluster.task_slots() or 1, 1))
+                        req.parallelism, req.slots = now_fit.parallelism, now_fit.slots
+                    elif isinstance(req.parallelism, dict):  # a step naming some operators: the rest
+                        req.parallelism = {**self.configured, **req.parallelism}  # as configured
                     graph, why = self._rescaled(req), None
                     self.slots = req.slots or len(graph.subtasks())
                     if req.reason != "adaptive":  # a planned rescale sets the parallelism to adapt from
@@ -509,6 +530,7 @@ class SparkExecutor(Driver):
                 case "adapt":
                     target, self.adapt_to, self.lost_at = self.adapt_to, None, None
                     assert target is not None
+                    self._drop_adaptive_requests()  # a scale-up queued before the loss is stale
                     old, self.slots = self.graph.parallelism(), target.slots
                     self._retire("resources lost")
                     self.master.record_rescale(
