@@ -47,3 +47,29 @@ def test_lost_executor_resumes_smaller_then_scales_back_up(run_scenario):
     assert ("count", 1) in {(op, p) for _, op, p in restores}  # it ran at count 1 in between
     end = next(e for e in events if e["type"] == "run_end")
     assert (end["status"], end["records_committed"]) == ("finished", SCENARIO["records"])
+
+
+def test_one_slot_left_runs_every_operator_in_one_shared_slot(run_scenario):
+    """local-cluster[2,1]: the job (source 1, count 1) loses one of its 2 slots, so both subtasks run
+    on threads of one barrier task (Flink's slot sharing) with the batched task loop, from the latest
+    checkpoint; its parallelism is what was configured, so the input is not held for a scale-up."""
+    scenario = {
+        **SCENARIO,
+        "name": "spark-adaptive-shared-slot",
+        "cluster": "local-cluster[2,1,1024]",
+        "parallelism": {"source": 1, "count": 1},
+    }
+    outcome = run_scenario(scenario)
+    assert outcome.error is None, outcome.error
+    assert outcome.passed, [(v["oracle"], v["summary"], v["details"][:5]) for v in outcome.failed_checks]
+    events = list(read_history(RunStore(outcome.run_dir).history))
+    adaptive = [
+        (e["to"], e["slots"]) for e in events if e["type"] == "rescale" and e.get("reason") == "adaptive"
+    ]
+    assert adaptive[0] == ({"source": 1, "count": 1}, 1), adaptive  # both subtasks in the one slot left
+    assert all(slots == 2 for _, slots in adaptive[1:]), adaptive  # a scale-up, if in time: unshared
+    shared = adaptive and next(e for e in events if e["type"] == "rescale" and e.get("reason") == "adaptive")
+    restored_after = [e for e in events if e["type"] == "restore" and e["t"] >= shared["t"]]
+    assert {e["operator"] for e in restored_after} == {"source", "count"}, restored_after
+    end = next(e for e in events if e["type"] == "run_end")
+    assert (end["status"], end["records_committed"]) == ("finished", scenario["records"])
