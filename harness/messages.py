@@ -48,8 +48,10 @@ __all__ = [
     "InbandFault",
     "FailpointReply",
     "Routed",
+    "Peers",
     # task -> driver
     "Register",
+    "Gather",
     "Listening",
     "Refused",
     "Restored",
@@ -285,12 +287,30 @@ class Routed(Message):
     port: int
 
 
+@message("peers")
+class Peers(Message):
+    """The reply to :class:`Gather`, once every task of the deployment has sent one: their values in
+    the deployment's task order."""
+
+    values: list
+
+
 # ---------------------------------------------------------------------------- task -> driver
 
 
 @message("register")
 class Register(Message):
     partition: int
+
+
+@message("gather")
+class Gather(Message):
+    """This task's value for :class:`Peers` (its input gate's endpoint). What
+    ``BarrierTaskContext.allGather`` does, through the driver: PySpark's barrier calls poll their
+    result once a second, so each one took a second of every deployment's start."""
+
+    deployment: int
+    value: str
 
 
 @message("listening")

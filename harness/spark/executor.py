@@ -53,6 +53,7 @@ class _Deployment:
     restored: set[str]
     exhausted: set[str]
     ended: set[str] = field(default_factory=set)  # keyed subtasks end of input has passed
+    gathered: dict[str, str] = field(default_factory=dict)  # task -> its Gather value
     input_ended: set[str] = field(default_factory=set)  # exhausted sources told to send end of input
 
 
@@ -237,6 +238,9 @@ class SparkExecutor(Driver):
                 )
             case ctl.Register():
                 self._register(task)
+            case ctl.Gather(deployment, value):
+                if dep is not None and deployment == dep.number:
+                    self._gather(dep, task, value)
             case ctl.Restored():
                 assert dep is not None
                 dep.restored.add(task)
@@ -293,6 +297,16 @@ class SparkExecutor(Driver):
             self._send(task, ctl.StorageGate(*self.storage_mode))
         if self.stopping_for_rescale:
             self._send(task, ctl.Cancel())
+
+    def _gather(self, dep: _Deployment, task: str, value: str) -> None:
+        """Every task's Gather in, every task gets all values (in task order): the deployment's
+        allGather, as fast as the coordinator links."""
+        dep.gathered[task] = value
+        names = [task_name(op, i) for op, i, _ in dep.graph.subtasks()]
+        if len(dep.gathered) == len(names) and all(t in dep.gathered for t in names):
+            peers = ctl.Peers([dep.gathered[t] for t in names])
+            for t in names:
+                self._send(t, peers)
 
     def _stats(self, task: str, n_in: int, n_out: int) -> None:
         op, sub = task.rstrip("]").split("[")

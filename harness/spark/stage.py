@@ -51,13 +51,11 @@ def _stage_body(
         ctx = BarrierTaskContext.get()
         mine, attempt = layout[ctx.partitionId()], ctx.taskAttemptId()
         if not shared:
-            yield run_subtask(g, run_dir, coordinators, secret, mine[0], ctx, attempt)
+            yield run_subtask(g, run_dir, coordinators, secret, mine[0], attempt)
         else:
             from harness.spark.slot_sharing import run_shared
 
-            yield from run_shared(
-                lambda p, c: run_subtask(g, run_dir, coordinators, secret, p, c, attempt), mine, ctx
-            )
+            yield from run_shared(lambda p: run_subtask(g, run_dir, coordinators, secret, p, attempt), mine)
 
     return body
 

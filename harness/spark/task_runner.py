@@ -170,7 +170,6 @@ def run_subtask(
     coordinators: dict[str, Endpoint],
     secret: RunSecret,
     partition: int,
-    ctx: Any,
     spark_attempt: int,
 ) -> dict[str, Any]:
     """The body of barrier task ``partition``. Returns a small summary (the stage's output).
@@ -197,7 +196,8 @@ def run_subtask(
             gate = InputGate(n_inputs, secret, name, deployment, host=bind_host(net), links=links)
             link.send(ctl.Listening("{}:{}".format(*gate.endpoint)))
         mine = {"task": name, "endpoint": [advertised_host(net), gate.endpoint[1]] if gate else None}
-        everyone = {d["task"]: d["endpoint"] for d in map(json.loads, ctx.allGather(json.dumps(mine)))}
+        gathered = link.request(ctl.Gather(deployment, json.dumps(mine)), ctl.Peers, timeout_s=120).values
+        everyone = {d["task"]: d["endpoint"] for d in map(json.loads, gathered)}
         names = [down for up, down in channels if up == name]
         if names:
             ends = [_route(link, net, name, n, tuple(everyone[n])) for n in names]

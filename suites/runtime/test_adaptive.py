@@ -10,7 +10,7 @@ import pytest
 
 from harness.adaptive import AdaptiveConfig, fit, slot_layout
 from harness.jobs import build_job
-from harness.spark.slot_sharing import SharedGather
+from harness.spark.slot_sharing import run_shared
 
 pytestmark = [allure.epic("runtime"), allure.feature("adaptive recovery")]
 
@@ -51,22 +51,19 @@ def test_slot_layout_one_per_slot_or_subtask_j_of_every_operator_in_slot_j():
         slot_layout(subtasks, 1)
 
 
-def test_a_shared_slot_gathers_once_for_all_its_subtasks():
-    calls = []
+def test_a_shared_slot_runs_its_subtasks_together_and_fails_as_a_whole():
+    started = threading.Barrier(2, timeout=10)  # both subtasks run at once, on threads of the slot
 
-    class Ctx:
-        def allGather(self, message):  # noqa: N802
-            calls.append(message)
-            return [message, '["other"]']
+    def one(p):
+        started.wait()
+        return {"partition": p}
 
-    gather = SharedGather(Ctx(), 2)
-    got = {}
-    threads = [
-        threading.Thread(target=lambda m=m: got.setdefault(m, gather.allGather(m))) for m in ("a", "b")
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(10)
-    assert len(calls) == 1
-    assert sorted(got["a"]) == sorted(got["b"]) == ["a", "b", "other"]
+    assert run_shared(one, [3, 1]) == [{"partition": 3}, {"partition": 1}]
+
+    def failing(p):
+        if p == 1:
+            raise RuntimeError("subtask 1 failed")
+        return {"partition": p}
+
+    with pytest.raises(RuntimeError, match="subtask 1 failed"):
+        run_shared(failing, [0, 1])

@@ -21,7 +21,9 @@ from harness.messages import (
     Deploy,
     Emit,
     FailpointReply,
+    Gather,
     MessageError,
+    Peers,
     Skew,
     StorageGate,
     Trigger,
@@ -43,6 +45,8 @@ SAMPLES = [
     StorageGate("slow", 250),
     Emit("ttl_read", {"key": "k1", "values": [1, 2]}),
     Crash(),
+    Gather(2, '{"task": "count[0]", "endpoint": ["127.0.0.1", 4242]}'),
+    Peers(['{"task": "source[0]", "endpoint": null}']),
 ]
 
 
