@@ -1,6 +1,6 @@
 """Ours batched against ours per record, side by side with the bare loop and Spark's
 ``applyInPandasWithState``, in one run on ``local-cluster[2,1,2048]``; plus ours at 5,000 records,
-the fixed cost (submission, worker fork, allGather, final checkpoint), for a steady-state estimate.
+the fixed cost (submission, worker fork, endpoint exchange, final checkpoint), for a steady-state estimate.
 
     ./dev python -m chaos.bench.batched_e2e [RECORDS] [KEYS] [--no-pandas]
 

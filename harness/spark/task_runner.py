@@ -1,7 +1,7 @@
 """What runs inside each Spark barrier task: one subtask of the job, driven by the same task code as
 the sim executor (``harness.tasks``). The task registers with the driver's coordinator link, learns
 which deployment it belongs to and which checkpoint to restore, exchanges data endpoints with its
-peers through ``BarrierTaskContext.allGather``, streams records and barriers over TCP, and obeys the
+peers through the driver (``Gather``/``Peers``), streams records and barriers over TCP, and obeys the
 driver (trigger, complete, abort, finish, cancel, and the chaos hooks: crash, skew, storage gate,
 barrier delay). Any exception fails the Spark task, and with it the barrier stage."""
 
@@ -188,7 +188,7 @@ def run_subtask(
         if "toxics" in net:  # in-band network faults: the run's toxics before any link is dialled
             toxic_layer().replace(net["toxics"])
         link.send(inband.home_message())  # in-band process faults: where this task runs
-        # data endpoints: every task learns every task's input gate through allGather
+        # data endpoints: every task learns every task's input gate through the driver
         channels = graph.channels()
         n_inputs = sum(1 for _, down in channels if down == name)
         if n_inputs:
