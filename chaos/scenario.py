@@ -20,6 +20,7 @@ from pydantic import Field, PrivateAttr, ValidationError, field_validator, model
 from chaos.faults import FAULT_KINDS, FaultParams
 from chaos.faults.delivery import cluster_problem
 from chaos.trigger import Duration, Strict, Trigger, coerce_trigger, parse_duration_ms
+from harness.adaptive import AdaptiveConfig  # the runtime owns the adaptive defaults
 from harness.failpoints import FAILPOINTS  # the runtime owns its failpoint names
 from harness.oracles import ORACLES  # the oracle registry owns the check names
 from reference_impl.errors import InputError
@@ -111,7 +112,7 @@ class AdaptiveSettings(Strict):
     restart with the slots left after an executor is lost, scale up when they return. Sim ignores it."""
 
     enabled: bool = True
-    resource_stabilization_timeout_ms: Duration = 1000
+    resource_stabilization_timeout_ms: Duration = AdaptiveConfig.resource_stabilization_timeout_ms
 
     @field_validator("resource_stabilization_timeout_ms", mode="before")
     @classmethod

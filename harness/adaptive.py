@@ -26,7 +26,7 @@ class AdaptiveConfig:
     restarts with fewer, and how long returned slots must stay before the job scales up onto them."""
 
     enabled: bool = True
-    resource_stabilization_timeout_ms: int = 1000
+    resource_stabilization_timeout_ms: int = 0  # the slots are polled every 200 ms; a new JVM takes longer
 
     def __post_init__(self) -> None:
         if self.resource_stabilization_timeout_ms < 0:
