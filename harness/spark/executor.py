@@ -532,8 +532,9 @@ class SparkExecutor(Driver):
                     req = self.rescales.take()
                     assert req is not None
                     self.stopping_for_rescale = False
-                    if req.reason == "adaptive":  # what the slots allow now, not when it was queued
-                        now_fit = fit(self.configured, max(self.cluster.task_slots() or 1, 1))
+                    slots = self.cluster.task_slots()
+                    if req.reason == "adaptive" and slots:  # what the slots allow now, not when queued
+                        now_fit = fit(self.configured, slots)
                         req.parallelism, req.slots = now_fit.parallelism, now_fit.slots
                     elif isinstance(req.parallelism, dict):  # a step naming some operators: the rest
                         req.parallelism = {**self.configured, **req.parallelism}  # as configured
