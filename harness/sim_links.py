@@ -30,13 +30,10 @@ class SimChannel:
         self.barrier_delay_ms = 0
 
     def push(self, at: int, item: Any) -> None:
-        if at < self.last:
-            at = self.last
-        self.last = at
-        self.q.append((at, item))
+        self.push_all(at, [item])
 
     def push_all(self, at: int, items: list[Any]) -> None:
-        """``push`` each of ``items`` at ``at``."""
+        """``items`` in order, due at ``at`` (never before what was pushed last: a channel is FIFO)."""
         if at < self.last:
             at = self.last
         self.last = at

@@ -388,9 +388,7 @@ class OutputChannel:
         self.frames_sent += 1
 
     def send_record(self, rec: Any) -> None:
-        self._batch.append(rec)
-        if len(self._batch) >= self.batch_records:
-            self.flush()
+        self.send_records((rec,))
 
     def send_records(self, recs: Iterable[Any]) -> None:
         """``send_record`` each of ``recs``: frames of ``batch_records`` go out as they fill."""

@@ -34,8 +34,6 @@ def _stage_body(
     from pyspark import cloudpickle
 
     blob = cloudpickle.dumps(graph)  # user modules registered by value travel inside
-    # shared slots gather in batches (``SharedGather``): then every slot must, even one holding one subtask
-    shared = any(len(slot) > 1 for slot in layout)
 
     def body(it: Any) -> Any:
         import pickle
@@ -50,7 +48,7 @@ def _stage_body(
         list(it)
         ctx = BarrierTaskContext.get()
         mine, attempt = layout[ctx.partitionId()], ctx.taskAttemptId()
-        if not shared:
+        if len(mine) == 1:
             yield run_subtask(g, run_dir, coordinators, secret, mine[0], attempt)
         else:
             from harness.spark.slot_sharing import run_shared
