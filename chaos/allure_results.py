@@ -137,7 +137,8 @@ def history_steps(history: Path) -> list[dict[str, Any]]:
                 what = "start with empty state" if cid is None else f"restore from checkpoint {cid}"
                 steps.append(_step(f"{what} (attempt {e.get('attempt')})", t))
         elif typ == "rescale":
-            steps.append(_step(f"rescale {e.get('from')} -> {e.get('to')}", t))
+            why = f" (adaptive: {e.get('slots')} task slots)" if e.get("reason") == "adaptive" else ""
+            steps.append(_step(f"rescale {e.get('from')} -> {e.get('to')}{why}", t))
         elif typ == "input_held":
             steps.append(_step(f"input ended; held for {', '.join(e.get('waiting', []))}", t))
         elif typ == "input_released" and steps:

@@ -264,7 +264,8 @@ def story(run_dir: Path) -> list[str]:
                 f"{e['reason']}"
             )
         elif e["type"] == "rescale":
-            out.append(f"{t} rescaled {e['from']} -> {e['to']} from checkpoint {e.get('checkpoint_id')}")
+            why = f" (adaptive: {e['slots']} task slots)" if e.get("reason") == "adaptive" else ""
+            out.append(f"{t} rescaled {e['from']} -> {e['to']} from checkpoint {e.get('checkpoint_id')}{why}")
         elif e["type"] == "input_held":
             out.append(f"{t} input ended; held for {', '.join(e['waiting'])}")
     if len(out) > _STORY_LINES:

@@ -52,7 +52,8 @@ class SssFault:
     also ``kill_worker`` (the container stays dead), ``stop_worker``, ``pause_worker`` and
     ``partition_worker`` (undone after ``seconds``), and ``network``: ``toxic`` (a Toxiproxy toxic
     or ``disable``) on the driver<->executor link for ``seconds``.
-    It strikes once ``after_batches`` micro-batches have committed."""
+    It strikes once ``after_batches`` micro-batches have committed, and no later batch gets input
+    before it has: batch ``after_batches`` runs under it whatever the machine's speed."""
 
     kind: str
     after_batches: int
@@ -211,7 +212,11 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
                 driver = None
                 break
             consumed = sum(len(v) for v in source_files(checkpoint).values())
-            if written < len(run.inputs) and consumed >= written:
+            planned = max((b.batch for b in read_offsets(checkpoint)), default=-1) + 1
+            # a due fault strikes before the next batch gets input, so batch ``after_batches`` runs
+            # under it however fast the machine finished the ones before
+            held = bool(pending) and planned >= pending[0].after_batches
+            if not held and written < len(run.inputs) and consumed >= written:
                 _write_csv(w / "input" / f"part-{written:05d}.csv", run.inputs[written], columns)
                 written += 1
             if pending and len(done) >= pending[0].after_batches and _can_strike(pending[0], checkpoint):

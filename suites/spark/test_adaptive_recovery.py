@@ -12,6 +12,7 @@ from __future__ import annotations
 import allure
 import pytest
 
+from chaos.runner import story
 from harness.history import read_history
 from harness.run_store import RunStore
 
@@ -47,6 +48,10 @@ def test_lost_executor_resumes_smaller_then_scales_back_up(run_scenario):
     assert ("count", 1) in {(op, p) for _, op, p in restores}  # it ran at count 1 in between
     end = next(e for e in events if e["type"] == "run_end")
     assert (end["status"], end["records_committed"]) == ("finished", SCENARIO["records"])
+    told = [line for line in story(outcome.run_dir) if " rescaled " in line]
+    assert told[:2] and all(
+        line.endswith(("(adaptive: 2 task slots)", "(adaptive: 3 task slots)")) for line in told[:2]
+    ), told
 
 
 def test_one_slot_left_runs_every_operator_in_one_shared_slot(run_scenario):
