@@ -1,7 +1,9 @@
 """Recovery time after an executor SIGKILL: ours vs Spark Structured Streaming's, on the same
 local-cluster, with the same keys and checkpoint interval.
 
-Both sides: SIGKILL the executor JVM with the lowest id right after the second checkpoint has
+Both sides: SIGKILL an executor JVM that runs the job (ours: the one running the stateful subtask,
+as its task reported; Structured Streaming: the one with the lowest id, which every micro-batch's
+tasks are spread over) right after the second checkpoint has
 completed (ours: the coordinator completed checkpoint 2; Structured Streaming: micro-batch 1's
 commit file exists), and stop the clock at the first checkpoint completed after that — ours: the
 first checkpoint of the next deployment, at whatever parallelism (Spark fails the barrier stage;
@@ -18,6 +20,7 @@ on two cluster shapes (``SHAPES_FULL``): with and without a spare task slot per 
 from __future__ import annotations
 
 import os
+import random
 import signal
 import tempfile
 import time
@@ -31,6 +34,7 @@ from chaos.bench.spark_streaming import run_structured_streaming_count, write_in
 __all__ = ["run", "KillAfterCheckpoint", "Measured"]
 
 KILL_AFTER = 2
+STATEFUL_TASK = "count[0]"  # ours: the kill hits the executor running the job's stateful subtask
 INTERVAL_MS = 500  # both sides
 # keys (state size at the kill). Both sides stop once they have recovered: ours reads an input too
 # large to end first (OURS_RECORDS, whatever the machine's speed) and the benchmark stops the run at
@@ -53,12 +57,24 @@ class Measured(Exception):  # noqa: N818 - not an error: the run has given what 
     cleanup (coordinator retired, links closed, ``run_end`` written) runs as it unwinds."""
 
 
-def _victim(cluster: Any) -> int:
-    """The pid of the live executor with the lowest id."""
+def _victim(cluster: Any, executor_id: str | None = None) -> int:
+    """The pid of executor ``executor_id``, else of the live executor with the lowest id."""
     pids = cluster.executor_pids()
     if not pids:
         raise RuntimeError("no executor process of the benchmark's cluster is visible")
+    if executor_id in pids:
+        return pids[executor_id]
     return pids[min(pids, key=lambda e: int(e) if e.isdigit() else 0)]
+
+
+def _executor_of(ex: Any, task: str) -> str | None:
+    """The executor that runs ``task`` in ``ex``'s current deployment, as the task reported it. Once a
+    kill has been replaced, the executor with the lowest id may run none of the job's tasks: killing it
+    would leave nothing to recover."""
+    try:
+        return ex.inband.target(task, random.Random(0)).home.executor_id
+    except (AttributeError, LookupError):
+        return None
 
 
 class KillAfterCheckpoint:
@@ -81,7 +97,7 @@ class KillAfterCheckpoint:
     def on_checkpoint_completed(self, checkpoint_id: int) -> None:
         dep = self.ex.dep.number if self.ex is not None and self.ex.dep is not None else 0
         if self.killed_at is None and checkpoint_id >= self.after:
-            pid = _victim(self.cluster)
+            pid = _victim(self.cluster, _executor_of(self.ex, STATEFUL_TASK))
             os.kill(pid, signal.SIGKILL)
             self.killed_at, self.killed_deployment = time.perf_counter(), dep
         elif self.killed_at is not None and self.recovery_seconds is None and dep > self.killed_deployment:

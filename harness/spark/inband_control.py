@@ -55,13 +55,14 @@ class InbandFaults:
                     "fault_delivered", fault_id=fault_id, delivery="inband", task=task, acted=acted, **details
                 )
 
-    def _current(self) -> dict[str, ExecutorHome]:
+    def current_homes(self) -> dict[str, ExecutorHome]:
+        """Where each task of the current deployment runs, as far as the tasks have reported it."""
         dep = self.deployment()
         return {t: h for t, (d, h) in sorted(self.homes.items()) if d == dep and h is not None}
 
     def target(self, target: str | None, rng: random.Random) -> InbandTarget:
         """The task that acts for ``target`` (``executor:N``, a subtask name, None: a random executor)."""
-        homes = self._current()
+        homes = self.current_homes()
         if not homes:
             raise NoTaskThere("no task of the current deployment has reported its executor yet")
         executors = sorted(
