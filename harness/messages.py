@@ -300,7 +300,11 @@ class Peers(Message):
 
 @message("register")
 class Register(Message):
+    """A task is up. ``job``: the Spark job group it was submitted in; the driver ignores a task of a
+    job it cancelled (Spark may still start a relaunch of it) so it cannot join the next deployment."""
+
     partition: int
+    job: str
 
 
 @message("gather")

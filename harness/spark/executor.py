@@ -237,8 +237,9 @@ class SparkExecutor(Driver):
                 self.history.emit(
                     "listening", listener=f"input gate of {task}", endpoint=endpoint, attempt=attempt
                 )
-            case ctl.Register():
-                self._register(task)
+            case ctl.Register(_, job):
+                if job == self._job_group:  # not a late task of a job cancelled to restart or adapt
+                    self._register(task)
             case ctl.Gather(deployment, value):
                 if dep is not None and deployment == dep.number:
                     self._gather(dep, task, value)

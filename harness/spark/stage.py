@@ -26,8 +26,10 @@ def _stage_body(
     coordinators: dict[str, Endpoint],
     secret: RunSecret,
     layout: list[list[int]],
+    job: str,
 ) -> Any:
-    """The barrier stage's function. The run's secret travels inside it (Spark ships the closure to
+    """The barrier stage's function (``job``: its Spark job group, which its tasks name on
+    registration). The run's secret travels inside it (Spark ships the closure to
     the executors), never on a command line, in a log or in a file. The job travels pickled, with the
     user's modules registered by value, so it is loaded on the executor where a failure can be told
     apart (its code cannot load there) from the job's own failures."""
@@ -49,11 +51,13 @@ def _stage_body(
         ctx = BarrierTaskContext.get()
         mine, attempt = layout[ctx.partitionId()], ctx.taskAttemptId()
         if len(mine) == 1:
-            yield run_subtask(g, run_dir, coordinators, secret, mine[0], attempt)
+            yield run_subtask(g, run_dir, coordinators, secret, mine[0], attempt, job)
         else:
             from harness.spark.slot_sharing import run_shared
 
-            yield from run_shared(lambda p: run_subtask(g, run_dir, coordinators, secret, p, attempt), mine)
+            yield from run_shared(
+                lambda p: run_subtask(g, run_dir, coordinators, secret, p, attempt, job), mine
+            )
 
     return body
 
@@ -73,7 +77,7 @@ def submit_stage(
     the cancel) when the thread ends."""
     n = len(layout)
     result: dict[str, Any] = {}
-    body = _stage_body(graph, run_dir, coordinators, secret, layout)
+    body = _stage_body(graph, run_dir, coordinators, secret, layout, group)
 
     def run() -> None:
         try:

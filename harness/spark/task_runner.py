@@ -171,8 +171,10 @@ def run_subtask(
     secret: RunSecret,
     partition: int,
     spark_attempt: int,
+    job: str,
 ) -> dict[str, Any]:
-    """The body of barrier task ``partition``. Returns a small summary (the stage's output).
+    """The body of barrier task ``partition`` of the Spark job in group ``job``. Returns a small
+    summary (the stage's output).
     ``coordinators`` maps each task to the endpoint of its coordinator link (a proxy, when routed);
     every link opens with the handshake under the run's ``secret``."""
     op, sub, stage = graph.subtasks()[partition]
@@ -183,7 +185,7 @@ def run_subtask(
     output: _Output | None = None
     task: Any = None
     try:
-        deploy = link.request(ctl.Register(partition), ctl.Deploy, timeout_s=120)
+        deploy = link.request(ctl.Register(partition, job), ctl.Deploy, timeout_s=120)
         deployment, chk_path, net = deploy.deployment, deploy.checkpoint_path, deploy.network
         if "toxics" in net:  # in-band network faults: the run's toxics before any link is dialled
             toxic_layer().replace(net["toxics"])
