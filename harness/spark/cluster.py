@@ -230,10 +230,6 @@ class SparkCluster:
             # a barrier task killed with its stage (an executor lost) frees its slot for the relaunch
             # soon: its Python worker is killed after 200 ms, not Spark's 2 s (its task never checks)
             "spark.python.task.killTimeout": "200ms",
-            # a barrier stage launches only when one offer round has a free slot for every task; the
-            # scheduler offers on task events and every revive interval (1 s by default): a relaunch
-            # whose slots freed between events waited up to that second
-            "spark.scheduler.revive.interval": "100ms",
             # 2-core box: fewer GC threads, quicker JIT warm-up
             "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
             "spark.executor.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",

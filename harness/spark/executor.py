@@ -133,7 +133,6 @@ class SparkExecutor(Driver):
         self.slots = len(graph.subtasks())
         self.lost_at: float | None = None
         self.adapt_to: Fit | None = None
-        self.restart_now: str | None = None  # why the job was cancelled to restart at its parallelism
         self.capacity_since: float | None = None
         self._slots_polled = 0.0
         self._job_group = ""  # the running Spark job's group (one per job, so a cancel hits only it)
@@ -238,7 +237,7 @@ class SparkExecutor(Driver):
                     "listening", listener=f"input gate of {task}", endpoint=endpoint, attempt=attempt
                 )
             case ctl.Register(_, job):
-                if job == self._job_group:  # not a late task of a job cancelled to restart or adapt
+                if job == self._job_group:  # not a late task of a job cancelled (adaptive recovery)
                     self._register(task)
             case ctl.Gather(deployment, value):
                 if dep is not None and deployment == dep.number:
@@ -372,8 +371,6 @@ class SparkExecutor(Driver):
                 self._adapt(now)
                 if self.adapt_to is not None:  # the cancelled job ends on its own: no task of it runs
                     return _Outcome("adapt")
-                if self.restart_now is not None:
-                    return _Outcome("restart")
                 if self.rescales.ready is not None and not self.stopping_for_rescale:
                     self.stopping_for_rescale = True
                     self._broadcast(ctl.Cancel())
@@ -420,14 +417,12 @@ class SparkExecutor(Driver):
         """Adaptive recovery, polled from the driver loop (slots at most every 200 ms). A deployment
         lost (a task's link closed, or Spark's scheduler has fewer slots than the running deployment
         takes: an executor it ran on is gone) for longer than the resource stabilization timeout, with
-        fewer slots than it takes, is cancelled (``_drive`` resubmits it smaller), and with enough slots
-        but an executor of one of its tasks gone, it is cancelled and resubmitted as it is at once
-        (Spark would fail and relaunch the barrier stage, slower); a deployment smaller
+        fewer slots than it takes, is cancelled (``_drive`` resubmits it smaller); a deployment smaller
         than the configured one rescales up (stop with a savepoint) once enough slots for a larger one
         have stayed as long."""
         cfg = self.adaptive
         t = time.monotonic()
-        if not cfg.enabled or self.adapt_to or self.restart_now or t - self._slots_polled < 0.2:
+        if not cfg.enabled or self.adapt_to is not None or t - self._slots_polled < 0.2:
             return
         self._slots_polled = t
         bound = cfg.resource_stabilization_timeout_ms / 1000
@@ -444,11 +439,6 @@ class SparkExecutor(Driver):
                 self.history.emit(
                     "resources_lost", slots=slots, needed=self.slots, waited_ms=int((t - self.lost_at) * 1000)
                 )
-                self._cancel_job()
-            elif slots >= self.slots and (gone := self._executors_gone()):
-                # enough slots, but a task's executor is gone: restart now, as Flink fails over a
-                # region, instead of waiting while Spark fails and relaunches the barrier stage
-                self.restart_now = f"executor {', '.join(gone)} running a task was lost: restarted at once"
                 self._cancel_job()
             return
         larger = fit(self.configured, max(slots, 1))
@@ -473,11 +463,6 @@ class SparkExecutor(Driver):
         # the job first: a task that ends cleanly after it cannot complete part of a relaunch
         self.cluster.sc.cancelJobGroup(self._job_group)
         self._broadcast(ctl.Cancel())  # tasks still running end now, not when Spark kills them
-
-    def _executors_gone(self) -> list[str]:
-        """Executors the current deployment's tasks reported running on that Spark no longer has."""
-        ran_on = {h.executor_id for h in self.inband.current_homes().values()}
-        return sorted(ran_on - set(self.cluster.registered_executors())) if ran_on else []
 
     def _drop_adaptive_requests(self) -> None:
         rs = self.rescales
@@ -572,8 +557,6 @@ class SparkExecutor(Driver):
                     )
                     graph = self.graph.with_parallelism(target.parallelism)
                     why = f"an executor was lost: {target.slots} task slots left"
-                case "restart":
-                    why, self.restart_now, self.lost_at = self.restart_now, None, None
                 case "failed":
                     why = f"Spark gave up on the stage: {outcome.error}"
 
@@ -583,9 +566,8 @@ class SparkExecutor(Driver):
 
 @dataclass(frozen=True)
 class _Outcome:
-    """How one Spark job ended: "finished", "rescale", "adapt" or "restart" (cancelled by adaptive
-    recovery: resubmit smaller, or at once at the same parallelism), or "failed" (Spark gave up on the
-    stage: ``error``)."""
+    """How one Spark job ended: "finished", "rescale", "adapt" (cancelled by adaptive recovery: resubmit
+    smaller), or "failed" (Spark gave up on the stage: ``error``)."""
 
     kind: str
     error: str = ""

@@ -78,28 +78,3 @@ def test_one_slot_left_runs_every_operator_in_one_shared_slot(run_scenario):
     assert {e["operator"] for e in restored_after} == {"source", "count"}, restored_after
     end = next(e for e in events if e["type"] == "run_end")
     assert (end["status"], end["records_committed"]) == ("finished", scenario["records"])
-
-
-def test_lost_executor_with_slots_to_spare_restarts_at_once(run_scenario):
-    """local-cluster[2,2]: the executor running count[0] kills itself (in band, so it is the one with
-    the stateful task, wherever Spark placed it); the survivor's two slots can take the whole job, so
-    the driver cancels the job and resubmits it at its parallelism at once instead of waiting for
-    Spark's barrier-stage relaunch: one restart, no rescale, every oracle holds."""
-    scenario = {
-        **SCENARIO,
-        "name": "spark-restart-at-once",
-        "cluster": "local-cluster[2,2,1024]",
-        "parallelism": {"source": 1, "count": 1},
-        "faults": [
-            {"at": "checkpoint:2", "kind": "kill_executor", "target": "count[0]", "delivery": "inband"}
-        ],
-    }
-    outcome = run_scenario(scenario)
-    assert outcome.error is None, outcome.error
-    assert outcome.passed, [(v["oracle"], v["summary"], v["details"][:5]) for v in outcome.failed_checks]
-    events = list(read_history(RunStore(outcome.run_dir).history))
-    restarts = [e["reason"] for e in events if e["type"] == "job_restart"]
-    assert restarts and restarts[0].endswith("running a task was lost: restarted at once"), restarts
-    assert not [e for e in events if e["type"] in ("rescale", "resources_lost")]
-    end = next(e for e in events if e["type"] == "run_end")
-    assert (end["status"], end["records_committed"]) == ("finished", scenario["records"])
