@@ -21,6 +21,7 @@ from reference_impl.checkpoint import (
     NoIntactCheckpointError,
     RestoreReport,
 )
+from reference_impl.checkpoint.completed import METADATA
 from reference_impl.checkpoint.format import referenced_shared_files
 from reference_impl.errors import InfrastructureError
 from reference_impl.rescale import SubtaskAssignment, assign_state
@@ -236,6 +237,14 @@ class JobMaster:
             return
         coord.abort_all(now_ms, reason)
         self.next_checkpoint_id = max(self.next_checkpoint_id, coord.next_id)
+
+    def discard_late_state(self, checkpoint_id: int) -> None:
+        """A task of a retired deployment acknowledged ``checkpoint_id`` after its coordinator had
+        aborted it (Flink discards a late ack's state too): ids are never reused, so that checkpoint
+        never completes, and what the task wrote into its directory goes, unless it had completed."""
+        d = self.storage.checkpoint_dir(self.job_id, checkpoint_id)
+        if d.is_dir() and not (d / METADATA).exists():
+            self.storage.discard(self.job_id, checkpoint_id)
 
     def latest_checkpoint_id(self) -> int | None:
         ids = self.storage.list_checkpoints(self.job_id)

@@ -255,6 +255,8 @@ class SparkExecutor(Driver):
             case ctl.Ack(deployment, cid, op, sub, handle, extra):
                 if dep is not None and deployment == dep.number and self.coord is not None:
                     self.coord.acknowledge(cid, op, sub, handle, self.now_ms(), extra)
+                elif dep is None or deployment != dep.number:  # a cancelled job's task, late
+                    self.master.discard_late_state(cid)
             case ctl.Decline(deployment, cid, op, sub, reason):
                 if dep is not None and deployment == dep.number and self.coord is not None:
                     self.coord.decline(cid, op, sub, reason, self.now_ms())

@@ -141,3 +141,27 @@ def test_the_controls_mean_the_same_on_sim_and_spark(tmp_path: Path) -> None:
     finally:
         spark.server.close()
         sim._retire("test end")
+
+
+def test_a_late_ack_of_a_retired_deployment_discards_what_it_wrote(tmp_path: Path) -> None:
+    """A task of a cancelled job that finished its snapshot after the abort: its ack names the old
+    deployment, the checkpoint never completes (ids are never reused), so its directory goes; a
+    completed checkpoint (``_metadata`` there) is never touched."""
+    ex = _spark(tmp_path, [])
+    try:
+        storage, job = ex.master.storage, ex.master.job_id
+        late, done = storage.checkpoint_dir(job, 3), storage.checkpoint_dir(job, 2)
+        for d in (late, done):
+            d.mkdir(parents=True)
+            (d / "count-1.state").write_bytes(b"x")
+        (done / "_metadata").write_text("{}")
+        ex._handle(
+            "count[1]", Ack(0, 3, "count", 1, StateFileHandle("count", 1, "count-1.state", 1, 0), None)
+        )
+        ex._handle(
+            "count[1]", Ack(0, 2, "count", 1, StateFileHandle("count", 1, "count-1.state", 1, 0), None)
+        )
+        assert not late.exists() and not list(late.parent.glob(".discarded-*"))
+        assert (done / "count-1.state").exists() and (done / "_metadata").exists()
+    finally:
+        ex.server.close()
