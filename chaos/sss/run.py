@@ -212,10 +212,9 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
                 driver = None
                 break
             consumed = sum(len(v) for v in source_files(checkpoint).values())
-            planned = max((b.batch for b in read_offsets(checkpoint)), default=-1) + 1
             # a due fault strikes before the next batch gets input, so batch ``after_batches`` runs
-            # under it however fast the machine finished the ones before
-            held = bool(pending) and planned >= pending[0].after_batches
+            # under it however fast the machine finished the ones before (``seen[0]``: newest planned)
+            held = bool(pending) and seen[0] + 1 >= pending[0].after_batches
             if not held and written < len(run.inputs) and consumed >= written:
                 _write_csv(w / "input" / f"part-{written:05d}.csv", run.inputs[written], columns)
                 written += 1

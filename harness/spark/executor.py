@@ -441,7 +441,9 @@ class SparkExecutor(Driver):
                 self.history.emit(
                     "resources_lost", slots=slots, needed=self.slots, waited_ms=int((t - self.lost_at) * 1000)
                 )
-                self._cancel_job()
+                # the job first: a task that ends cleanly after it cannot complete part of a relaunch
+                self.cluster.sc.cancelJobGroup(self._job_group)
+                self._broadcast(ctl.Cancel())  # tasks still running end now, not when Spark kills them
             return
         larger = fit(self.configured, max(slots, 1))
         if (
@@ -460,11 +462,6 @@ class SparkExecutor(Driver):
             self.rescales.requests.append(
                 RescaleRequest("time_ms", 0, larger.parallelism, True, reason="adaptive", slots=larger.slots)
             )
-
-    def _cancel_job(self) -> None:
-        # the job first: a task that ends cleanly after it cannot complete part of a relaunch
-        self.cluster.sc.cancelJobGroup(self._job_group)
-        self._broadcast(ctl.Cancel())  # tasks still running end now, not when Spark kills them
 
     def _drop_adaptive_requests(self) -> None:
         rs = self.rescales

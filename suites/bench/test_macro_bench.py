@@ -50,7 +50,7 @@ def test_kill_hook_kills_after_the_checkpoint_and_times_the_next_deployment() ->
             statusTracker=lambda: SimpleNamespace(getActiveJobsIds=lambda: []),
         )
         cluster = SimpleNamespace(executor_pids=lambda: {"1": victim.pid, "0": victim.pid}, sc=sc)
-        ex = SimpleNamespace(dep=SimpleNamespace(number=0))
+        ex = SimpleNamespace(dep=SimpleNamespace(number=0), slots=2)
         hook = KillAfterCheckpoint(cluster, after=2)
         hook.bind(ex, lambda *a, **k: None)
         assert hook.ex is ex
@@ -64,7 +64,7 @@ def test_kill_hook_kills_after_the_checkpoint_and_times_the_next_deployment() ->
         ex.dep.number = 1
         time.sleep(0.01)
         hook.on_checkpoint_completed(5)
-        assert hook.recovery_seconds is not None and hook.recovery_seconds > 0
+        assert hook.recovery_seconds is not None and hook.recovery_seconds > 0 and hook.slots == 2
         # measured: the next driver-loop tick cancels the job and ends the run
         with pytest.raises(Measured):
             hook.on_time(0)

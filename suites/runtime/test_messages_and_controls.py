@@ -24,6 +24,7 @@ from harness.messages import (
     Gather,
     MessageError,
     Peers,
+    Register,
     Skew,
     StorageGate,
     Trigger,
@@ -163,5 +164,23 @@ def test_a_late_ack_of_a_retired_deployment_discards_what_it_wrote(tmp_path: Pat
         )
         assert not late.exists() and not list(late.parent.glob(".discarded-*"))
         assert (done / "count-1.state").exists() and (done / "_metadata").exists()
+    finally:
+        ex.server.close()
+
+
+def test_a_task_of_a_cancelled_spark_job_does_not_join_the_deployment(tmp_path: Path) -> None:
+    """Tasks name their Spark job group on registration: one of a job the driver cancelled (Spark may
+    still start a relaunch of it) gets no ``Deploy`` and is not counted, so the current job's own task
+    of the same name is not taken for a relaunch that starts yet another deployment."""
+    sent: list[tuple[str, object]] = []
+    ex = _spark(tmp_path, sent)
+    try:
+        ex._new_deployment(ex.graph, None)
+        ex._job_group, number = "statechaos-run-1", ex.dep.number
+        ex._handle("count[0]", Register(2, "statechaos-run-0"))
+        assert not sent and "count[0]" not in ex.dep.registered
+        ex._handle("count[0]", Register(2, "statechaos-run-1"))
+        assert [(t, type(m).__name__) for t, m in sent] == [("count[0]", "Deploy")]
+        assert ex.dep.number == number and ex.dep.registered == {"count[0]"}
     finally:
         ex.server.close()
