@@ -136,6 +136,10 @@ class SparkExecutor(Driver):
         self.capacity_since: float | None = None
         self._slots_polled = 0.0
         self._job_group = ""  # the running Spark job's group (one per job, so a cancel hits only it)
+        # jobs adaptive recovery cancelled whose thread still runs: a cancel reaches only a job Spark
+        # has started, so one cancelled as it was being submitted is cancelled again until it ends
+        self._cancelled_jobs: list[tuple[threading.Thread, str]] = []
+        self._cancels_repeated = 0.0
         self.held_for_scale_up: int | None = None  # since when the end of input waits for a scale-up
         self.scale_up_given_up = False  # that wait ran out: the input ends at the parallelism there is
 
@@ -351,9 +355,10 @@ class SparkExecutor(Driver):
         th, result = self._submit(graph)
         while th.is_alive():
             if time.monotonic() - self._started > self.time_limit_s:
+                waiting = self._waiting_for()
                 self.cluster.sc.cancelAllJobs()
                 th.join(30)
-                raise JobFailure(f"time limit of {self.time_limit_s:.0f} s reached")
+                raise JobFailure(f"time limit of {self.time_limit_s:.0f} s reached ({waiting})")
             try:
                 while True:
                     task, raw = self.server.get(timeout_s=0.005)
@@ -371,7 +376,9 @@ class SparkExecutor(Driver):
                 now = self.now_ms()
                 self._observe_time(now)
                 self._adapt(now)
-                if self.adapt_to is not None:  # the cancelled job ends on its own: no task of it runs
+                self._cancel_again()
+                if self.adapt_to is not None:  # the cancelled job ends on its own: no task of it joins
+                    self._cancelled_jobs.append((th, self._job_group))
                     return _Outcome("adapt")
                 if self.rescales.ready is not None and not self.stopping_for_rescale:
                     self.stopping_for_rescale = True
@@ -396,6 +403,47 @@ class SparkExecutor(Driver):
                 raise JobFailure(tb.strip())
             return _Outcome("failed", self._record_failure(result["error"]))
         return _Outcome("rescale" if self.stopping_for_rescale else "finished")
+
+    def _cancel_again(self) -> None:
+        """Cancel each cancelled job whose thread still runs once Spark has started it (polled every
+        0.5 s). ``cancelJobGroup`` misses a job Spark has not started: a barrier job waiting for more
+        slots than there are is resubmitted every 15 s until they are there. Started later, it took the
+        slots the next deployment waited for, and its tasks (ignored on registration) held them."""
+        t = time.monotonic()
+        self._cancelled_jobs = [(th, g) for th, g in self._cancelled_jobs if th.is_alive()]
+        if not self._cancelled_jobs or t - self._cancels_repeated < 0.5:
+            return
+        self._cancels_repeated = t
+        tracker = self.cluster.sc.statusTracker()
+        active = set(tracker.getActiveJobsIds())
+        for _, group in self._cancelled_jobs:
+            if active.intersection(tracker.getJobIdsForGroup(group)):
+                self.cluster.sc.cancelJobGroup(group)
+
+    def _waiting_for(self) -> str:
+        """What the driver still waits for, for a time limit's message."""
+        dep, parts = self.dep, []
+        if dep is not None:
+            names = [task_name(op, i) for op, i, _ in dep.graph.subtasks()]
+            missing = [n for n in names if n not in dep.registered]
+            parts.append(
+                f"deployment {dep.number}: {len(names) - len(missing)}/{len(names)} tasks registered, "
+                f"{len(dep.restored)}/{len(names)} restored"
+            )
+            if missing:
+                parts.append(
+                    f"{self.cluster.task_slots()} slots for {self.slots}, waiting for {', '.join(missing)}"
+                )
+        if self.coord is not None and self.coord.pending:
+            parts.append(f"checkpoints in flight {sorted(self.coord.pending)}")
+        if self.stopping_for_rescale:
+            parts.append("stopping for a rescale")
+        if self.finishing:
+            parts.append("finishing")
+        alive = [g for th, g in self._cancelled_jobs if th.is_alive()]
+        if alive:
+            parts.append(f"cancelled Spark jobs still running: {', '.join(alive)}")
+        return "; ".join(parts) or "no deployment"
 
     def _record_failure(self, error: BaseException) -> str:
         """Spark gave up on the stage: the cause's last line (``root_cause`` keeps the whole cause)."""

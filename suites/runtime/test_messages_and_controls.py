@@ -5,6 +5,7 @@ the same typed objects, and anything else is a clear error; the executor control
 from __future__ import annotations
 
 import dataclasses
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -183,4 +184,42 @@ def test_a_task_of_a_cancelled_spark_job_does_not_join_the_deployment(tmp_path: 
         assert [(t, type(m).__name__) for t, m in sent] == [("count[0]", "Deploy")]
         assert ex.dep.number == number and ex.dep.registered == {"count[0]"}
     finally:
+        ex.server.close()
+
+
+def test_a_job_cancelled_before_spark_started_it_is_cancelled_once_it_starts(tmp_path: Path) -> None:
+    """``cancelJobGroup`` reaches only a job Spark has started: a barrier job waiting for more slots
+    than there are is resubmitted until they are there. One adaptive recovery cancelled that way
+    started later and held the slots the next deployment waited for (allround-local: time limit).
+    The driver cancels such a job again once Spark runs it, and forgets it once its thread ended."""
+    sent: list[tuple[str, object]] = []
+    ex = _spark(tmp_path, sent)
+    cancels: list[str] = []
+    jobs = {"statechaos-run-3": [7]}
+    active: list[int] = []
+    tracker = SimpleNamespace(getActiveJobsIds=lambda: active, getJobIdsForGroup=lambda g: jobs.get(g, []))
+    ex.cluster = SimpleNamespace(
+        sc=SimpleNamespace(cancelJobGroup=cancels.append, statusTracker=lambda: tracker)
+    )
+    done = threading.Event()
+    th = threading.Thread(target=done.wait)
+    th.start()
+    try:
+        ex._cancelled_jobs.append((th, "statechaos-run-3"))
+        ex._cancel_again()
+        assert cancels == []  # not started: nothing a cancel could reach
+        active.append(7)
+        ex._cancel_again()  # within 0.5 s of the last poll
+        assert cancels == []
+        ex._cancels_repeated -= 0.5
+        ex._cancel_again()
+        assert cancels == ["statechaos-run-3"]
+        assert "cancelled Spark jobs still running: statechaos-run-3" in ex._waiting_for()
+        done.set()
+        th.join()
+        ex._cancels_repeated -= 0.5
+        ex._cancel_again()
+        assert cancels == ["statechaos-run-3"] and ex._cancelled_jobs == []
+    finally:
+        done.set()
         ex.server.close()
