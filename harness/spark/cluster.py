@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import math
 import os
 import re
@@ -57,7 +58,7 @@ import threading
 import time
 import uuid
 import zipfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -341,7 +342,8 @@ class SparkCluster:
         try:
             if owns_gateway and self.logs_dir is not None:
                 self._launch_gateway()
-            self.spark = builder.getOrCreate()
+            with self._app_start_turn():
+                self.spark = builder.getOrCreate()
         except Exception as e:
             # the text first: a py4j error asks the gateway for it, and stop() shuts the gateway down
             try:
@@ -370,9 +372,8 @@ class SparkCluster:
                     self._gateway_proc = psutil.Process(proc.pid)
                     self._seen[proc.pid] = self._gateway_proc
         if self.local_cluster:
-            spark_home = Path(os.environ.get("SPARK_HOME") or _pyspark_home())
-            self._work_dir = spark_home / "work" / self.app_id
-            sweep_stale_work_dirs(spark_home)
+            self._work_dir = _work_root(_spark_home()) / self.app_id
+            sweep_stale_work_dirs(_spark_home())
             w, _, _ = self.local_cluster
             try:
                 self.wait_for_executors(w, self.start_timeout_s - (time.monotonic() - t0))
@@ -385,6 +386,32 @@ class SparkCluster:
         self.startup_s = time.monotonic() - t0
         atexit.register(self.stop)
         return self
+
+    @contextlib.contextmanager
+    def _app_start_turn(self) -> Iterator[None]:
+        """A local cluster's master names its app ``app-<second>-0000``: two runs registering in the
+        same second on one Spark install share ``work/<app-id>/`` and its executor folders (a
+        second run's executors fail to start there, and the first run's cleanup removes the folder
+        the other's executors run in). Starts are taken in turn across processes, and never two in
+        one second; other masters number their apps themselves."""
+        if not self.local_cluster:
+            yield
+            return
+        work = _work_root(_spark_home())
+        work.mkdir(parents=True, exist_ok=True)
+        with open(work / ".statechaos-app-start", "a+", encoding="ascii") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)  # released when the file is closed
+            fh.seek(0)
+            last = fh.read().strip()
+            if last.isdigit() and int(last) >= int(time.time()):
+                time.sleep(min(1.0, max(0.0, int(last) + 1 - time.time())))  # into the next second
+            try:
+                yield
+            finally:
+                fh.seek(0)
+                fh.truncate()
+                fh.write(str(int(time.time())))
+                fh.flush()
 
     def __enter__(self) -> SparkCluster:
         return self.start()
@@ -630,12 +657,22 @@ STALE_WORK_DIR_S = 60.0  # an app folder untouched this long, with no process of
 _APP_DIR = re.compile(r"^app-\d{14}-\d{4,}$")
 
 
+def _spark_home() -> Path:
+    """The Spark install a local cluster's workers run from: SPARK_HOME, else the pyspark package."""
+    return Path(os.environ.get("SPARK_HOME") or _pyspark_home())
+
+
+def _work_root(spark_home: Path) -> Path:
+    """Where a local cluster's workers keep each app's folder (Spark's default worker dir)."""
+    return spark_home / "work"
+
+
 def sweep_stale_work_dirs(spark_home: Path, min_age_s: float = STALE_WORK_DIR_S) -> list[Path]:
     """Remove ``<spark_home>/work/app-*`` folders that runs killed with SIGKILL left behind (a run
     removes its own on every other exit). A folder goes only if no live process was started for its
     app (executors carry ``--app-id``) and nothing in it changed for ``min_age_s``: another run's
     folder, just created or still in use, is never touched. Returns what was removed."""
-    work = spark_home / "work"
+    work = _work_root(spark_home)
     if not work.is_dir():
         return []
     candidates = [d for d in work.iterdir() if d.is_dir() and _APP_DIR.match(d.name)]

@@ -214,3 +214,28 @@ def test_start_sweeps_only_the_work_folders_of_dead_runs(tmp_path: Path) -> None
     assert removed == [dead]
     assert not dead.exists() and fresh.exists() and live.exists() and other.exists()
     assert sweep_stale_work_dirs(tmp_path / "nowhere") == []
+
+
+def test_local_cluster_apps_never_start_in_the_same_second(tmp_path: Path, monkeypatch) -> None:
+    """A local cluster's master names its app ``app-<second>-0000``: two runs registering in one
+    second on one Spark install shared ``work/<app-id>/`` (seen: one run's cleanup removed the
+    folder the other's executors ran in, and every task failed to import). Starts are taken in
+    turn, across processes, and each in a second of its own."""
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path))
+    seconds: list[int] = []
+    lock = threading.Lock()
+
+    def start() -> None:
+        with SparkCluster("local-cluster[1,1,512]")._app_start_turn():
+            with lock:
+                seconds.append(int(time.time()))  # when this app would register
+            time.sleep(0.05)
+
+    threads = [threading.Thread(target=start) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(seconds)) == 3, seconds
+    with SparkCluster("local[1]")._app_start_turn():  # other masters number apps themselves: no wait
+        pass
