@@ -34,6 +34,12 @@ __all__ = ["InputGate", "OutputChannel", "dial", "Endpoint"]
 
 Endpoint = tuple[str, int]
 _RECV_CHUNK = 64 * 1024
+# Kernel buffer per channel end (Linux doubles it): what may be in flight on a channel, of the order
+# of Flink's network buffers per channel (32 KiB segments: 2 exclusive at the receiver, up to 10
+# queued at the sender). Left to autotuning, loopback buffers hold megabytes: a fast source put its
+# whole input in flight before the first barrier, whose alignment then waited for all of it, and
+# the source's periodic watermarks came far apart in the stream.
+CHANNEL_BUFFER_BYTES = 128 * 1024
 _WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
 
@@ -131,6 +137,7 @@ class InputGate:
         self.task, self.deployment = task, deployment
         self._links = links or [None] * num_channels
         self._listener = socket.create_server((host, 0), backlog=backlog or max(16, num_channels * 2))
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, CHANNEL_BUFFER_BYTES)  # inherited
         self._listener.setblocking(False)
         self._door = Doorkeeper(
             self._listener, secret, self._check, f"input gate {task}", handshake_timeout_s
@@ -370,6 +377,7 @@ class OutputChannel:
             f"output channel {channel_index} to {task}",
             link,
         )
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, CHANNEL_BUFFER_BYTES)
         self._sock: socket.socket | None = sock
         self._end = toxic_layer().end(sock, link, UPSTREAM)  # sends go through it (in-band toxics)
         self._sealer: FrameSealer = session.sealer

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from harness.spark.data_channels import dial
+from harness.spark.data_channels import CHANNEL_BUFFER_BYTES, dial
 from harness.spark.link_auth import RunSecret
 from harness.spark.transport import (
     CONNECTED,
@@ -194,6 +194,30 @@ def test_blocked_channel_backpressures_its_sender_and_loses_nothing():
         assert not t.is_alive()
     got += _records(msgs, 0)
     assert [r[0] for r in got] == list(range(n))
+
+
+def test_what_a_channel_holds_in_flight_is_bounded_as_flinks_network_buffers():
+    """A receiver that reads nothing stalls its sender after a few hundred KiB, of the order of
+    Flink's network buffers per channel, not after the megabytes loopback autotuning allows: a
+    barrier waits behind that much, not behind a fast source's whole input."""
+    with _gate(1) as gate:
+        (out,) = _connect_all(gate, 1, batch_records=100)
+
+        def writer():
+            with contextlib.suppress(TransportError, OSError):
+                for i in range(1_000_000):
+                    out.send_record([i, "x" * 80])
+
+        t = threading.Thread(target=writer, daemon=True)
+        t.start()
+        last = -1
+        while out.bytes_sent != last:  # until the sender stops getting anything out
+            last = out.bytes_sent
+            time.sleep(0.5)
+        assert t.is_alive(), "the sender never stalled"
+        assert out.bytes_sent <= 8 * CHANNEL_BUFFER_BYTES, out.bytes_sent
+        out._sock.shutdown(socket.SHUT_RDWR)  # ends the writer
+        t.join(10)
 
 
 def test_gate_refuses_channels_that_are_not_its_own_and_keeps_going():
