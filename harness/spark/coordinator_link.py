@@ -65,10 +65,12 @@ class _CoordConn:
 
 
 class CoordinatorServer:
-    """Driver side: admits one connection per task (its handshake names task id and attempt).
+    """Driver side: admits one connection per task (its handshake names task id, attempt and, from
+    a Spark task, its job group).
 
     A newer (or equal) attempt of a task replaces its old connection; messages of a replaced
-    connection are dropped. Incoming messages go to a queue (``get``) or to ``on_message`` (called
+    connection are dropped. While ``job`` is set, a task naming another job group is refused: a late
+    task of a cancelled Spark job (a newer attempt id) must not replace the running job's connection. Incoming messages go to a queue (``get``) or to ``on_message`` (called
     on the server thread). Lifecycle events ``(task_id, ("_connected", attempt))``,
     ``(task_id, ("_disconnected", attempt, reason))`` and ``(task_id or "", ("_rejected", peer,
     reason))`` (a refused connection) are delivered the same way.
@@ -93,6 +95,7 @@ class CoordinatorServer:
         self._tasks: dict[str, _CoordConn] = {}
         self._lock = threading.Lock()
         self.refused: list[Refusal] = []
+        self.job: str | None = None  # the Spark job group whose tasks are let in (None: any)
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._closing = False
@@ -191,7 +194,13 @@ class CoordinatorServer:
             self._refuse("", adm.peer, str(reason))
             return None
         ctx = session.context
-        ok = len(ctx) == 3 and ctx[0] == "coord" and isinstance(ctx[1], str) and isinstance(ctx[2], int)
+        ok = (
+            len(ctx) in (3, 4)
+            and ctx[0] == "coord"
+            and isinstance(ctx[1], str)
+            and isinstance(ctx[2], int)
+            and (len(ctx) == 3 or isinstance(ctx[3], str))
+        )
         if not ok:
             adm.close()
             self._refuse("", adm.peer, f"not a coordinator link: {ctx!r}")
@@ -205,7 +214,7 @@ class CoordinatorServer:
         c = _CoordConn(
             adm.sock, toxic_layer().end(adm.sock, link, DOWNSTREAM), session.decoder, session.sealer
         )
-        if not self._hello(c, ctx[1], ctx[2], adm.peer):
+        if not self._hello(c, ctx[1], ctx[2], adm.peer, ctx[3] if len(ctx) == 4 else None):
             adm.close()
             return None
         sel.register(c.sock, selectors.EVENT_READ, c)
@@ -213,7 +222,11 @@ class CoordinatorServer:
             self._handle(c, m)
         return c
 
-    def _hello(self, c: _CoordConn, task_id: str, attempt: int, peer: str) -> bool:
+    def _hello(self, c: _CoordConn, task_id: str, attempt: int, peer: str, job: str | None) -> bool:
+        running = self.job
+        if job is not None and running is not None and job != running:
+            self._refuse(task_id, peer, f"a task of Spark job {job}, not of the running {running}")
+            return False
         with self._lock:
             old = self._tasks.get(task_id)
             stale = old is not None and old.attempt > attempt
@@ -338,7 +351,9 @@ class CoordinatorClient:
         attempt: int,
         secret: RunSecret,
         connect_timeout_s: float = 30.0,
+        job: str | None = None,
     ) -> None:
+        """``job``: the Spark job group the task belongs to (the driver refuses another's)."""
         self.endpoint = (endpoint[0], int(endpoint[1]))
         self.task_id = task_id
         self.attempt = attempt
@@ -346,7 +361,7 @@ class CoordinatorClient:
         sock, session = dial(
             self.endpoint,
             secret,
-            ["coord", task_id, attempt],
+            ["coord", task_id, attempt, *([job] if job is not None else [])],
             connect_timeout_s,
             f"coordinator client {task_id}",
             link,

@@ -345,6 +345,7 @@ class SparkExecutor(Driver):
         }
         layout = slot_layout(graph.subtasks(), self.slots)
         self._job_group = f"statechaos-{self.run_dir.name}-{self.deployments}"
+        self.server.job = self._job_group  # a task of a job cancelled before is refused on connecting
         return submit_stage(
             self.cluster.sc, graph, str(self.run_dir), coords, self.secret, layout, self._job_group
         )

@@ -179,7 +179,7 @@ def run_subtask(
     every link opens with the handshake under the run's ``secret``."""
     op, sub, stage = graph.subtasks()[partition]
     name = task_name(op, sub)
-    client = CoordinatorClient(tuple(coordinators[name]), name, spark_attempt, secret)
+    client = CoordinatorClient(tuple(coordinators[name]), name, spark_attempt, secret, job=job)
     link = _Link(client)
     gate: InputGate | None = None
     output: _Output | None = None

@@ -318,6 +318,31 @@ def test_coordinator_round_trip_and_reconnect_with_new_attempt():
     c.close()
 
 
+def test_a_task_of_another_spark_job_does_not_replace_the_running_jobs_connection():
+    """A late task of a Spark job the driver cancelled has a newer attempt id than the running job's
+    task of the same name: it is refused on connecting instead of replacing that connection."""
+    with CoordinatorServer(SECRET) as server:
+        server.job = "statechaos-run-2"
+        c = CoordinatorClient(server.endpoint, "count[0]", 5, SECRET, job="statechaos-run-2")
+        _expect(server, lambda it: it == ("count[0]", (CONNECTED, 5)))
+        late = CoordinatorClient(server.endpoint, "count[0]", 9, SECRET, job="statechaos-run-1")
+        item = _expect(server, lambda it: it[1][0] == REJECTED)
+        assert (
+            item[0] == "count[0]"
+            and "Spark job statechaos-run-1, not of the running statechaos-run-2" in item[1][2]
+        )
+        assert server.connected() == {"count[0]": 5}
+        c.send(("ack", 1))
+        assert _expect(server, lambda it: it[1][0] == "ack") == ("count[0]", ("ack", 1))
+        with pytest.raises(TransportClosed):
+            for _ in range(50):
+                late.poll(timeout_s=0.1)
+        plain = CoordinatorClient(server.endpoint, "count[1]", 0, SECRET)  # names no job: let in
+        _expect(server, lambda it: it == ("count[1]", (CONNECTED, 0)))
+        for x in (c, late, plain):
+            x.close()
+
+
 def test_coordinator_refuses_an_unauthenticated_hello():
     with CoordinatorServer(SECRET) as server:
         s = socket.create_connection(server.endpoint)
