@@ -69,9 +69,10 @@ class CoordinatorServer:
     a Spark task, its job group).
 
     A newer (or equal) attempt of a task replaces its old connection; messages of a replaced
-    connection are dropped. While ``job`` is set, a task naming another job group is refused: a late
-    task of a cancelled Spark job (a newer attempt id) must not replace the running job's connection. Incoming messages go to a queue (``get``) or to ``on_message`` (called
-    on the server thread). Lifecycle events ``(task_id, ("_connected", attempt))``,
+    connection are dropped. While ``job`` is set, a task naming another job group is refused: a
+    late task of a cancelled Spark job (a newer attempt id) must not replace the running job's
+    connection. Incoming messages go to a queue (``get``) or to ``on_message`` (called on the
+    server thread). Lifecycle events ``(task_id, ("_connected", attempt))``,
     ``(task_id, ("_disconnected", attempt, reason))`` and ``(task_id or "", ("_rejected", peer,
     reason))`` (a refused connection) are delivered the same way.
     """

@@ -241,7 +241,9 @@ class SparkExecutor(Driver):
                     "listening", listener=f"input gate of {task}", endpoint=endpoint, attempt=attempt
                 )
             case ctl.Register(_, job):
-                if job == self._job_group:  # not a late task of a job cancelled (adaptive recovery)
+                # not a late task of a job cancelled (adaptive recovery) that connected before the
+                # cancel; one connecting after it is refused by the server (``server.job``)
+                if job == self._job_group:
                     self._register(task)
             case ctl.Gather(deployment, value):
                 if dep is not None and deployment == dep.number:
@@ -409,7 +411,7 @@ class SparkExecutor(Driver):
         """Cancel each cancelled job whose thread still runs once Spark has started it (polled every
         0.5 s). ``cancelJobGroup`` misses a job Spark has not started: a barrier job waiting for more
         slots than there are is resubmitted every 15 s until they are there. Started later, it took the
-        slots the next deployment waited for, and its tasks (ignored on registration) held them."""
+        slots the next deployment waited for, and its tasks (refused by the coordinator) held them."""
         t = time.monotonic()
         self._cancelled_jobs = [(th, g) for th, g in self._cancelled_jobs if th.is_alive()]
         if not self._cancelled_jobs or t - self._cancels_repeated < 0.5:
