@@ -237,5 +237,7 @@ def test_local_cluster_apps_never_start_in_the_same_second(tmp_path: Path, monke
     for t in threads:
         t.join()
     assert len(set(seconds)) == 3, seconds
-    with SparkCluster("local[1]")._app_start_turn():  # other masters number apps themselves: no wait
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path / "other"))
+    with SparkCluster("local[1]")._app_start_turn():  # other masters number apps themselves
         pass
+    assert not (tmp_path / "other").exists()
