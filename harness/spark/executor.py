@@ -413,10 +413,10 @@ class SparkExecutor(Driver):
         slots than there are is resubmitted every 15 s until they are there. Started later, it took the
         slots the next deployment waited for, and its tasks (refused by the coordinator) held them."""
         t = time.monotonic()
-        self._cancelled_jobs = [(th, g) for th, g in self._cancelled_jobs if th.is_alive()]
         if not self._cancelled_jobs or t - self._cancels_repeated < 0.5:
             return
         self._cancels_repeated = t
+        self._cancelled_jobs = [(th, g) for th, g in self._cancelled_jobs if th.is_alive()]
         tracker = self.cluster.sc.statusTracker()
         active = set(tracker.getActiveJobsIds())
         for _, group in self._cancelled_jobs:
@@ -427,7 +427,7 @@ class SparkExecutor(Driver):
         """What the driver still waits for, for a time limit's message."""
         dep, parts = self.dep, []
         if dep is not None:
-            names = [task_name(op, i) for op, i, _ in dep.graph.subtasks()]
+            names = self.task_names()  # the deployment's graph
             missing = [n for n in names if n not in dep.registered]
             parts.append(
                 f"deployment {dep.number}: {len(names) - len(missing)}/{len(names)} tasks registered, "
