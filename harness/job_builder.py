@@ -113,10 +113,11 @@ class JobBuilder:
         key: Callable[[Any], Any] | None = None,
         seq: Callable[[Any], int] | None = None,
         expected: Callable[[list[Any]], list[Any]] | None = None,
+        compare: Callable[[Any], Any] | None = None,
     ) -> JobBuilder:
         """Declare what the output means (see :class:`OutputContract`)."""
         c = self._contract
-        c.identity, c.key, c.seq, c.expected = identity, key, seq, expected
+        c.identity, c.key, c.seq, c.expected, c.compare = identity, key, seq, expected, compare
         c.identity_name = identity_name or ("record" if identity is None else "id")
         return self
 

@@ -23,8 +23,10 @@ def _whole(record: Any) -> Any:
 class OutputContract:
     """What the job's committed output means to the oracles.
 
-    - ``identity``: what makes an output record unique (an event id, say); default the whole
-      record. Failure reports name records by it (``identity_name`` labels it).
+    - ``identity``: what makes an output record unique (an event id, say); default ``compare``'s
+      value, else the whole record. Failure reports name records by it (``identity_name`` labels it).
+    - ``compare``: the part of a record that must equal the reference's record of the same identity
+      (default the whole record); leave out fields that depend on processing time.
     - ``key``: the record's key; when set, per-key order must match the reference's.
     - ``seq``: a per-key sequence number rising by 1 from 1 (enables the ``sequence`` check).
     - ``expected``: ``inputs -> outputs``, the fault-free output, instead of running the reference.
@@ -36,6 +38,7 @@ class OutputContract:
 
     identity: Callable[[Any], Any] | None = None
     identity_name: str = "record"
+    compare: Callable[[Any], Any] | None = None
     key: Callable[[Any], Any] | None = None
     seq: Callable[[Any], int] | None = None
     expected: Callable[[list[Any]], list[Any]] | None = None
@@ -45,4 +48,16 @@ class OutputContract:
     expected_columns: Callable[[], Any] | None = None  # optional columnar form (harness.contract)
 
     def identity_of(self, record: Any) -> Any:
-        return _whole(self.identity(record) if self.identity is not None else record)
+        if self.identity is not None:
+            return _whole(self.identity(record))
+        return self.content_of(record)
+
+    def content_of(self, record: Any) -> Any:
+        """What of ``record`` the exactly-once oracle compares with the reference's record."""
+        return _whole(self.compare(record) if self.compare is not None else record)
+
+    @property
+    def content_beyond_identity(self) -> bool:
+        """Whether a record holds compared fields its identity leaves out (then records of equal
+        identity are compared field by field)."""
+        return self.identity is not None and self.compare is not self.identity

@@ -109,7 +109,7 @@ def ttl_verify(
         .process("count", fn, parallelism)
         .sink(ExactlyOnceFileSinkSpec(identity=_key_seq))
         # observed/expected/now depend on processing time: exactly-once compares (key, seq)
-        .output(identity=_key_seq, identity_name="(key, seq)", key=_key, seq=_seq)
+        .output(identity=_key_seq, identity_name="(key, seq)", key=_key, seq=_seq, compare=_key_seq)
         .expected_columns(lambda: KeySeqOutput.of_source(src))
         .state_depends_on_interleaving("the update history records processing time", states=["last_update"])
         .oracle_config("ttl", TtlReads(fn.ttl_ms, fn.visibility))

@@ -1,7 +1,10 @@
-"""Exactly-once: committed output equals the fault-free reference output as a multiset (compared by
-the job's record identity), and per-key order holds where the job declares a record key. Failures
-name lost, duplicated and unexpected records by the job's identity (or key and seq), with the
-transactions (and so the checkpoints) that committed them.
+"""Exactly-once: committed output equals the fault-free reference output as a multiset of whole
+records (or of the fields the job's ``compare`` keeps), and per-key order holds where the job
+declares a record key. Records are matched by the job's identity; a committed record whose identity
+the reference has but whose content differs is a *changed* record, shown as a pair (committed,
+expected) naming the fields that differ. Failures name changed, lost, duplicated and unexpected
+records by identity (or key and seq), with the transactions (and so the checkpoints) that committed
+them; every kind gets a fair share of the shown details.
 
 Two implementations with the same verdicts and messages: a columnar one (numpy over the committed
 output parsed by Arrow, against the job's :class:`~harness.jobs.KeySeqOutput`) that checks millions
@@ -47,7 +50,7 @@ def check_exactly_once(art: RunArtifacts, spec: JobSpec) -> Verdict:
 
 
 def _verdict(
-    problems: list[str],
+    kinds: dict[str, list[str]],
     committed: int,
     expected: int,
     lost: int,
@@ -55,18 +58,21 @@ def _verdict(
     unexpected: int,
     order: int,
     keyed: bool = True,
+    changed: int = 0,
 ) -> Verdict:
-    return Verdict.of(
+    return Verdict.of_kinds(
         "exactly_once",
-        problems,
+        {k: v for k, v in kinds.items() if v},
         f"{committed} committed records equal the fault-free output exactly once"
         + (", in per-key order" if keyed else " (the job declares no record key: order not checked)"),
-        f"{lost} lost, {dup} duplicated, {unexpected} unexpected, "
+        (f"{changed} changed, " if changed else "")
+        + f"{lost} lost, {dup} duplicated, {unexpected} unexpected, "
         f"{order} out-of-order records ({{n}} problems)",
         committed=committed,
         expected=expected,
         lost=lost,
         duplicated=dup,
+        changed=changed,
     )
 
 
@@ -74,8 +80,8 @@ def _columnar_inputs(art: RunArtifacts, spec: JobSpec) -> tuple[KeySeqOutput, Co
     """The columnar path applies when the job describes its output in columns, reads keys and seqs
     the default way (fields 0 and 1), and the committed records parse as flat columns of the shape
     the identity needs."""
-    if spec.contract.expected_columns is None:
-        return None
+    if spec.contract.expected_columns is None or spec.contract.content_beyond_identity:
+        return None  # records of equal identity are compared field by field: the per-record path
     cols = art.committed_columns
     if cols is None:
         return None
@@ -115,7 +121,7 @@ def _check_columnar(spec: JobSpec, exp: KeySeqOutput, cols: CommittedColumns) ->
         slot = np.zeros(0, dtype=np.int64)
         hits = np.zeros(n_exp, dtype=np.int64)
 
-    problems: list[str] = []
+    lost: list[str] = []
     # lost: expected slots never hit
     lost_slots = np.flatnonzero(hits == 0)
     if len(lost_slots):
@@ -125,7 +131,7 @@ def _check_columnar(spec: JobSpec, exp: KeySeqOutput, cols: CommittedColumns) ->
         for ki, sq in zip(kidx.tolist(), seqs.tolist(), strict=True):
             by_key[exp.keys[ki]].append(sq)
         for key in sorted(by_key, key=repr):
-            problems.append(f"lost: key {key!r}: seq {_ranges(by_key[key])} never committed")
+            lost.append(f"lost: key {key!r}: seq {_ranges(by_key[key])} never committed")
 
     def ident(r: int) -> tuple[Any, ...]:
         rec = cols.record(r)
@@ -139,21 +145,23 @@ def _check_columnar(spec: JobSpec, exp: KeySeqOutput, cols: CommittedColumns) ->
         f = int(cols.file_index[r])
         where[ident(r)].append((cols.txns[f], cols.checkpoint_ids[f]))
     dup_n = unexpected_n = 0
+    dups: list[str] = []
+    unexpected: list[str] = []
     label = "" if whole else f"{spec.contract.identity_name} "
     for idt, seen in sorted(where.items(), key=lambda kv: repr(kv[0])):
         txns = ", ".join(f"{t} (checkpoint {c})" for t, c in seen)
         if _in_expected(exp, exp_index, extra, idt):
             dup_n += len(seen) - 1
-            problems.append(f"duplicated: {label}{list(idt)} committed {len(seen)}x, expected 1x: in {txns}")
+            dups.append(f"duplicated: {label}{list(idt)} committed {len(seen)}x, expected 1x: in {txns}")
         else:
             unexpected_n += len(seen)
-            problems.append(
+            unexpected.append(
                 f"unexpected: {label}{list(idt)} committed {len(seen)}x but is not in the reference output: "
                 f"in {txns}"
             )
     order = _order_problems(cols)
-    problems.extend(order)
-    return _verdict(problems, n, n_exp, len(lost_slots), dup_n, unexpected_n, len(order))
+    kinds = {"lost": lost, "duplicated": dups, "unexpected": unexpected, "out of order": order}
+    return _verdict(kinds, n, n_exp, len(lost_slots), dup_n, unexpected_n, len(order))
 
 
 def _in_expected(
@@ -237,10 +245,13 @@ def _check_per_record(art: RunArtifacts, spec: JobSpec) -> Verdict:
     where: dict[Any, list[tuple[str, int]]] = defaultdict(list)
     last: dict[Any, tuple[int, Any]] = {}
     order_problems = []
+    contents = _Contents(spec, reference) if c.content_beyond_identity else None
     for rec in art.committed:
         ident = spec.identity_of(rec.record)
         actual[ident] += 1
         where[ident].append((rec.txn, rec.checkpoint_id))
+        if contents is not None:
+            contents.add(ident, rec.record, rec.txn, rec.checkpoint_id)
         if c.key is None:
             continue
         key = c.key(rec.record)
@@ -262,33 +273,42 @@ def _check_per_record(art: RunArtifacts, spec: JobSpec) -> Verdict:
             last[key] = (pos, ident)
     lost = expected - actual
     extra = actual - expected
-    problems: list[str] = []
+    lost_problems: list[str] = []
     if c.seq is not None and c.key is not None and c.identity is None or _key_seq_identity(spec):
         by_key: dict[Any, list[int]] = defaultdict(list)
         for ident, n in lost.items():
             by_key[ident[0]].extend([int(ident[1])] * n)
         for key in sorted(by_key, key=repr):
-            problems.append(f"lost: key {key!r}: seq {_ranges(by_key[key])} never committed")
+            lost_problems.append(f"lost: key {key!r}: seq {_ranges(by_key[key])} never committed")
     else:
         for ident, n in sorted(lost.items(), key=lambda kv: repr(kv[0])):
             times = f" ({n}x)" if n > 1 else ""
-            problems.append(f"lost: {label}{_show(ident)}{times} never committed")
+            lost_problems.append(f"lost: {label}{_show(ident)}{times} never committed")
+    dups: list[str] = []
+    unexpected: list[str] = []
     for ident, n in sorted(extra.items(), key=lambda kv: repr(kv[0])):
         txns = ", ".join(f"{t} (checkpoint {cp})" for t, cp in where[ident])
         if ident in expected:
-            problems.append(
+            dups.append(
                 f"duplicated: {label}{_show(ident)} committed {actual[ident]}x, expected "
                 f"{expected[ident]}x: in {txns}"
             )
         else:
-            problems.append(
+            unexpected.append(
                 f"unexpected: {label}{_show(ident)} committed {n}x but is not in the reference output: in {txns}"
             )
-    problems.extend(order_problems)
+    changed = contents.changed(label) if contents is not None else []
     n_dup = sum(n for i, n in extra.items() if i in expected)
     n_unexpected = sum(n for i, n in extra.items() if i not in expected)
+    kinds = {
+        "changed": changed,
+        "lost": lost_problems,
+        "duplicated": dups,
+        "unexpected": unexpected,
+        "out of order": order_problems,
+    }
     return _verdict(
-        problems,
+        kinds,
         sum(actual.values()),
         sum(expected.values()),
         sum(lost.values()),
@@ -296,7 +316,69 @@ def _check_per_record(art: RunArtifacts, spec: JobSpec) -> Verdict:
         n_unexpected,
         len(order_problems),
         keyed=c.key is not None,
+        changed=len(changed),
     )
+
+
+class _Contents:
+    """Records of equal identity compared in full (or by the job's ``compare``): per identity, the
+    committed contents that are not the reference's are paired with the reference's that were not
+    committed, each pair naming the fields that differ."""
+
+    def __init__(self, spec: JobSpec, reference: list[Any]) -> None:
+        self.spec = spec
+        self.expected: dict[Any, Counter[Any]] = defaultdict(Counter)
+        self.raw: dict[Any, Any] = {}  # (identity, content) -> a record with that content
+        for r in reference:
+            ident, content = spec.identity_of(r), spec.contract.content_of(r)
+            self.expected[ident][content] += 1
+            self.raw.setdefault((ident, content), r)
+        self.actual: dict[Any, Counter[Any]] = defaultdict(Counter)
+        self.where: dict[Any, list[tuple[str, int]]] = defaultdict(list)
+
+    def add(self, ident: Any, record: Any, txn: str, checkpoint_id: int) -> None:
+        if ident not in self.expected:
+            return  # unexpected by identity: reported as such
+        content = self.spec.contract.content_of(record)
+        self.actual[ident][content] += 1
+        self.raw.setdefault((ident, content), record)
+        self.where[(ident, content)].append((txn, checkpoint_id))
+
+    def _compared(self, record: Any) -> Any:
+        compare = self.spec.contract.compare
+        return record if compare is None else compare(record)
+
+    def changed(self, label: str) -> list[str]:
+        out = []
+        for ident in sorted(self.actual, key=repr):
+            got, want = self.actual[ident], self.expected[ident]
+            if got == want:
+                continue
+            wrong = sorted((got - want).elements(), key=repr)
+            missing = sorted((want - got).elements(), key=repr)
+            for g, w in zip(wrong, missing, strict=False):  # the rest is duplicated or lost
+                committed, reference = self.raw[(ident, g)], self.raw[(ident, w)]
+                t, cp = self.where[(ident, g)][0]
+                out.append(
+                    f"changed: {label}{_show(ident)} committed as {repr(committed)}, expected "
+                    f"{repr(reference)}: {_differing(*map(self._compared, (committed, reference)))} "
+                    f"(transaction {t}, checkpoint {cp})"
+                )
+        return out
+
+
+def _differing(a: Any, b: Any) -> str:
+    """Which fields of two records differ, in words."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        names = [str(k) for k in sorted({*a, *b}, key=repr) if a.get(k, _ABSENT) != b.get(k, _ABSENT)]
+    elif isinstance(a, list | tuple) and isinstance(b, list | tuple) and len(a) == len(b):
+        names = [str(i) for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
+    else:
+        return "the records differ"
+    return f"field {names[0]} differs" if len(names) == 1 else f"fields {', '.join(names)} differ"
+
+
+_ABSENT = object()
 
 
 def _key_seq_identity(spec: JobSpec) -> bool:

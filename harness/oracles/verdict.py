@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["Verdict", "Status", "MAX_DETAILS", "status_of"]
+__all__ = ["Verdict", "Status", "MAX_DETAILS", "status_of", "fair_share"]
 
 MAX_DETAILS = 40
 
@@ -51,9 +51,39 @@ class Verdict:
         return Verdict(oracle, False, bad.format(n=len(problems)), problems[:MAX_DETAILS] + more, data)
 
     @staticmethod
+    def of_kinds(oracle: str, kinds: dict[str, list[str]], ok: str, bad: str, **data: Any) -> Verdict:
+        """As :meth:`of`, for problems of several kinds (in the order given: pairs first): the
+        details give every kind a fair share of the bound, so no kind hides another (a changed
+        record shows as what was lost *and* what came instead), and what is left out is counted
+        per kind."""
+        problems = [p for ps in kinds.values() for p in ps]
+        if not problems:
+            return Verdict(oracle, True, ok, [], data)
+        shown = fair_share([len(ps) for ps in kinds.values()], MAX_DETAILS)
+        details = [p for ps, n in zip(kinds.values(), shown, strict=True) for p in ps[:n]]
+        left = {k: len(ps) - n for (k, ps), n in zip(kinds.items(), shown, strict=True) if len(ps) > n}
+        if left:
+            details.append(
+                f"... and {sum(left.values())} more (" + ", ".join(f"{n} {k}" for k, n in left.items()) + ")"
+            )
+        return Verdict(oracle, False, bad.format(n=len(problems)), details, data)
+
+    @staticmethod
     def unknown(oracle: str, why: str, details: list[str] | None = None) -> Verdict:
         """The oracle could not decide (it crashed, or the run gives it nothing to judge)."""
         return Verdict(oracle, False, f"unknown: {why}", list(details or []), status=Status.UNKNOWN)
+
+
+def fair_share(sizes: list[int], limit: int) -> list[int]:
+    """How many of each list to show within ``limit`` in all: one each in turn (round robin), so
+    every non-empty list gets at least ``limit // len(sizes)`` and none is cut while another holds
+    room it cannot use."""
+    shown = [0] * len(sizes)
+    while sum(shown) < limit and any(n < s for n, s in zip(shown, sizes, strict=True)):
+        for i, s in enumerate(sizes):
+            if shown[i] < s and sum(shown) < limit:
+                shown[i] += 1
+    return shown
 
 
 def status_of(v: dict[str, Any]) -> str:
