@@ -89,6 +89,8 @@ def execute_scenario(
     spec = scenario_spec(sc)
     record_input(spec, run_dir)
     stats = cluster_for(sc).run(sc, spec, run_dir, resume=resume)
+    if stats.get("status") == "failed" and _judged_as_progress(sc, str(stats.get("reason"))):
+        return [_progress_verdict(sc, run_dir, str(stats.get("reason"))), _schedule_verdict(sc, run_dir)], stats
     if stats.get("status") == "failed":
         # the restart strategy (or Spark) gave up: the oracles would only count what never ran
         raise RunGaveUp(
@@ -102,6 +104,45 @@ def execute_scenario(
     }
     verdicts = check_all(run_dir, spec, checks_for(sc, spec.graph), config)
     return [v.to_dict() for v in verdicts] + [_schedule_verdict(sc, run_dir)], stats
+
+
+def _judged_as_progress(sc: Scenario, reason: str) -> bool:
+    """A run that could not finish is a finding (a failed ``progress`` check, exit 1), not an
+    infrastructure error, when the job's own code raised the same way again and again (any cluster),
+    or on sim, where no environment can be the cause (a spent restart budget, no intact checkpoint)."""
+    from harness.user_code import YOUR_JOB_RAISED
+
+    return reason.startswith(YOUR_JOB_RAISED) or sc.cluster_kind == "sim"
+
+
+def _progress_verdict(sc: Scenario, run_dir: Path, reason: str) -> dict[str, Any]:
+    """The failed ``progress`` check of a run that could not finish: why, its last failure and the
+    planned fault that struck before it."""
+    from harness.history import read_history
+    from harness.oracles import Verdict
+
+    events = list(read_history(RunStore(run_dir).history))
+    details = [f"the job could not finish: {reason}"]
+    restarts = [e for e in events if e["type"] == "job_restart"]
+    if restarts:
+        last = restarts[-1]
+        details.append(f"last restart: t={last['t']} ms, attempt {last['attempt']}: {last['reason']}")
+    faults = {p.fault_id: p for p in plan(sc)}
+    end = restarts[-1]["seq"] if restarts else len(events)
+    before = [e for e in events if e["type"] == "fault_start" and e["seq"] < end]
+    if before:
+        f = before[-1]
+        what = faults[f["fault_id"]].describe() if f["fault_id"] in faults else f.get("kind", "?")
+        details.append(f"the fault before it: t={f['t']} ms, fault #{f['fault_id']} {what}")
+    else:
+        details.append("no planned fault struck before it")
+    return Verdict(
+        "progress",
+        False,
+        f"the run could not finish after {len(restarts)} restarts",
+        details,
+        {"restarts": len(restarts)},
+    ).to_dict()
 
 
 class RunGaveUp(InfrastructureError):

@@ -87,7 +87,9 @@ def _run(sc: Scenario, run_dir: Path) -> tuple[list[str], dict[str, Any]]:
             raise
         (run_dir / "error.txt").write_text(traceback.format_exc())
         return [f"error: {type(e).__name__}: {e}"], {}
-    return [v["oracle"] for v in verdicts if not v["passed"] and v["oracle"] not in IGNORED_VERDICTS], stats
+    # a finding is a check that fails with evidence; an unknown (nothing to judge) is none
+    found = [v["oracle"] for v in verdicts if v.get("status") == "fails" and v["oracle"] not in IGNORED_VERDICTS]
+    return found, stats
 
 
 def calibrate(sc: Scenario, work: Path) -> SearchSpace:

@@ -22,6 +22,7 @@ from harness.history import HistoryWriter
 from harness.input_gate import EndOfInputGate, hold_limit_ms
 from harness.job import JobGraph, task_name
 from harness.jobmaster import JobFailure, JobMaster, RescaleRequest, RescaleSchedule, RunSummary
+from harness.user_code import UserFrame
 
 __all__ = ["Driver"]
 
@@ -208,12 +209,13 @@ class Driver(ExecutorControls):
         self.coord = None
         self._close_tasks()
 
-    def _attempt_lost(self, attempt: int, reason: str | None) -> None:
-        """After ``_retire``: a pending savepoint died with the attempt; a failure (``reason``) counts
-        against the restart budget (:class:`JobFailure` when it is spent)."""
+    def _attempt_lost(self, attempt: int, reason: str | None, frame: UserFrame | None = None) -> None:
+        """After ``_retire``: a pending savepoint died with the attempt; a failure (``reason``, raised
+        in the job's own code at ``frame`` if known) counts against the restart budget
+        (:class:`JobFailure` when it is spent, or when the job's code fails the same way again)."""
         self.rescales.on_lost()
         if reason is not None:
-            self.master.failover(attempt, reason)
+            self.master.failover(attempt, reason, frame)
 
     def _rescaled(self, req: RescaleRequest) -> JobGraph:
         """Stop the attempt for ``req``; the graph to deploy next."""

@@ -15,6 +15,7 @@ from harness.history import HistoryWriter
 from harness.job import JobGraph
 from harness.run_store import RunStore
 from harness.sinks import committed_files, write_fence
+from harness.user_code import IDENTICAL_FAILURES, YOUR_JOB_RAISED, UserFrame
 from reference_impl.checkpoint import (
     CompletedCheckpoint,
     FileSystemCheckpointStorage,
@@ -152,6 +153,8 @@ class JobMaster:
         self.next_checkpoint_id = 1
         self.max_restarts = max_restarts
         self.restarts = 0
+        self._last_frame: UserFrame | None = None
+        self._same_frame_failures = 0
 
     def plan_restore(self, graph: JobGraph, attempt: int = 0) -> RestorePlan:
         """The newest intact checkpoint (damaged newer ones are skipped and said so in the history) and
@@ -254,9 +257,18 @@ class JobMaster:
         cid = self.latest_checkpoint_id()
         return None if cid is None else self.storage.checkpoint_dir(self.job_id, cid)
 
-    def failover(self, attempt: int, reason: str) -> None:
-        """Count a restart against the budget (JobFailure when it is spent) and record it."""
+    def failover(self, attempt: int, reason: str, frame: UserFrame | None = None) -> None:
+        """Count a restart against the budget (JobFailure when it is spent) and record it. A failure
+        raised in the job's own code (``frame``) the same way as the ones before it, IDENTICAL_FAILURES
+        times in a row, ends the run at once: restarting will not get it further."""
         self.restarts += 1
+        same = frame is not None and self._last_frame == frame
+        self._same_frame_failures = self._same_frame_failures + 1 if same else int(frame is not None)
+        self._last_frame = frame
+        if frame is not None and self._same_frame_failures >= IDENTICAL_FAILURES:
+            raise JobFailure(
+                f"{YOUR_JOB_RAISED} {frame.describe()}, the same on {self._same_frame_failures} attempts in a row"
+            )
         if self.restarts > self.max_restarts:
             raise JobFailure(f"gave up after {self.max_restarts} restarts; last failure: {reason}")
         self.history.emit(

@@ -33,6 +33,7 @@ from harness.run_store import RunStore
 from harness.sim_links import SimChannel, SimGateway, SimOutput
 from harness.storage_gate import GatedStorage
 from harness.tasks import SourceTask, StreamTask, TaskEnv
+from harness.user_code import job_files, user_frame
 from reference_impl.rescale import restore_subtask
 from reference_impl.time import ManualClock, SkewedClock
 
@@ -78,6 +79,7 @@ class SimExecutor(Driver):
     ) -> None:
         graph.validate()
         self.cfg = config or SimConfig()
+        self._job_files = job_files(graph)
         self.rng = random.Random(f"statechaos-sim-{seed}")
         self.clock = ManualClock(0)
         run_dir = Path(run_dir)
@@ -110,6 +112,7 @@ class SimExecutor(Driver):
         self._finished = False
         self._last_stats = 0
         self._reported: dict[str, tuple[int, int]] = {}  # task -> counts already in the history
+        self._timers_reported: dict[str, dict[str, int]] = {}  # task -> timers fired, per domain
 
     @property
     def now(self) -> int:
@@ -177,6 +180,7 @@ class SimExecutor(Driver):
         self.attempt += 1
         self.graph = graph
         self._reported = {}
+        self._timers_reported = {}
         self.channels = {}
         self.stalled = {}
         self._inbox.clear()
@@ -242,10 +246,11 @@ class SimExecutor(Driver):
                 pass
         self.tasks, self.sources, self.streams = [], [], []
 
-    def _fail_over(self, reason: str) -> None:
+    def _fail_over(self, e: BaseException) -> None:
         """The job failed: tear it down, count the restart, wait the restart delay."""
+        reason = _reason(e)
         self._retire(f"job restart: {reason}")
-        self._attempt_lost(self.attempt + 1, reason)
+        self._attempt_lost(self.attempt + 1, reason, user_frame(e, self._job_files))
         self.clock.advance(self.cfg.restart_delay_ms)
 
     def _safe_deploy(self, graph: JobGraph) -> None:
@@ -257,7 +262,7 @@ class SimExecutor(Driver):
             except JobFailure:
                 raise
             except Exception as e:
-                self._fail_over(_reason(e))
+                self._fail_over(e)
 
     def _rescale(self, req: RescaleRequest) -> None:
         self._safe_deploy(self._rescaled(req))
@@ -276,6 +281,11 @@ class SimExecutor(Driver):
                     "records_out", operator=t.operator, subtask=t.subtask, count=t.records_out - n_out
                 )
             self._reported[t.name] = (t.records_in, t.records_out)
+            fired, before = t.timers_fired, self._timers_reported.get(t.name, {})
+            if fired != before:
+                delta = {d: n - before.get(d, 0) for d, n in sorted(fired.items()) if n != before.get(d, 0)}
+                self.history.emit("timers_fired", operator=t.operator, subtask=t.subtask, **delta)
+                self._timers_reported[t.name] = dict(fired)
 
     def _step_source(self, s: SourceTask) -> None:
         if self.stopping:
@@ -378,7 +388,7 @@ class SimExecutor(Driver):
             except Exception as e:  # any task failure fails the job over, as in Flink
                 if self._finished:
                     break
-                self._fail_over(_reason(e))
+                self._fail_over(e)
                 self._safe_deploy(self.graph)
                 continue
             self.clock.advance(self.cfg.tick_ms)

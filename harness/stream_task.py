@@ -154,6 +154,7 @@ class StreamTask(TaskBase):
     def _on_timer(self, domain: str, timestamp: int, key: Any, namespace: Any) -> None:
         ctx = self.ctx
         ctx.time_domain, ctx.timer_namespace = domain, namespace
+        self.timers_fired[domain] = self.timers_fired.get(domain, 0) + 1
         try:
             self.function.on_timer(timestamp, ctx)
         finally:

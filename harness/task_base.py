@@ -33,6 +33,7 @@ class TaskBase:
         self.op_state = OperatorStateBackend()
         self.records_in = 0
         self.records_out = 0
+        self.timers_fired: dict[str, int] = {}  # per time domain: evidence of what the run exercised
         self.keyed: Any = None  # the keyed state backend, for keyed stages
 
     def _hit(self, failpoint: str) -> None:

@@ -44,9 +44,28 @@ _MAX_ORDER_PROBLEMS = 50
 
 def check_exactly_once(art: RunArtifacts, spec: JobSpec) -> Verdict:
     fast = _columnar_inputs(art, spec)
-    if fast is not None:
-        return _check_columnar(spec, *fast)
-    return _check_per_record(art, spec)
+    v = _check_columnar(spec, *fast) if fast is not None else _check_per_record(art, spec)
+    if v.passed:
+        v.summary += _evidence(art)
+    return v
+
+
+def _evidence(art: RunArtifacts) -> str:
+    """What the run put the output through: restores, rescales and timers fired (when recorded)."""
+    restores = sum(
+        1 for evs in art.restores_by_attempt().values() if any(e.get("checkpoint_id") is not None for e in evs)
+    )
+    rescales = len(art.of_type("rescale"))
+    fired: Counter[str] = Counter()
+    for e in art.of_type("timers_fired"):
+        for domain in ("event", "processing"):
+            fired[domain] += int(e.get(domain, 0))
+    timers = (
+        f", {fired['event']} event-time and {fired['processing']} processing-time timers fired"
+        if art.of_type("timers_fired")
+        else ""
+    )
+    return f" (through {restores} restores, {rescales} rescales{timers})"
 
 
 def _verdict(
@@ -60,6 +79,14 @@ def _verdict(
     keyed: bool = True,
     changed: int = 0,
 ) -> Verdict:
+    if committed == 0 and expected == 0:
+        return Verdict.unknown(
+            "exactly_once",
+            "the fault-free reference emits nothing and the run committed nothing: nothing to compare "
+            "(do the job's timers fire within the run's time? see the sim's processing-time pace)",
+            committed=0,
+            expected=0,
+        )
     return Verdict.of_kinds(
         "exactly_once",
         {k: v for k, v in kinds.items() if v},

@@ -111,6 +111,8 @@ def check_checkpoint_integrity(
         if name not in damage_time:
             problems.append(f"restore skipped {e['path']} as damaged, but no fault damaged it: {e['reason']}")
     skipped = len(art.of_type("checkpoint_skipped"))
+    if not completed and not problems:
+        return Verdict.unknown("checkpoint_integrity", "no checkpoint completed in this run", completed=0)
     return Verdict.of(
         "checkpoint_integrity",
         problems,

@@ -148,10 +148,15 @@ def check_rescale(art: RunArtifacts, spec: JobSpec) -> Verdict:
                                 f"{where}: broadcast state {name!r} on subtask {s} differs from old "
                                 f"subtask {src}'s copy"
                             )
+    if groups == 0 and not problems:
+        return Verdict.unknown(
+            "rescale", "no operator was restored in this run: no rescale invariant to judge", restores=0, rescaled=0
+        )
     return Verdict.of(
         "rescale",
         problems,
-        f"{groups} operator restores ({rescaled} at a new parallelism) keep every rescale invariant",
+        f"{groups} operator restores ({rescaled} at a new parallelism) keep every rescale invariant"
+        + ("" if rescaled else " (no parallelism changed: key-group ownership and state moves judged at the same parallelism)"),
         "{n} rescale invariant violations",
         restores=groups,
         rescaled=rescaled,

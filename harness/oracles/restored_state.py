@@ -143,6 +143,11 @@ def check_restored_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
         if why is not None and skipped_states is not None
         else ""
     )
+    if checked == 0 and not problems:
+        return Verdict.unknown(
+            "restored_state", "no subtask restored state from a checkpoint in this run: nothing to compare",
+            restores=0,
+        )
     verdict = Verdict.of(
         "restored_state",
         problems,

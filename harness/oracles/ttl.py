@@ -56,6 +56,8 @@ def check_ttl(art: RunArtifacts, spec: JobSpec) -> Verdict:
                 f"{last_value!r} at t={last_ts} (ttl {ttl} ms: {state})"
                 + (f" in transaction {c.txn}" if c.txn else "")
             )
+    if reads == 0:
+        return Verdict.unknown("ttl", "no committed TTL read to judge", reads=0)
     extra = f" ({ambiguous} within the {skew} ms skew bound)" if skew else ""
     return Verdict.of(
         "ttl",

@@ -69,9 +69,9 @@ class Verdict:
         return Verdict(oracle, False, bad.format(n=len(problems)), details, data)
 
     @staticmethod
-    def unknown(oracle: str, why: str, details: list[str] | None = None) -> Verdict:
+    def unknown(oracle: str, why: str, details: list[str] | None = None, **data: Any) -> Verdict:
         """The oracle could not decide (it crashed, or the run gives it nothing to judge)."""
-        return Verdict(oracle, False, f"unknown: {why}", list(details or []), status=Status.UNKNOWN)
+        return Verdict(oracle, False, f"unknown: {why}", list(details or []), data, status=Status.UNKNOWN)
 
 
 def fair_share(sizes: list[int], limit: int) -> list[int]:

@@ -40,6 +40,7 @@ from harness.spark.network import Endpoint, TaskNetwork, coordinator_link
 from harness.spark.root_cause import record_stage_failure
 from harness.spark.stage import JOB_CODE_FAILED, submit_stage
 from harness.spark.transport import CoordinatorServer, RunSecret
+from harness.user_code import job_files, user_frame_in_text
 
 __all__ = ["SparkExecutor", "JOB_CODE_FAILED"]  # the latter re-exported
 
@@ -205,7 +206,10 @@ class SparkExecutor(Driver):
 
     def _new_deployment(self, graph: JobGraph, reason: str | None) -> None:
         self._retire(f"job restart: {reason}" if reason else "redeploy")
-        self._attempt_lost(self.deployments, reason)
+        # a stage Spark gave up on: the job's own frame in the executor's traceback, if it raised
+        gave_up = reason is not None and reason.startswith(_GAVE_UP)
+        frame = user_frame_in_text(self.root_cause, job_files(graph)) if gave_up else None
+        self._attempt_lost(self.deployments, reason, frame)
         self.graph = graph
         plan = self.master.plan_restore(graph, self.deployments)
         self.dep = _Deployment(
@@ -608,10 +612,13 @@ class SparkExecutor(Driver):
                     graph = self.graph.with_parallelism(target.parallelism)
                     why = f"an executor was lost: {target.slots} task slots left"
                 case "failed":
-                    why = f"Spark gave up on the stage: {outcome.error}"
+                    why = f"{_GAVE_UP}: {outcome.error}"
 
     def _shutdown(self) -> None:
         self.server.close()
+
+
+_GAVE_UP = "Spark gave up on the stage"
 
 
 @dataclass(frozen=True)

@@ -72,15 +72,20 @@ def test_a_check_that_cannot_apply_is_unknown(tmp_path):
     assert ttl.status == "unknown" and "no TTL reads" in ttl.summary and not ttl.passed
 
 
-def test_a_job_the_restart_strategy_gave_up_on_is_an_infrastructure_error(tmp_path, capsys):
+def test_a_job_the_restart_strategy_gave_up_on_on_sim_is_a_failed_progress_check(tmp_path, capsys):
+    """On sim no environment can be the cause: a run that cannot finish is a finding (exit 1) with its
+    last failure and the fault before it, and no other check counts what never ran."""
     crashes = [{"at": f"checkpoint:{n}", "kind": "crash_task", "target": "count[0]"} for n in (1, 2, 3)]
     rc, out = _run(tmp_path, faults=crashes, max_restarts=1)
-    assert rc == 2
-    assert out["result"] == "infrastructure" and out["error_kind"] == "infrastructure"
-    assert "gave up after 1 restarts" in out["error"]
-    assert out["verdicts"] == []  # no "records lost", no "fault never fired": the job never finished
+    assert rc == 1
+    assert out["result"] == "failed" and out["error_kind"] is None
+    assert [v["oracle"] for v in out["verdicts"]] == ["progress", "fault_schedule"]
+    progress = _verdict(out, "progress")
+    assert progress["status"] == "fails"
+    assert "gave up after 1 restarts" in progress["details"][0]
+    assert any(d.startswith("the fault before it:") and "crash_task" in d for d in progress["details"])
     printed = capsys.readouterr().out
-    assert "infrastructure error" in printed and "lost" not in printed
+    assert "progress" in printed and "lost" not in printed
 
 
 def test_a_rescale_of_an_operator_the_job_lacks_is_bad_input(tmp_path, capsys):

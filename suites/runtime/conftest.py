@@ -24,12 +24,21 @@ BASE: dict[str, Any] = {
 }
 
 
+def scenario(**overrides: Any) -> dict[str, Any]:
+    """BASE with ``overrides``; without faults or rescales, BASE's checks that judge restores
+    (``restored_state``, ``rescale``) are left out: they would have nothing to judge (``unknown``)."""
+    sc = {**BASE, **overrides}
+    if "checks" not in overrides and not sc.get("faults") and not sc.get("rescale"):
+        sc["checks"] = [c for c in BASE["checks"] if c not in ("restored_state", "rescale")]
+    return sc
+
+
 @pytest.fixture
 def sim_run(tmp_path: Path):
     n = iter(range(10_000))
 
     def run(**overrides: Any) -> ScenarioOutcome:
-        sc = Scenario.model_validate({**BASE, **overrides})
+        sc = Scenario.model_validate(scenario(**overrides))
         return run_scenario(sc, tmp_path / f"run-{next(n)}")
 
     return run
@@ -42,3 +51,12 @@ def failed(outcome: ScenarioOutcome) -> set[str]:
         return {"infrastructure"}
     assert outcome.error is None, outcome.error
     return {v["oracle"] for v in outcome.verdicts if not v["passed"]}
+
+
+def fails(outcome: ScenarioOutcome) -> set[str]:
+    """The checks that fail with evidence (not ``unknown``): what a planted bug must be caught by;
+    a run the job gave up on counts as ``"infrastructure"``."""
+    if outcome.error_kind == "infrastructure":
+        return {"infrastructure"}
+    assert outcome.error is None, outcome.error
+    return {v["oracle"] for v in outcome.verdicts if v.get("status", "fails") == "fails"}

@@ -19,7 +19,7 @@ from chaos.runner import run_scenario
 from chaos.scenario import Scenario
 from harness.items import CheckpointBarrier
 from suites.runtime import timed_job  # noqa: F401 - registers test_timed
-from suites.runtime.conftest import BASE, failed
+from suites.runtime.conftest import BASE, failed, fails
 
 pytestmark = [allure.epic("runtime"), allure.feature("oracles catch broken runtimes")]
 
@@ -193,6 +193,6 @@ def test_a_broken_runtime_is_caught(tmp_path: Path, monkeypatch, name):
     assert failed(healthy) == set(), f"the scenario must pass on the correct runtime: {healthy.verdicts}"
     breaker(monkeypatch)
     broken = sim_run(**overrides)
-    caught = failed(broken)
+    caught = fails(broken)
     allure.dynamic.parameter("caught by", ", ".join(sorted(caught)) or "nothing")
     assert caught, f"no oracle caught: {name}"

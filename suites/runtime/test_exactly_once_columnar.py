@@ -11,7 +11,7 @@ import pytest
 
 from harness.jobs import build_job
 from harness.oracles.artifacts import RunArtifacts, read_committed_columns
-from harness.oracles.exactly_once import _check_per_record, _columnar_inputs, check_exactly_once
+from harness.oracles.exactly_once import _check_per_record, _columnar_inputs, _evidence, check_exactly_once
 
 
 def _run(tmp_path: Path, txns: dict[str, list[Any]]) -> RunArtifacts:
@@ -34,9 +34,10 @@ def _expected() -> list[list[Any]]:
 
 def test_clean_output_passes_on_both_paths(tmp_path: Path) -> None:
     recs = _expected()
-    fast, slow = _both(_run(tmp_path, {"c1-s0-a0-0": recs[:30], "c2-s0-a0-1": recs[30:]}))
+    art = _run(tmp_path, {"c1-s0-a0-0": recs[:30], "c2-s0-a0-1": recs[30:]})
+    fast, slow = _both(art)
     assert fast.passed and slow.passed
-    assert fast.summary == slow.summary and fast.data == slow.data
+    assert fast.summary == slow.summary + _evidence(art) and fast.data == slow.data
 
 
 @pytest.mark.parametrize("damage", ["lost", "duplicated", "unexpected", "reordered", "wrong_count", "empty"])

@@ -78,3 +78,20 @@ def test_many_lost_records_do_not_hide_the_unexpected_ones(tmp_path: Path) -> No
     unexpected = [d for d in v.details if d.startswith("unexpected:")]
     assert len(lost) == len(unexpected) == MAX_DETAILS // 2
     assert v.details[-1] == "... and 80 more (40 lost, 40 unexpected)"
+
+
+def test_nothing_emitted_and_nothing_expected_is_unknown_not_a_pass(tmp_path: Path) -> None:
+    graph = (
+        JobBuilder("silent", 8)
+        .source("src", GeneratorSource(_rec, 1, 10), 1)
+        .key_by(lambda r: r["user"])
+        .process("pass", _Pass(), 1)
+        .sink(ExactlyOnceFileSinkSpec())
+        .output(expected=lambda inputs: [])
+        .build()
+    )
+    v = check_exactly_once(_art(tmp_path, []), JobSpec(graph))
+    assert v.status == "unknown" and "the fault-free reference emits nothing" in v.summary
+    # something committed where nothing was expected is a failure, not unknown
+    w = check_exactly_once(_art(tmp_path / "b", [_rec(0, 1)]), JobSpec(graph))
+    assert w.status == "fails" and w.details[0].startswith("unexpected:")

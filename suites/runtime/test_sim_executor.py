@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from suites.runtime.conftest import failed
+from suites.runtime.conftest import failed, fails
 
 pytestmark = allure.epic("runtime")
 
@@ -109,8 +109,9 @@ def test_every_oracle_holds_under_explored_faults(sim_run, seed, faults, chain):
         for i, p in enumerate(chain)
     ]
     out = sim_run(records=2000, keys=30, faults=faults, rescale=rescale, seed=seed)
-    # explored triggers may lie past the end of a short run: that is not an oracle failure here
-    assert failed(out) - {"fault_schedule"} == set(), [
+    # explored triggers may lie past the end of a short run: that is not an oracle failure here; nor
+    # is a check with nothing to judge (no restore: unknown); a check that fails is a false alarm
+    assert fails(out) - {"fault_schedule"} == set(), [
         (v["oracle"], v["details"][:5]) for v in out.verdicts if not v["passed"]
     ]
 
@@ -121,7 +122,10 @@ def test_fault_free_run_commits_the_reference_output(sim_run, job):
     if job == "ttl_verify":
         checks.append("ttl")
     out = sim_run(job=job, checks=checks)
-    assert failed(out) == set()
+    # restored_state has nothing to judge without a restore: unknown, never a vacuous pass
+    assert failed(out) == {"restored_state"}
+    (rs,) = [v for v in out.verdicts if v["oracle"] == "restored_state"]
+    assert rs["status"] == "unknown" and "no subtask restored state" in rs["summary"]
     assert out.stats["attempts"] == 1
 
 
@@ -150,7 +154,7 @@ def test_a_fault_that_never_fires_fails_the_run_instead_of_passing_quietly(sim_r
         faults=[{"at": "time:10m", "kind": "crash_task"}],
         rescale=[{"at": "checkpoint:9999", "parallelism": 3}],
     )
-    assert failed(out) == {"fault_schedule"}
+    assert fails(out) == {"fault_schedule"}
     details = next(v for v in out.verdicts if v["oracle"] == "fault_schedule")["details"]
     assert any("crash_task at time_ms=600000 never fired" in d for d in details)
     assert any("only 0 of 1 rescale steps happened" in d for d in details)
