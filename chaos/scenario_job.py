@@ -141,6 +141,8 @@ def job_problems(sc: Any, base_dir: Path | None = None) -> list[tuple[tuple[Any,
                     "JobBuilder.output(key=..., seq=...) or drop 'sequence'",
                 )
             )
+        if name == "restored_state" and base.contract.interleaving_states:
+            out.extend(_interleaving_state_problems(base))
         if name == "ttl" and "ttl" not in base.contract.oracle_config:
             out.append(
                 (
@@ -150,3 +152,24 @@ def job_problems(sc: Any, base_dir: Path | None = None) -> list[tuple[tuple[Any,
                 )
             )
     return out
+
+
+def _interleaving_state_problems(graph: JobGraph) -> list[tuple[tuple[Any, ...], str]]:
+    """A state named in ``state_depends_on_interleaving(states=...)`` that no stage declares (a typo
+    would leave the state it meant compared, and the verdict a false alarm)."""
+    from harness.reference_run import declared_state_names
+
+    named = graph.contract.interleaving_states or frozenset()
+    known = declared_state_names(graph, named)
+    unknown = sorted(named - known)
+    if not unknown:
+        return []
+    shown = ", ".join(sorted(n for n in known if not n.startswith("_timer_state/"))) or "none"
+    return [
+        (
+            ("job",),
+            f"job {graph.name!r}: state_depends_on_interleaving(states=...) names "
+            f"{', '.join(map(repr, unknown))}, which no stage declares (its keyed states: {shown}; "
+            "timer states are included automatically)",
+        )
+    ]

@@ -108,6 +108,10 @@ class ReferenceRun:
         self.offsets = {k: int(v) for k, v in offsets.items()}
         return self
 
+    def state_names(self) -> set[str]:
+        """The keyed states the stages have declared so far (in ``open`` or while processing)."""
+        return {n for _, backend, _, _ in self._stages for n in backend.registered_state_names()}
+
     def state(self, stage: str) -> KeyedStateSnapshot:
         """The keyed state of ``stage`` (all key groups) as a checkpoint would hold it."""
         for st, backend, _, _ in self._stages:
@@ -126,6 +130,18 @@ def _read_all(function: Any, name: str, max_p: int) -> list[Any]:
             break
         out.extend(batch)
     return out
+
+
+def declared_state_names(graph: JobGraph, wanted: frozenset[str] = frozenset()) -> set[str]:
+    """The keyed states ``graph``'s stages declare: those their ``open`` declares, and when that
+    lacks some of ``wanted``, every state the whole fault-free run declares (states created lazily)."""
+    names = ReferenceRun(graph).state_names()
+    if wanted <= names:
+        return names
+    ref = ReferenceRun(graph)
+    ref.feed(_read_all(graph.source.function, graph.source.name, graph.max_parallelism))
+    ref.finish()
+    return names | ref.state_names()
 
 
 def reference_output(graph: JobGraph, run_stages: bool = True) -> tuple[list[Any], list[Any]]:
