@@ -54,14 +54,24 @@ class ScenarioError(InputError, ValueError):
     def __init__(self, path: str, problems: list[tuple[int | None, str, str]]) -> None:
         self.path = path
         self.problems = problems
-        lines = [  # file:line: field: problem, leaving out only the parts that do not exist
+        self.lines = [  # file:line: field: problem, leaving out only the parts that do not exist
             ":".join([path, *([str(line)] if line is not None else [])])
             + ": "
             + (f"{field}: " if field else "")
             + msg
             for line, field, msg in problems
         ]
-        super().__init__("invalid scenario\n  " + "\n  ".join(lines))
+        super().__init__("invalid scenario\n  " + "\n  ".join(self.lines))
+
+    @classmethod
+    def of_files(cls, errors: list[ScenarioError]) -> ScenarioError:
+        """The errors of several files together, each line with its own file and line."""
+        merged = cls.__new__(cls)
+        merged.path = f"{len(errors)} files"
+        merged.problems = [p for e in errors for p in e.problems]
+        merged.lines = [ln for e in errors for ln in e.lines]
+        InputError.__init__(merged, f"invalid scenarios ({merged.path})\n  " + "\n  ".join(merged.lines))
+        return merged
 
 
 def _check_parallelism(v: Any) -> Any:
@@ -434,10 +444,7 @@ def load_scenarios(paths: list[str | Path]) -> list[tuple[Path, Scenario]]:
         except ScenarioError as e:
             problems.append(e)
     if problems:
-        merged = [
-            (ln, f"{e.path}: {fld}" if fld else e.path, m) for e in problems for ln, fld, m in e.problems
-        ]
         if len(problems) == 1:
             raise problems[0]
-        raise ScenarioError(f"{len(problems)} files", merged)
+        raise ScenarioError.of_files(problems)
     return out

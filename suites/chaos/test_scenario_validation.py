@@ -243,3 +243,16 @@ def test_docker_only_faults_with_cluster_override_exit_2(tmp_path, capsys):
     assert "faults[0].kind" in out and "needs cluster docker" in out, out
     assert "Traceback" not in out
     assert not list(tmp_path.iterdir()), "nothing may run"
+
+
+def test_several_bad_files_keep_each_files_own_location(tmp_path, capsys):
+    good = "name: ok\ncluster: sim\n"
+    (tmp_path / "a-bad.yaml").write_text(good + "records: -5\n")
+    (tmp_path / "b-good.yaml").write_text(good)
+    (tmp_path / "c-bad.yaml").write_text(good + "seed: 1\nparallelism: zero\n")
+    assert main(["validate", str(tmp_path)]) == 2
+    printed = capsys.readouterr()
+    text = printed.out + printed.err
+    assert re.search(r"a-bad\.yaml:3: records: ", text), text
+    assert re.search(r"c-bad\.yaml:4: parallelism: ", text), text
+    assert "2 files:" not in text
