@@ -130,6 +130,16 @@ class AdaptiveSettings(Strict):
         return parse_duration_ms(v)
 
 
+class SimSettings(Strict):
+    """The simulator's pace (``cluster: sim`` only): ``tick_ms`` simulated milliseconds pass per
+    scheduler step, in which every source subtask emits 1..16 records and every keyed subtask takes
+    in what reached it. Processing time (``ctx.now_ms()``, processing-time timers, TTL) is this
+    clock, as are checkpoint intervals, fault times and restart delays: a run of N records on p
+    source subtasks lasts about ``N / (8 p) * tick_ms`` ms."""
+
+    tick_ms: Annotated[int, Field(ge=1, le=60_000)] = 1
+
+
 _CLUSTER = re.compile(
     r"^(sim|local|docker|local-cluster\[\d+,\s*\d+,\s*\d+\]|spark://[\w.\-]+(:\d+)?(,[\w.\-]+(:\d+)?)*)$"
 )
@@ -155,6 +165,7 @@ class Scenario(Strict):
     keys: Annotated[int, Field(ge=1)] = 100
     checkpoint: CheckpointSettings = Field(default_factory=CheckpointSettings)
     adaptive_recovery: AdaptiveSettings = Field(default_factory=AdaptiveSettings)
+    sim: SimSettings = Field(default_factory=SimSettings)
     faults: list[AnyFault] = Field(default_factory=list)  # type: ignore[valid-type]
     rescale: list[RescaleStep] = Field(default_factory=list)
     checks: list[str] = Field(

@@ -30,7 +30,9 @@ class SimCluster:
             seed=sc.seed,
             faults=nemesis_for(plan(sc), lambda controls: FaultTarget(controls, scope)),
             rescales=rescale_requests(sc),
-            config=SimConfig(max_restarts=sc.max_restarts, time_limit_ms=int(sc.timeout_s * 1000)),
+            config=SimConfig(
+                tick_ms=sc.sim.tick_ms, max_restarts=sc.max_restarts, time_limit_ms=int(sc.timeout_s * 1000)
+            ),
             run_info={
                 "scenario": sc.name,
                 "records": sc.records,
