@@ -89,6 +89,7 @@ def execute_scenario(
     spec = scenario_spec(sc)
     record_input(spec, run_dir)
     stats = cluster_for(sc).run(sc, spec, run_dir, resume=resume)
+    stats["fault_phases"] = _fault_phases(run_dir)
     if stats.get("status") == "failed" and _judged_as_progress(sc, str(stats.get("reason"))):
         return [_progress_verdict(sc, run_dir, str(stats.get("reason"))), _schedule_verdict(sc, run_dir)], stats
     if stats.get("status") == "failed":
@@ -104,6 +105,17 @@ def execute_scenario(
     }
     verdicts = check_all(run_dir, spec, checks_for(sc, spec.graph), config)
     return [v.to_dict() for v in verdicts] + [_schedule_verdict(sc, run_dir)], stats
+
+
+def _fault_phases(run_dir: Path) -> dict[str, list[str]]:
+    """Which phases of the job each fault struck (``chaos.fault_phases``), by fault id."""
+    from chaos.fault_phases import phases_hit
+    from harness.history import read_history
+
+    path = RunStore(run_dir).history
+    if not path.is_file():
+        return {}
+    return {str(k): v for k, v in phases_hit(list(read_history(path))).items()}
 
 
 def _judged_as_progress(sc: Scenario, reason: str) -> bool:

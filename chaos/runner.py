@@ -240,13 +240,15 @@ _STORY_LINES = 8
 def story(run_dir: Path) -> list[str]:
     """What the chaos did to a run and how the job reacted, in statechaos's words (a SIGKILLed
     executor reads as the injected fault it is, not as Spark's "ERROR Lost executor")."""
+    from chaos.fault_phases import describe_phases, phases_hit
     from harness.history import read_history
 
     path = RunStore(Path(run_dir)).history
     if not path.is_file():
         return []
     out = []
-    for e in read_history(path):
+    events = list(read_history(path))
+    for e in events:
         t = f"t={int(e['t']) / 1000:.2f}s"
         if e["type"] == "fault_start":
             d = e.get("details") or {}
@@ -270,6 +272,9 @@ def story(run_dir: Path) -> list[str]:
             out.append(f"{t} input ended; held for {', '.join(e['waiting'])}")
     if len(out) > _STORY_LINES:
         out = out[: _STORY_LINES - 1] + [f"... and {len(out) - _STORY_LINES + 1} more (history.jsonl)"]
+    phases = phases_hit(events)
+    if phases:
+        out.append(describe_phases(phases))
     return out
 
 

@@ -294,6 +294,7 @@ class SimExecutor(Driver):
             n = s.poll(self.rng.randint(1, self.cfg.source_batch))
             if n:
                 self._count_records(n)
+        s.announce_exhausted()
         if s.exhausted() and not s.finished and not self._input_kept_open():
             s.end_input()  # this subtask is done: end of input (the maximum watermark) flows downstream
 

@@ -13,7 +13,7 @@ from harness.partitioner import Partitioner
 from harness.task_base import TaskBase
 from harness.task_env import TaskEnv
 from reference_impl.rescale import RestoredSubtask
-from reference_impl.timers import MIN_WATERMARK
+from reference_impl.timers import MAX_WATERMARK, MIN_WATERMARK
 
 __all__ = ["SourceTask", "SPLITS_STATE", "SPLIT_TIMESTAMPS_STATE"]
 
@@ -112,6 +112,17 @@ class SourceTask(TaskBase):
 
     def exhausted(self) -> bool:
         return self.function.exhausted()
+
+    def announce_exhausted(self) -> None:
+        """This subtask has read everything: the maximum watermark goes downstream at once (as Flink
+        sends ``MAX_WATERMARK`` when a source finishes), whether or not its end of input is held back
+        for a planned fault (``harness.input_gate``): a hold must not freeze the watermarks of the
+        stages it feeds (nor a broadcast input's, which has no watermarks of its own), or their
+        event-time timers would fire only after the last fault."""
+        if self.function.exhausted() and self.watermark < MAX_WATERMARK and not self.finished:
+            self.watermark = MAX_WATERMARK
+            assert self.env.output is not None
+            self.env.output.broadcast(Watermark(MAX_WATERMARK))
 
     def trigger_checkpoint(self, checkpoint_id: int, timestamp: int, kind: str = "checkpoint") -> None:
         """Take this source's snapshot (its splits), inject barrier ``checkpoint_id`` into every output

@@ -170,7 +170,7 @@ class StreamTask(TaskBase):
         self.timers.advance_watermark(wm, self._on_timer)
         if self.ctx._out:
             self._emit(self.ctx._drain())
-        if self.env.output is not None and wm < MAX_WATERMARK:
+        if self.env.output is not None:  # the maximum too: a held end of input must not stop it
             self.env.output.broadcast(Watermark(wm))
 
     def advance_time(self) -> None:

@@ -372,7 +372,8 @@ def _loop(
                 task.poll(256)
             elif not exhausted_sent and task.exhausted():
                 # end of input flows when the driver says so ("end_input": no planned trigger is
-                # pending); checkpoints go on until "finish"
+                # pending); checkpoints go on until "finish"; the maximum watermark goes at once
+                task.announce_exhausted()
                 assert output is not None
                 output.flush()
                 link.send(ctl.Exhausted())
