@@ -159,6 +159,7 @@ class Driver(ExecutorControls):
             self._trigger_sources(checkpoint_id, kind)
         elif what == "complete":
             self.completed += 1
+            self.master.keep_completed(checkpoint_id)
             self._tell_complete(checkpoint_id)
             if self.faults is not None:
                 self.faults.on_checkpoint_completed(checkpoint_id)

@@ -150,6 +150,7 @@ class JobMaster:
         self.config = checkpoint
         self.history = history
         self.keep_restore_evidence = keep_restore_evidence
+        self.keep_every_checkpoint = False
         self.next_checkpoint_id = 1
         self.max_restarts = max_restarts
         self.restarts = 0
@@ -199,16 +200,25 @@ class JobMaster:
     def _keep_evidence(self, chk: CompletedCheckpoint) -> None:
         """Copy a checkpoint as it was restored, so the restored-state oracle can read it after the run
         even when retention has deleted it (the copy is taken after validation)."""
-        dst = self.run_dir / "restored-from" / chk.directory.name
+        self._keep_copy(chk.directory)
+
+    def keep_completed(self, checkpoint_id: int) -> None:
+        """Copy a checkpoint as it completed (``keep_every_checkpoint``: the ``checkpoint_state``
+        oracle judges every completed checkpoint, also those retention deletes)."""
+        if self.keep_every_checkpoint:
+            self._keep_copy(self.storage.checkpoint_dir(self.job_id, checkpoint_id))
+
+    def _keep_copy(self, directory: Path) -> None:
+        dst = self.run_dir / "restored-from" / directory.name
         if not dst.exists():
-            shutil.copytree(chk.directory, dst)
+            shutil.copytree(directory, dst)
             # an incremental checkpoint's manifests name shared files relative to its directory
             for f in sorted(dst.glob("*.state")):
                 for ref in referenced_shared_files(f.read_bytes(), str(f)):
                     target = (dst / ref.path).resolve()
                     if not target.exists():
                         target.parent.mkdir(parents=True, exist_ok=True)
-                        shutil.copyfile(chk.directory / ref.path, target)
+                        shutil.copyfile(directory / ref.path, target)
 
     def new_coordinator(
         self, graph: JobGraph, notify: Any, now_ms: int, failpoint: Any = None

@@ -40,4 +40,5 @@ class SimCluster:
                 "checks": checks_for(sc, spec.graph),
             },
         )
+        ex.master.keep_every_checkpoint = "checkpoint_state" in checks_for(sc, spec.graph)
         return ex.run().to_stats()

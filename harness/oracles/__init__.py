@@ -10,6 +10,7 @@ from typing import Any
 
 from harness.jobs import JobSpec
 from harness.oracles.artifacts import RunArtifacts
+from harness.oracles.checkpoint_state import check_checkpoint_state
 from harness.oracles.exactly_once import check_exactly_once
 from harness.oracles.integrity import IntegrityConfig, check_checkpoint_integrity
 from harness.oracles.liveness import LivenessConfig, check_liveness
@@ -34,6 +35,7 @@ __all__ = [
     "check_exactly_once",
     "check_sequence",
     "check_restored_state",
+    "check_checkpoint_state",
     "check_rescale",
     "check_ttl",
     "check_checkpoint_integrity",

@@ -31,7 +31,7 @@ from reference_impl.snapshot import TtlValue
 from reference_impl.timers import TIMER_STATE_PREFIX
 from reference_impl.ttl import StateTtlConfig
 
-__all__ = ["check_restored_state", "plain"]
+__all__ = ["check_restored_state", "plain", "ttl_ms"]
 
 
 def plain(v: Any) -> Any:
@@ -45,7 +45,7 @@ def plain(v: Any) -> Any:
     return v
 
 
-def _ttl_ms(meta: Any) -> int | None:
+def ttl_ms(meta: Any) -> int | None:
     ttl = getattr(meta, "ttl", None)
     return None if ttl is None else StateTtlConfig.from_dict(ttl).ttl_ms
 
@@ -131,7 +131,7 @@ def check_restored_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
             h, m = plain(held.get(k)), plain(want.get(k))
             if h == m:
                 continue
-            ttl = _ttl_ms(metas.get(st))
+            ttl = ttl_ms(metas.get(st))
             if ttl is not None and k not in held and expirable >= ttl:
                 continue  # may have expired on the run's clock
             problems.append(
