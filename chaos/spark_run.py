@@ -215,6 +215,7 @@ def run_on_spark(
         raise EnvironmentProblem(f"scenario {sc.name!r}: {e}") from None
 
     ship_user_modules(spec)
+    ex.master.keep_every_checkpoint = "checkpoint_state" in checks_for(sc, graph)
     summary = ex.run()
     from harness.spark.executor import JOB_CODE_FAILED
 
