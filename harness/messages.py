@@ -377,6 +377,14 @@ class Exhausted(Message):
     """A source read all its input (its end of input waits for :class:`EndInput`)."""
 
 
+@message("raised")
+class Raised(Message):
+    """The task failed with an exception (its Python traceback as text): the driver finds the job's
+    own frame in it (``harness.user_code``) when it deploys the job again."""
+
+    traceback: str
+
+
 @message("ended")
 class Ended(Message):
     """End of input has passed this keyed subtask."""

@@ -132,6 +132,7 @@ class SparkExecutor(Driver):
         self.adaptive = adaptive or AdaptiveConfig()
         self.configured = graph.parallelism()
         self.slots = len(graph.subtasks())
+        self._raised = ""  # the traceback a failed task of the current deployment sent
         self.lost_at: float | None = None
         self.adapt_to: Fit | None = None
         self.capacity_since: float | None = None
@@ -206,9 +207,10 @@ class SparkExecutor(Driver):
 
     def _new_deployment(self, graph: JobGraph, reason: str | None) -> None:
         self._retire(f"job restart: {reason}" if reason else "redeploy")
-        # a stage Spark gave up on: the job's own frame in the executor's traceback, if it raised
-        gave_up = reason is not None and reason.startswith(_GAVE_UP)
-        frame = user_frame_in_text(self.root_cause, job_files(graph)) if gave_up else None
+        # the job's own frame in the traceback of the task that failed (or of the stage Spark gave up on)
+        text = self._raised or (self.root_cause if reason is not None and reason.startswith(_GAVE_UP) else "")
+        frame = user_frame_in_text(text, job_files(graph)) if reason is not None and text else None
+        self._raised = ""
         self._attempt_lost(self.deployments, reason, frame)
         self.graph = graph
         plan = self.master.plan_restore(graph, self.deployments)
@@ -276,6 +278,9 @@ class SparkExecutor(Driver):
             case ctl.Ended():
                 if dep is not None and task in dep.registered:
                     dep.ended.add(task)
+            case ctl.Raised(text):  # a task of this deployment failed: why, for the next restart
+                if dep is not None and task in dep.registered:
+                    self._raised = text
             case ctl.FailpointHit(name, target):
                 action = self._failpoint_action(name, target)
                 reply = (

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+import traceback
 from collections import deque
 from pathlib import Path
 from typing import Any, TypeVar
@@ -259,6 +260,11 @@ def run_subtask(
             # not a failure (a failure would make Spark relaunch the stage the driver is stopping)
             if link.cancelled():
                 return {"task": name, "status": "cancelled", "after": f"{type(e).__name__}: {e}"}
+            raise
+        except Exception as e:  # the job's code (or the runtime) raised: tell the driver why first
+            if not isinstance(e, InjectedCrash):
+                with contextlib.suppress(Exception):
+                    link.send(ctl.Raised(traceback.format_exc()))
             raise
     finally:
         if task is not None:

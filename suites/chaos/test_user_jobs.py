@@ -335,3 +335,48 @@ def test_replay_runs_the_same_job_on_the_same_input_or_refuses(project, tmp_path
     refused = _statechaos(elsewhere, "replay", str(run), "--runs-dir", str(tmp_path / "replays"))
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert "input changed since the run" in " ".join(refused.stderr.split())
+
+
+RAISES = '''
+from harness import ExactlyOnceFileSinkSpec, GeneratorSource, JobBuilder, KeyedProcessFunction
+
+
+class Score(KeyedProcessFunction):
+    def process_element(self, value, ctx):
+        if value["n"] == 40:
+            raise ValueError("cannot score record 40")
+        ctx.collect(value)
+
+
+def build():
+    return (
+        JobBuilder("scores", max_parallelism=16)
+        .source("events", GeneratorSource(lambda s, n: {"k": f"k{n % 3}", "n": n}, 1, 200), 1)
+        .key_by(lambda r: r["k"])
+        .process("score", Score(), 1)
+        .sink(ExactlyOnceFileSinkSpec())
+        .build()
+    )
+'''
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_the_jobs_own_exception_on_spark_is_reported_as_your_job_raised(project, tmp_path, java):
+    (project / "raises.py").write_text(RAISES)
+    (project / "raises.yaml").write_text(
+        "name: raises\ncluster: local-cluster[1,2,1024]\njob: raises:build\n"
+        "parallelism: {events: 1, score: 1}\nchecks: [exactly_once]\nseed: 1\ntimeout_s: 300\n"
+    )
+    r = _statechaos(project, "run", "raises.yaml", "--runs-dir", str(tmp_path / "runs"), "--json", "out.json")
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    import json
+
+    outcome = json.loads((project / "out.json").read_text())["scenarios"][0]
+    progress = next(v for v in outcome["verdicts"] if v["oracle"] == "progress")
+    line = RAISES.splitlines().index('            raise ValueError("cannot score record 40")') + 1
+    assert (
+        f"your job raised ValueError: cannot score record 40 at {project / 'raises.py'}:{line} in process_element"
+        in progress["details"][0]
+    ), progress
+    assert progress["data"]["restarts"] <= 2
