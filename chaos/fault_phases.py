@@ -59,7 +59,12 @@ def phases_hit(events: list[dict[str, Any]]) -> dict[int, list[str]]:
     return out
 
 
-def describe_phases(phases: dict[int, list[str]]) -> str:
-    """One line: how many faults hit each phase, the phases none hit named too."""
+def describe_phases(phases: dict[int, list[str]], timers_counted: bool = True) -> str:
+    """One line: how many faults hit each phase, the phases none hit named too; ``timers_counted``
+    False (the history counts no timer firing: none fired, or Spark, which does not count them)
+    shows timer firing as not known."""
     n = Counter(p for ps in phases.values() for p in ps)
-    return f"{len(phases)} faults hit: " + ", ".join(f"{p} {n[p]}" for p in PHASES)
+    return f"{len(phases)} faults hit: " + ", ".join(
+        f"{p} {n[p]}" if timers_counted or p != "timer firing" else f"{p} ? (no timers_fired in the history)"
+        for p in PHASES
+    )

@@ -274,7 +274,7 @@ def story(run_dir: Path) -> list[str]:
         out = out[: _STORY_LINES - 1] + [f"... and {len(out) - _STORY_LINES + 1} more (history.jsonl)"]
     phases = phases_hit(events)
     if phases:
-        out.append(describe_phases(phases))
+        out.append(describe_phases(phases, any(e["type"] == "timers_fired" for e in events)))
     return out
 
 
