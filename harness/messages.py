@@ -60,6 +60,7 @@ __all__ = [
     "Ack",
     "Decline",
     "Exhausted",
+    "Raised",
     "Ended",
     "FailpointHit",
     "RouteRequest",
@@ -347,10 +348,11 @@ class Emit(Message):
 
 @message("stats")
 class Stats(Message):
-    """Records the task read and wrote since its last report."""
+    """Records the task read and wrote, and timers it fired per time domain, since its last report."""
 
     records_in: int
     records_out: int
+    timers_fired: dict[str, Any]
 
 
 @message("ack")

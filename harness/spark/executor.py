@@ -262,8 +262,8 @@ class SparkExecutor(Driver):
                     self._new_coordinator(failpoint=self._driver_failpoint)
             case ctl.Emit(type_, fields):
                 self.history.emit(type_, **fields)
-            case ctl.Stats(n_in, n_out):
-                self._stats(task, n_in, n_out)
+            case ctl.Stats(n_in, n_out, fired):
+                self._stats(task, n_in, n_out, fired)
             case ctl.Ack(deployment, cid, op, sub, handle, extra):
                 if dep is not None and deployment == dep.number and self.coord is not None:
                     self.coord.acknowledge(cid, op, sub, handle, self.now_ms(), extra)
@@ -326,8 +326,10 @@ class SparkExecutor(Driver):
             for t in names:
                 self._send(t, peers)
 
-    def _stats(self, task: str, n_in: int, n_out: int) -> None:
+    def _stats(self, task: str, n_in: int, n_out: int, fired: dict[str, Any]) -> None:
         op, sub = task.rstrip("]").split("[")
+        if fired:
+            self.history.emit("timers_fired", operator=op, subtask=int(sub), **fired)
         if n_in:
             self.history.emit("records_in", operator=op, subtask=int(sub), count=n_in)
         if n_out:

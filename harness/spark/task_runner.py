@@ -281,6 +281,12 @@ def run_subtask(
         client.close()
 
 
+def _stats(task: Any, n_in: int, n_out: int, fired: dict[str, int]) -> ctl.Stats:
+    """What ``task`` did since its last report (``n_in``/``n_out`` records, ``fired`` timers then)."""
+    timers = {d: n - fired.get(d, 0) for d, n in sorted(task.timers_fired.items()) if n != fired.get(d, 0)}
+    return ctl.Stats(task.records_in - n_in, task.records_out - n_out, timers)
+
+
 def _report_refusals(link: _Link, gate: InputGate) -> None:
     """Connections the gate refused go to the driver, for the history."""
     for r in gate.take_refusals():
@@ -327,6 +333,7 @@ def _loop(
     stopped = False
     got_finish = False
     last_stats, n_in, n_out = time.monotonic(), 0, 0
+    fired: dict[str, int] = {}  # the task's timers fired per domain at its last report
     while True:
         for m in link.poll():
             match m:
@@ -348,7 +355,7 @@ def _loop(
                         task.end_input()
                         assert output is not None
                         output.flush()
-                        link.send(ctl.Stats(task.records_in - n_in, task.records_out - n_out))
+                        link.send(_stats(task, n_in, n_out, fired))
                         return {"task": task.name, "status": "finished"}
                 case ctl.Cancel():
                     if output is not None:
@@ -412,7 +419,7 @@ def _loop(
                     output.flush()
                 link.send(ctl.Ended())  # end of input passed this subtask: the final checkpoint may come
             if task.finished and got_finish:
-                link.send(ctl.Stats(task.records_in - n_in, task.records_out - n_out))
+                link.send(_stats(task, n_in, n_out, fired))
                 return {"task": task.name, "status": "finished"}
         if output is not None:
             output.flush()
@@ -420,5 +427,6 @@ def _loop(
         if now - last_stats > 0.2:
             if gate is not None:
                 _report_refusals(link, gate)
-            link.send(ctl.Stats(task.records_in - n_in, task.records_out - n_out))
+            link.send(_stats(task, n_in, n_out, fired))
             n_in, n_out, last_stats = task.records_in, task.records_out, now
+            fired = dict(task.timers_fired)
