@@ -90,8 +90,9 @@ def execute_scenario(
     record_input(spec, run_dir)
     stats = cluster_for(sc).run(sc, spec, run_dir, resume=resume)
     stats["fault_phases"] = _fault_phases(run_dir)
+    schedule = [_schedule_verdict(sc, run_dir)] if sc.faults or sc.rescale else []  # nothing planned: no claim
     if stats.get("status") == "failed" and _judged_as_progress(sc, str(stats.get("reason"))):
-        return [_progress_verdict(sc, run_dir, str(stats.get("reason"))), _schedule_verdict(sc, run_dir)], stats
+        return [_progress_verdict(sc, run_dir, str(stats.get("reason"))), *schedule], stats
     if stats.get("status") == "failed":
         # the restart strategy (or Spark) gave up: the oracles would only count what never ran
         raise RunGaveUp(
@@ -104,7 +105,7 @@ def execute_scenario(
         "liveness": LivenessConfig(bound_ms=liveness_bound_ms(sc), alignment_bound_ms=alignment_bound_ms(sc)),
     }
     verdicts = check_all(run_dir, spec, checks_for(sc, spec.graph), config)
-    return [v.to_dict() for v in verdicts] + [_schedule_verdict(sc, run_dir)], stats
+    return [v.to_dict() for v in verdicts] + schedule, stats
 
 
 def _fault_phases(run_dir: Path) -> dict[str, list[str]]:
