@@ -80,6 +80,16 @@ _LOCAL_CLUSTER = re.compile(r"^local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s
 _EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 
 
+NO_SPARK = "STATECHAOS_NO_SPARK"
+"""Set (to a reason) to refuse starting Spark: the test suite sets it for every test not marked
+``spark``, so a test that needs Spark cannot hide in the fast tier (subprocesses inherit it)."""
+
+
+class SparkRefused(RuntimeError):
+    """Spark was asked to start where ``STATECHAOS_NO_SPARK`` forbids it (a bug in the caller's
+    classification, not an environment problem: it must fail, never skip)."""
+
+
 class SparkEnvironmentError(EnvironmentFault, RuntimeError):
     """Spark cannot run here (no suitable Java, the cluster does not come up); says what to do."""
 
@@ -322,6 +332,9 @@ class SparkCluster:
         """Start the application and wait for the local-cluster executors; SparkEnvironmentError if not."""
         if self._state != "new":
             raise RuntimeError(f"SparkCluster already {self._state}; create a new one")
+        refused = os.environ.get(NO_SPARK)
+        if refused:
+            raise SparkRefused(f"Spark may not start here ({NO_SPARK} is set): {refused}")
         check_java()
         from pyspark import SparkContext
         from pyspark.sql import SparkSession
