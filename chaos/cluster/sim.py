@@ -20,6 +20,9 @@ from harness.sim import SimConfig, SimExecutor
 __all__ = ["SimCluster"]
 
 
+SIM_TIME_LIMIT_S = 600  # simulated seconds: deterministic, the same on any machine
+
+
 class SimCluster:
     def run(self, sc: Scenario, spec: JobSpec, run_dir: Path, resume: bool = False) -> dict[str, Any]:
         scope = RunScope(run_id=run_dir.name, paths=[RunStore(run_dir).checkpoints])
@@ -30,7 +33,9 @@ class SimCluster:
             seed=sc.seed,
             faults=nemesis_for(plan(sc), lambda controls: FaultTarget(controls, scope)),
             rescales=rescale_requests(sc),
-            config=SimConfig(max_restarts=sc.max_restarts, time_limit_ms=int(sc.timeout_s * 1000)),
+            config=SimConfig(
+                max_restarts=sc.max_restarts, time_limit_ms=int((sc.timeout_s or SIM_TIME_LIMIT_S) * 1000)
+            ),
             run_info={
                 "scenario": sc.name,
                 "records": sc.records,
