@@ -16,7 +16,7 @@ from chaos.repeat import other_seeds
 
 HERE = Path(__file__).resolve().parent
 FLAKY = HERE / "flaky-sim.yaml"
-SMOKE = HERE.parents[1] / "scenarios" / "smoke-sim.yaml"
+STABLE = HERE.parents[1] / "scenarios" / "ttl-expiry-instant-sim.yaml"  # half a second a run
 
 
 def test_the_same_seed_giving_different_verdicts_exits_1_and_says_flaky(tmp_path, capsys):
@@ -37,7 +37,7 @@ def test_the_same_seed_giving_different_verdicts_exits_1_and_says_flaky(tmp_path
 
 def test_a_stable_scenario_repeated_exits_0_with_its_verdicts_side_by_side(tmp_path, capsys):
     report = tmp_path / "out.json"
-    rc = main(["run", str(SMOKE), "--repeat", "2", "--runs-dir", str(tmp_path), "--json", str(report)])
+    rc = main(["run", str(STABLE), "--repeat", "2", "--runs-dir", str(tmp_path), "--json", str(report)])
     out = capsys.readouterr().out
     data = json.loads(report.read_text())
     assert rc == 0, out
@@ -52,16 +52,17 @@ def test_a_stable_scenario_repeated_exits_0_with_its_verdicts_side_by_side(tmp_p
 @pytest.mark.parametrize("bad", ["0", "x"])
 def test_repeat_needs_a_positive_count(bad, capsys):
     with pytest.raises(SystemExit) as e:
-        main(["run", str(SMOKE), "--repeat", bad])
+        main(["run", str(STABLE), "--repeat", bad])
     assert e.value.code == 2 and "--repeat" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a pytest session of its own
 def test_the_plugin_option_fails_a_flaky_test_and_passes_a_stable_one(tmp_path):
     (tmp_path / "test_user.py").write_text(
         "def test_flaky(run_scenario):\n"
         f"    run_scenario({str(FLAKY)!r})\n"
         "def test_stable(run_scenario):\n"
-        f"    assert run_scenario({str(SMOKE)!r}).passed\n"
+        f"    assert run_scenario({str(STABLE)!r}).passed\n"
     )
     done = subprocess.run(
         [

@@ -45,6 +45,7 @@ def _stress_module():
     return module
 
 
+@pytest.mark.slow  # four pytest sessions of its own
 def test_stress_runs_rounds_prints_the_spread_and_fails_when_a_round_fails(tmp_path, monkeypatch):
     """Two rounds of a tiny selection: one test always passes, the other fails in its second round
     only (a counter file outside pytest), as a load-sensitive test would."""
