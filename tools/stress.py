@@ -73,7 +73,7 @@ def spread_table(rounds: list[dict[str, tuple[float, str]]]) -> Table:
             t, outcome = r[name]
             secs.append(t)
             cells.append(
-                f"{t:.1f}"
+                f"{t:.2f}"
                 + (
                     ""
                     if outcome == "passed"
@@ -85,7 +85,7 @@ def spread_table(rounds: list[dict[str, tuple[float, str]]]) -> Table:
         lo, hi = (min(secs), max(secs)) if secs else (0.0, 0.0)
         med = statistics.median(secs) if secs else 0.0
         ratio = f"{hi / lo:.1f}" if lo > 0 else "-"
-        table.add_row(name, *cells, f"{lo:.1f}", f"{med:.1f}", f"{hi:.1f}", ratio)
+        table.add_row(name, *cells, f"{lo:.2f}", f"{med:.2f}", f"{hi:.2f}", ratio)
     return table
 
 
@@ -93,7 +93,7 @@ def stress(pytest_args: Sequence[str], rounds: int = ROUNDS, console: Console | 
     """Run ``rounds`` pytest rounds of ``pytest_args`` (default: the Spark and docker suites) while a
     busy loop holds a core; print each round's result and the duration spread; 0 only if every
     round passed."""
-    console = console or Console(highlight=False)
+    console = console or Console(highlight=False, width=None if sys.stdout.isatty() else 200)
     python = sys.executable
     args = list(pytest_args) or default_selection(python)
     if not args:
