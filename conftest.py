@@ -88,7 +88,9 @@ def _starts_only_what_it_is_marked_for(
 ) -> None:
     """Markers classify tests one way: a test not marked ``spark`` (``docker``) cannot start Spark
     (use Docker) — it fails saying so, in this process and in any it starts — so the fast tier,
-    which selects by marker, never starts either."""
+    which selects by marker, never starts either. Only the project's suites: examples are users' tests."""
+    if area_labels(Path(str(request.node.path))) is None:
+        return
     marked = {m.name for m in request.node.iter_markers()}
     for marker, var in (("spark", "STATECHAOS_NO_SPARK"), ("docker", "STATECHAOS_NO_DOCKER")):
         if marker not in marked:
