@@ -50,3 +50,43 @@ def test_nothing_observed_counts_from_the_start_and_a_bound_must_be_positive():
     assert watch.stalled() == "no progress for 6 s (bound 5 s): nothing observed"
     with pytest.raises(ValueError, match="positive"):
         ProgressWatch(0)
+
+
+class FakeTime:
+    """The Spark cluster module's clock: each poll's sleep moves it 4 s on."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def sleep(self, _s: float) -> None:
+        self.t += 4
+
+
+def _cluster_registering(monkeypatch, every_polls: int, up_to: int):
+    from harness.spark import cluster as cluster_mod
+
+    c = cluster_mod.SparkCluster("spark://h:7077")  # never started: only its view of executors is faked
+    fake = FakeTime()
+    monkeypatch.setattr(cluster_mod, "time", fake)
+    polls = iter(range(10_000))
+    monkeypatch.setattr(
+        c, "registered_executors", lambda: [str(i) for i in range(min(up_to, next(polls) // every_polls))]
+    )
+    return c, fake
+
+
+def test_executors_starting_slowly_one_by_one_are_waited_for(monkeypatch):
+    c, fake = _cluster_registering(monkeypatch, every_polls=2, up_to=100)  # one every 8 s
+    assert c.wait_for_executors(6, timeout_s=10) == {}
+    assert fake.t > 40  # far past the 10 s bound in all, but never 10 s without a new executor
+
+
+def test_executors_that_stop_coming_fail_the_wait_saying_how_many_came(monkeypatch):
+    c, _ = _cluster_registering(monkeypatch, every_polls=1, up_to=2)
+    with pytest.raises(
+        TimeoutError, match=r"2 of 6 executors registered .*executors_registered \(2\) unchanged"
+    ):
+        c.wait_for_executors(6, timeout_s=10)
