@@ -82,6 +82,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(mark)
 
 
+@pytest.fixture(autouse=True)
+def _starts_only_what_it_is_marked_for(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Markers classify tests one way: a test not marked ``spark`` (``docker``) cannot start Spark
+    (use Docker) — it fails saying so, in this process and in any it starts — so the fast tier,
+    which selects by marker, never starts either. Only the project's suites: examples are users' tests."""
+    if area_labels(Path(str(request.node.path))) is None:
+        return
+    marked = {m.name for m in request.node.iter_markers()}
+    for marker, var in (("spark", "STATECHAOS_NO_SPARK"), ("docker", "STATECHAOS_NO_DOCKER")):
+        if marker not in marked:
+            monkeypatch.setenv(var, f"{request.node.nodeid} is not marked @pytest.mark.{marker}")
+
+
 @pytest.fixture
 def java() -> None:
     """Skip (with the reason) where no Java 17/21 runs Spark; for tests that start Spark themselves."""

@@ -81,6 +81,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         json_path=Path(args.json) if args.json else None,
         alluredir=Path(args.alluredir) if args.alluredir else None,
         console=console,
+        repeat=args.repeat,
     )
 
 
@@ -179,6 +180,16 @@ def _cmd_explore(args: argparse.Namespace) -> int:
     return EXIT_CHECK_FAILED if found.minimal is not None else EXIT_OK
 
 
+def _at_least_one(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="statechaos",
@@ -192,6 +203,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, help="override the seed")
     r.add_argument("--json", metavar="FILE", help="write a machine-readable report")
     r.add_argument("--alluredir", metavar="DIR", help="write Allure results")
+    r.add_argument(
+        "--repeat",
+        type=_at_least_one,
+        default=1,
+        metavar="N",
+        help="run each scenario N times with its seed, then once with each of N other seeds; verdicts "
+        "side by side and the spread of durations; exit 1 if the same seed gave different verdicts",
+    )
     r.add_argument(
         "--runs-dir",
         default=os.environ.get("STATECHAOS_RUNS_DIR", "runs"),

@@ -61,6 +61,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--scenario", action="append", default=[], help="scenario file or folder (repeatable)")
     group.addoption("--runs-dir", default=None, help="keep run directories here (default: pytest's tmp dirs)")
+    group.addoption(
+        "--statechaos-repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run every scenario N times with its seed, then once with each of N other seeds; a test "
+        "fails as flaky when the same seed gave different verdicts",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -383,12 +391,21 @@ def run_scenario(
         _skip_unless_available(sc.cluster)
         runs_dir = request.config.getoption("--runs-dir")
         base = Path(runs_dir) if runs_dir else tmp_path_factory.mktemp("runs")
-        run_dir = base / f"{sc.name}-seed{sc.seed}"
-        n = 1
-        while run_dir.exists():
-            n += 1
-            run_dir = base / f"{sc.name}-seed{sc.seed}-{n}"
-        outcome = _run(sc, run_dir, source=source)
+
+        def run_once(sc: Any) -> Any:
+            run_dir = base / f"{sc.name}-seed{sc.seed}"
+            n = 1
+            while run_dir.exists():
+                n += 1
+                run_dir = base / f"{sc.name}-seed{sc.seed}-{n}"
+            return _run(sc, run_dir, source=source)
+
+        repeat = int(request.config.getoption("--statechaos-repeat") or 1)
+        if repeat > 1:
+            outcome = _repeated(sc, repeat, run_once)
+        else:
+            outcome = run_once(sc)
+        run_dir = Path(outcome.run_dir)
         attach_outcome(outcome, request.node)
         if outcome.error and not allow_error:
             raise ScenarioInfrastructureError(
@@ -398,6 +415,36 @@ def run_scenario(
         return outcome
 
     return run
+
+
+def _repeated(sc: Any, n: int, run_once: Callable[[Any], Any]) -> Any:
+    """``--statechaos-repeat N``: the scenario N times with its seed and once with each of N other
+    seeds, the table attached to Allure; fails the test as flaky when the same seed gave different
+    verdicts, else returns the first run's outcome."""
+    import io
+
+    from rich.console import Console
+
+    from chaos.repeat import print_repeat, repeat_scenario
+
+    report = repeat_scenario(sc, n, run_once)
+    text = io.StringIO()
+    print_repeat(report, Console(file=text, width=160, no_color=True, highlight=False))
+    try:
+        import allure
+
+        allure.attach(text.getvalue(), name="repeat runs", attachment_type=allure.attachment_type.TEXT)
+    except ImportError:  # pragma: no cover - allure-pytest is a dependency
+        pass
+    if report.flaky:
+        pytest.fail(
+            f"flaky: {sc.name} gave different verdicts with the same seed {sc.seed} in {n} runs: "
+            + "; ".join(report.differences())
+            + "\n"
+            + text.getvalue(),
+            pytrace=False,
+        )
+    return report.same_seed[0]
 
 
 @pytest.fixture

@@ -172,7 +172,9 @@ def _keep_job_module(sc: Scenario, run_dir: Path) -> None:
     else:
         shutil.copy2(src, dest / src.name)
         root = src.parent
-    RunStore(run_dir).job_origin.write_text(json.dumps({"base_dir": str(root), "digest": _digest(dest)}, indent=2))
+    RunStore(run_dir).job_origin.write_text(
+        json.dumps({"base_dir": str(root), "digest": _digest(dest)}, indent=2)
+    )
 
 
 def _digest(folder: Path) -> str:
@@ -226,6 +228,8 @@ def _preload(code: Path, as_file: Path) -> None:
     module.__file__ = str(as_file)
     sys.modules[name] = module
     spec.loader.exec_module(module)
+
+
 _MARK = {"holds": "[green]✓[/green]", "fails": "[red]✗[/red]", "unknown": "[yellow]?[/yellow]"}
 _RESULT = {
     "passed": "[green]passed[/green]",
@@ -333,10 +337,16 @@ def run_scenarios(
     json_path: Path | None,
     alluredir: Path | None,
     console: Console,
+    repeat: int = 1,
 ) -> int:
-    """The ``statechaos run`` flow: progress bar, summary table, JSON report, Allure results, exit code."""
+    """The ``statechaos run`` flow: progress bar, summary table, JSON report, Allure results, exit code.
+    ``repeat`` N > 1: each scenario N times with its seed and once with each of N other seeds
+    (``chaos.repeat``), its verdicts side by side; exit 1 when the same seed gave different verdicts."""
+    from chaos.repeat import RepeatReport, print_repeat, repeat_scenario
+
     prepared = [(p, sc.with_overrides(cluster=cluster, seed=seed)) for p, sc in scenarios]
     outcomes: list[ScenarioOutcome] = []
+    repeats: list[RepeatReport] = []
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
@@ -346,7 +356,7 @@ def run_scenarios(
         console=console,
         transient=False,
     ) as progress:
-        task = progress.add_task("scenarios", total=len(prepared))
+        task = progress.add_task("scenarios", total=len(prepared) * (2 * repeat if repeat > 1 else 1))
         with contextlib.ExitStack() as shared:
             if sum(sc.cluster_kind == "docker" for _, sc in prepared) > 1:
                 # one compose stack for all docker scenarios of this run: starting it is the slow part
@@ -354,17 +364,32 @@ def run_scenarios(
 
                 shared.enter_context(docker_session(runs_dir))
             for path, sc in prepared:
-                progress.update(task, description=f"{sc.name} on {sc.cluster}")
-                run_dir = _new_run_dir(runs_dir, sc)
-                outcomes.append(run_scenario(sc, run_dir, source=str(path)))
-                progress.advance(task)
-    _summary(outcomes, console)
+
+                def run_one(sc: Scenario, path: Path = path) -> ScenarioOutcome:
+                    progress.update(task, description=f"{sc.name} on {sc.cluster} (seed {sc.seed})")
+                    outcome = run_scenario(sc, _new_run_dir(runs_dir, sc), source=str(path))
+                    progress.advance(task)
+                    return outcome
+
+                if repeat > 1:
+                    repeats.append(repeat_scenario(sc, repeat, run_one))
+                    outcomes += repeats[-1].outcomes
+                else:
+                    outcomes.append(run_one(sc))
+    if repeats:
+        for report in repeats:
+            print_repeat(report, console)
+    else:
+        _summary(outcomes, console)
     if json_path:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         report = {
             "passed": all(o.passed for o in outcomes),
             "scenarios": [o.to_dict() for o in outcomes],
         }
+        if repeats:
+            report["repeats"] = [r.to_dict() for r in repeats]
+            report["flaky"] = [r.name for r in repeats if r.flaky]
         json_path.write_text(json.dumps(report, indent=2, default=str))
         console.print(f"report written to {json_path}")
     if alluredir:
@@ -372,7 +397,10 @@ def run_scenarios(
 
         write_allure_results(outcomes, alluredir)
         console.print(f"Allure results written to {alluredir} (render: allure generate {alluredir})")
-    return _exit_code(outcomes)
+    code = _exit_code(outcomes)
+    if any(r.flaky for r in repeats):
+        code = max(code, EXIT_CHECK_FAILED)
+    return code
 
 
 def replay(run_dir: Path, runs_dir: Path, console: Console, json_path: Path | None = None) -> int:

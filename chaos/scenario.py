@@ -178,7 +178,12 @@ class Scenario(Strict):
         ]
     )
     seed: int = 0
-    timeout_s: Annotated[float, Field(gt=0)] = 600
+    # the run fails when nothing it waits for progressed for this long (records emitted, checkpoints
+    # completed, records processed, tasks deployed, registered, restored, finished); slow is not stuck
+    stall_limit_s: Annotated[float, Field(gt=0)] = 120
+    # an optional ceiling on the whole run (wall seconds on Spark; simulated seconds on sim,
+    # default 600 there): for a CI budget, not for catching hangs (that is stall_limit_s)
+    timeout_s: Annotated[float, Field(gt=0)] | None = None
     max_restarts: Annotated[int, Field(ge=0)] = 50
     # liveness: progress must resume within this long after the last fault heals (default: see
     # chaos.execute.liveness_bound_ms)

@@ -199,6 +199,7 @@ def run_on_spark(
             rescales=rescales,
             max_restarts=sc.max_restarts,
             time_limit_s=sc.timeout_s,
+            stall_limit_s=sc.stall_limit_s,
             run_info={
                 "scenario": sc.name,
                 "records": sc.records,

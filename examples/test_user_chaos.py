@@ -31,7 +31,6 @@ EXECUTOR_KILL = {
     # job, and shared CI machines are slow; add it on a machine of your own
     "checks": ["exactly_once", "sequence", "restored_state", "checkpoint_integrity"],
     "seed": 1,
-    "timeout_s": 300,
 }
 
 

@@ -74,7 +74,12 @@ class DockerStackError(EnvironmentFault, RuntimeError):
 
 def docker_client() -> Any:
     """A Docker SDK client that negotiates the API version (the engine here speaks 1.41, older than
-    the SDK's default), or :class:`DockerStackError` when no engine is reachable."""
+    the SDK's default), or :class:`DockerStackError` when no engine is reachable. Refused (a
+    ``RuntimeError``, never a skip) where ``STATECHAOS_NO_DOCKER`` is set, as the test suite does for
+    every test not marked ``docker``."""
+    refused = os.environ.get("STATECHAOS_NO_DOCKER")
+    if refused:
+        raise RuntimeError(f"Docker may not be used here (STATECHAOS_NO_DOCKER is set): {refused}")
     try:
         import docker
 

@@ -20,6 +20,9 @@ from harness.sim import SimConfig, SimExecutor
 __all__ = ["SimCluster"]
 
 
+SIM_TIME_LIMIT_S = 600  # simulated seconds: deterministic, the same on any machine
+
+
 class SimCluster:
     def run(self, sc: Scenario, spec: JobSpec, run_dir: Path, resume: bool = False) -> dict[str, Any]:
         scope = RunScope(run_id=run_dir.name, paths=[RunStore(run_dir).checkpoints])
@@ -31,7 +34,9 @@ class SimCluster:
             faults=nemesis_for(plan(sc), lambda controls: FaultTarget(controls, scope)),
             rescales=rescale_requests(sc),
             config=SimConfig(
-                tick_ms=sc.sim.tick_ms, max_restarts=sc.max_restarts, time_limit_ms=int(sc.timeout_s * 1000)
+                tick_ms=sc.sim.tick_ms,
+                max_restarts=sc.max_restarts,
+                time_limit_ms=int((sc.timeout_s or SIM_TIME_LIMIT_S) * 1000),
             ),
             run_info={
                 "scenario": sc.name,

@@ -64,6 +64,7 @@ from typing import Any
 
 import psutil
 
+from harness.progress import ProgressWatch
 from harness.spark.cmdline import arg, cmdline
 from reference_impl.errors import EnvironmentFault
 
@@ -78,6 +79,16 @@ __all__ = [
 
 _LOCAL_CLUSTER = re.compile(r"^local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\]$")
 _EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
+
+
+NO_SPARK = "STATECHAOS_NO_SPARK"
+"""Set (to a reason) to refuse starting Spark: the test suite sets it for every test not marked
+``spark``, so a test that needs Spark cannot hide in the fast tier (subprocesses inherit it)."""
+
+
+class SparkRefused(RuntimeError):
+    """Spark was asked to start where ``STATECHAOS_NO_SPARK`` forbids it (a bug in the caller's
+    classification, not an environment problem: it must fail, never skip)."""
 
 
 class SparkEnvironmentError(EnvironmentFault, RuntimeError):
@@ -322,6 +333,9 @@ class SparkCluster:
         """Start the application and wait for the local-cluster executors; SparkEnvironmentError if not."""
         if self._state != "new":
             raise RuntimeError(f"SparkCluster already {self._state}; create a new one")
+        refused = os.environ.get(NO_SPARK)
+        if refused:
+            raise SparkRefused(f"Spark may not start here ({NO_SPARK} is set): {refused}")
         check_java()
         from pyspark import SparkContext
         from pyspark.sql import SparkSession
@@ -376,7 +390,7 @@ class SparkCluster:
             sweep_stale_work_dirs(_spark_home())
             w, _, _ = self.local_cluster
             try:
-                self.wait_for_executors(w, self.start_timeout_s - (time.monotonic() - t0))
+                self.wait_for_executors(w, self.start_timeout_s)
             except TimeoutError as e:
                 self.stop()
                 raise SparkEnvironmentError(
@@ -614,8 +628,10 @@ class SparkCluster:
 
     def wait_for_executors(self, n: int, timeout_s: float = 60.0) -> dict[str, int]:
         """Wait until ``n`` executors are registered (and, on local-cluster, their JVMs are found);
-        returns ``executor_pids()``. TimeoutError says how many there were."""
-        deadline = time.monotonic() + timeout_s
+        returns ``executor_pids()``. The wait follows progress: TimeoutError only when no executor
+        JVM appeared and none registered for ``timeout_s`` (a loaded machine starts them slowly, one
+        by one), saying how many there were."""
+        watch = ProgressWatch(timeout_s, clock=time.monotonic)
         while True:
             reg = set(self.registered_executors())
             pids = self.executor_pids() if self.local_cluster else {}
@@ -625,10 +641,12 @@ class SparkCluster:
                 ok = len(reg) >= n
             if ok:
                 return pids
-            if time.monotonic() >= deadline:
+            watch.observe(executors_registered=len(reg), executor_jvms=len(pids))
+            stalled = watch.stalled()
+            if stalled is not None:
                 raise TimeoutError(
-                    f"{len(reg)} of {n} executors registered ({sorted(reg)}), executor JVMs found: {pids}, "
-                    f"after {timeout_s:.0f}s"
+                    f"{len(reg)} of {n} executors registered ({sorted(reg)}), executor JVMs found: {pids}: "
+                    f"{stalled}"
                 )
             time.sleep(0.1)
 

@@ -33,6 +33,7 @@ from harness.driver import Driver
 from harness.history import HistoryWriter
 from harness.job import JobGraph, task_name
 from harness.jobmaster import JobFailure, RescaleRequest
+from harness.progress import ProgressWatch
 from harness.run_store import RunStore
 from harness.spark.cluster import SparkCluster
 from harness.spark.inband_control import InbandFaults
@@ -74,7 +75,8 @@ class SparkExecutor(Driver):
         faults: FaultScheduler | None = None,
         rescales: list[RescaleRequest] | None = None,
         max_restarts: int = 10,
-        time_limit_s: float = 600,
+        time_limit_s: float | None = None,
+        stall_limit_s: float = 120,
         run_info: dict[str, Any] | None = None,
         failpoints_on: bool = False,
         network: TaskNetwork | None = None,
@@ -87,7 +89,10 @@ class SparkExecutor(Driver):
         # absolute: executors run in their own working directories and must find the same files
         run_dir = Path(run_dir).resolve()
         self.cluster = cluster
-        self.time_limit_s = time_limit_s
+        self.time_limit_s = time_limit_s  # a ceiling on the whole run, or None
+        # the limit that matters: the run fails when nothing it waits for moved for this long
+        self.progress = ProgressWatch(stall_limit_s)
+        self.records_taken_in = 0  # records every task took in, as their Stats report (every 0.2 s)
         self.failpoints_on = failpoints_on
         self._t0 = self._started = time.monotonic()
         # resume: this driver replaces one that died; it goes on with the same history and storage
@@ -330,6 +335,7 @@ class SparkExecutor(Driver):
         op, sub = task.rstrip("]").split("[")
         if fired:
             self.history.emit("timers_fired", operator=op, subtask=int(sub), **fired)
+        self.records_taken_in += n_in
         if n_in:
             self.history.emit("records_in", operator=op, subtask=int(sub), count=n_in)
         if n_out:
@@ -368,11 +374,11 @@ class SparkExecutor(Driver):
         self._new_deployment(graph, reason)
         th, result = self._submit(graph)
         while th.is_alive():
-            if time.monotonic() - self._started > self.time_limit_s:
-                waiting = self._waiting_for()
+            why = self._out_of_time()
+            if why is not None:
                 self.cluster.sc.cancelAllJobs()
                 th.join(30)
-                raise JobFailure(f"time limit of {self.time_limit_s:.0f} s reached ({waiting})")
+                raise JobFailure(why)
             try:
                 while True:
                     task, raw = self.server.get(timeout_s=0.005)
@@ -417,6 +423,28 @@ class SparkExecutor(Driver):
                 raise JobFailure(tb.strip())
             return _Outcome("failed", self._record_failure(result["error"]))
         return _Outcome("rescale" if self.stopping_for_rescale else "finished")
+
+    def _out_of_time(self) -> str | None:
+        """Why the run must stop waiting, or None: nothing it waits for progressed for the stall
+        limit (records emitted and processed, completed checkpoints, deployments, tasks registered,
+        restored, exhausted and ended), or the optional ceiling on the whole run passed."""
+        dep = self.dep
+        self.progress.observe(
+            records=self.records_emitted,
+            records_processed=self.records_taken_in,
+            checkpoints_completed=self.completed,
+            deployments=self.deployments,
+            tasks_registered=len(dep.registered) if dep else 0,
+            tasks_restored=len(dep.restored) if dep else 0,
+            sources_exhausted=len(dep.exhausted) if dep else 0,
+            subtasks_ended=len(dep.ended) if dep else 0,
+        )
+        stalled = self.progress.stalled()
+        if stalled is not None:
+            return f"{stalled} (waiting for: {self._waiting_for()})"
+        if self.time_limit_s is not None and time.monotonic() - self._started > self.time_limit_s:
+            return f"time limit of {self.time_limit_s:.0f} s reached ({self._waiting_for()})"
+        return None
 
     def _cancel_again(self) -> None:
         """Cancel each cancelled job whose thread still runs once Spark has started it (polled every

@@ -51,6 +51,9 @@ subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]])
 time.sleep(60)
 """
 
+# real processes signalled and waited for: seconds each; out of the fast tier
+pytestmark = pytest.mark.slow
+
 
 class Planted:
     def __init__(self, app_id: str, executor_id: str, msg: InbandFault) -> None:

@@ -22,7 +22,8 @@ from chaos.injectors.network import ToxicFault
 from chaos.spark_run import _LinkRouter
 from chaos.toxiproxy.launch import toxiproxy_client, toxiproxy_server
 
-pytestmark = [allure.epic("chaos"), allure.feature("network faults")]
+# real proxies and sockets between threads: out of the fast tier
+pytestmark = [allure.epic("chaos"), allure.feature("network faults"), pytest.mark.slow]
 
 
 class _Echo(socketserver.BaseRequestHandler):

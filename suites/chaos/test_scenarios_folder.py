@@ -23,15 +23,26 @@ SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 RUN_BY_THEIR_OWN_TEST = {"network-inband-local": "suites/chaos/test_network_inband.py"}
 
 
+# the allround scenarios (22 crashes and 3 rescales each) take most of the sim scenarios' time: they
+# run in the full suite, and the fast tier keeps the allround job through test_timers_event_time
+HEAVY = ("allround-",)
+
+
 @pytest.mark.parametrize(
-    "kind,at_least",
-    [("sim", 6), pytest.param("local", 4, marks=[pytest.mark.spark, pytest.mark.slow])],
+    "kind,heavy,at_least",
+    [
+        pytest.param("sim", False, 6, id="sim"),
+        pytest.param("sim", True, 2, marks=pytest.mark.slow, id="sim-allround"),
+        pytest.param("local", None, 4, marks=[pytest.mark.spark, pytest.mark.slow], id="local"),
+    ],
 )
-def test_every_scenario_of_a_cluster_kind_passes_from_the_command_line(tmp_path, kind, at_least):
+def test_every_scenario_of_a_cluster_kind_passes_from_the_command_line(tmp_path, kind, heavy, at_least):
     files = sorted(
         str(path)
         for path, sc in load_scenarios([SCENARIOS])
-        if sc.cluster_kind == kind and path.stem not in RUN_BY_THEIR_OWN_TEST
+        if sc.cluster_kind == kind
+        and path.stem not in RUN_BY_THEIR_OWN_TEST
+        and (heavy is None or path.stem.startswith(HEAVY) == heavy)
     )
     assert len(files) >= at_least, files
     report = tmp_path / "out.json"

@@ -32,7 +32,8 @@ from chaos.toxiproxy.launch import REFERENCE_DIR, reference_server, serve
 from harness.toxics.inband import DOWNSTREAM, UPSTREAM, LinkEnd, toxic_layer
 from harness.toxics.kinds import TOXIC_TYPES, ToxicSpec
 
-pytestmark = [allure.epic("chaos"), allure.feature("toxic effects")]
+# real sockets and timing: seconds each, and sensitive to load; out of the fast tier
+pytestmark = [allure.epic("chaos"), allure.feature("toxic effects"), pytest.mark.slow]
 
 TARGETS = ["proxy-ours", "proxy-real", "inband"]
 

@@ -257,6 +257,7 @@ def test_job_code_that_cannot_load_on_executors_fails_fast_with_its_traceback(pr
     assert outcome["stats"] == {}  # no verdicts: an error, not 12 restarts and an oracle failure
 
 
+@pytest.mark.slow
 def test_the_example_jobs_and_their_broken_twins(tmp_path):
     """``examples/jobs`` copied out of the repository runs as a user's own test folder: each example
     passes every check and each broken twin is caught."""

@@ -130,6 +130,7 @@ def _damage_detected(st, tmp_path) -> bool:
     return report.checkpoint is not None and report.checkpoint.checkpoint_id == 1 and len(report.skipped) == 1
 
 
+@pytest.mark.slow
 def test_every_byte_flip_and_truncation_is_detected(tmp_path):
     st = FileSystemCheckpointStorage(tmp_path)
     for cid in (1, 2):

@@ -582,6 +582,7 @@ def test_incremental_after_1_percent_change_writes_at_most_10_percent(tmp_path):
     assert third.files_written == 0 and third.bytes_written == third.handle.size
 
 
+@pytest.mark.slow
 def test_delta_chains_are_compacted_and_restore_equal(tmp_path):
     b, v, m = _filled(2000, 20)
     st = FileSystemCheckpointStorage(tmp_path)

@@ -242,6 +242,7 @@ def test_operator_state_redistribution_matches_flink():
     shutil.which("javac") is None or bool(os.environ.get("STATECHAOS_SKIP_LIVE_FLINK")),
     reason="needs javac (STATECHAOS_SKIP_LIVE_FLINK=1 skips it)",
 )
+@pytest.mark.slow
 def test_live_flink_agrees_with_the_committed_vectors(tmp_path):
     """With Java (as in CI), regenerate both vector files from Flink's classes and compare them with
     the committed ones: they are what Flink 2.3.0 computes, not hand-made tables."""

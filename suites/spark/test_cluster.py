@@ -24,8 +24,6 @@ from harness.spark.cluster import (
 )
 from harness.spark.transport import CoordinatorServer, RunSecret
 
-pytestmark = pytest.mark.spark
-
 N = 2  # tasks of the barrier stage = task slots of local-cluster[2,1,1024]
 SECRET = RunSecret.generate("cluster-test")  # shipped to the tasks inside the stage closure
 
@@ -92,6 +90,7 @@ def _exchange_task(it):
     yield (me, got, ctx.taskAttemptId())
 
 
+@pytest.mark.spark
 def test_barrier_tasks_exchange_frames(cluster):
     rdd = cluster.sc.parallelize(range(N), N).barrier().mapPartitions(_exchange_task)
     res = dict(rdd.map(lambda r: (r[0], r)).groupByKey().mapValues(list).collect())
@@ -129,6 +128,7 @@ def _blocking_task(endpoint):
     return run
 
 
+@pytest.mark.spark
 def test_executor_sigkill_relaunches_barrier_stage_and_stop_reaps_everything(cluster):
     executors = cluster.wait_for_executors(N, timeout_s=60)
     with CoordinatorServer(SECRET) as server:

@@ -19,7 +19,6 @@ BASE = {
     "keys": 1000,
     "checkpoint": {"interval_ms": 100, "retained": 2, "timeout_ms": 3000, "tolerable_failures": 5},
     "checks": ["exactly_once", "sequence", "restored_state", "rescale", "checkpoint_integrity", "liveness"],
-    "timeout_s": 240,
 }
 
 CASES = {

@@ -1,0 +1,53 @@
+"""Limits that follow progress, not the clock: a wait fails only when nothing it waits for has moved
+for a bound. A loaded machine makes a run slow, not stuck; a run that completes checkpoints while it
+waits for a planned fault is idle, not stuck. When it does fail, the message names each signal and
+how long it has not moved, so a user sees *what* stopped (records? checkpoints? a task that never
+registered?) instead of "time limit reached".
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable
+
+__all__ = ["ProgressWatch"]
+
+
+class ProgressWatch:
+    """Observes named progress signals (counters, sets' sizes: anything that changes when work is
+    done); :meth:`stalled` says why when none has changed for ``bound_s`` seconds of ``clock``."""
+
+    def __init__(self, bound_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        if bound_s <= 0:
+            raise ValueError(f"a progress bound must be positive, got {bound_s}")
+        self.bound_s = float(bound_s)
+        self._clock = clock
+        self._since = clock()
+        self._value: dict[str, Hashable] = {}
+        self._moved_at: dict[str, float] = {}
+
+    def observe(self, **signals: Hashable) -> None:
+        """The signals' current values; any that changed since the last call counts as progress."""
+        now = self._clock()
+        for name, value in signals.items():
+            if self._value.get(name, _UNSEEN) != value:
+                self._value[name] = value
+                self._moved_at[name] = now
+
+    def idle_s(self) -> float:
+        """Seconds since any signal last moved (or since the watch started)."""
+        return self._clock() - max(self._moved_at.values(), default=self._since)
+
+    def stalled(self) -> str | None:
+        """None while something moved within the bound; else what stopped, e.g. ``no progress for
+        121 s (bound 120 s): records (5000) unchanged for 121 s, checkpoints completed (3) ...``."""
+        idle = self.idle_s()
+        if idle <= self.bound_s:
+            return None
+        now = self._clock()
+        moved = sorted(self._moved_at.items(), key=lambda kv: kv[1])
+        what = ", ".join(f"{name} ({self._value[name]}) unchanged for {now - t:.0f} s" for name, t in moved)
+        return f"no progress for {idle:.0f} s (bound {self.bound_s:.0f} s): {what or 'nothing observed'}"
+
+
+_UNSEEN = object()

@@ -1,0 +1,92 @@
+"""ProgressWatch: a wait fails only when nothing it waits for moved for the bound (a fake clock: no
+test here depends on the machine's speed), and says what stopped and for how long."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.progress import ProgressWatch
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_a_slow_run_that_keeps_moving_is_never_stalled_however_long_it_takes():
+    clock = Clock()
+    watch = ProgressWatch(10, clock)
+    for n in range(100):  # 100 steps of 9 s: 900 s in all, far past the bound, moving every step
+        clock.t += 9
+        watch.observe(records=n, checkpoints=n // 10)
+        assert watch.stalled() is None
+
+
+def test_a_stall_names_every_signal_and_how_long_it_stood_still():
+    clock = Clock()
+    watch = ProgressWatch(10, clock)
+    watch.observe(records=5, checkpoints=1)
+    clock.t += 4
+    watch.observe(records=7, checkpoints=1)  # records moved, checkpoints did not
+    clock.t += 10
+    watch.observe(records=7, checkpoints=1)
+    assert watch.stalled() is None  # exactly the bound: not over it
+    clock.t += 1
+    why = watch.stalled()
+    assert why == (
+        "no progress for 11 s (bound 10 s): checkpoints (1) unchanged for 15 s, records (7) unchanged for 11 s"
+    )
+    watch.observe(records=7, checkpoints=2)  # progress again: no longer stalled
+    assert watch.stalled() is None
+
+
+def test_nothing_observed_counts_from_the_start_and_a_bound_must_be_positive():
+    clock = Clock()
+    watch = ProgressWatch(5, clock)
+    clock.t += 6
+    assert watch.stalled() == "no progress for 6 s (bound 5 s): nothing observed"
+    with pytest.raises(ValueError, match="positive"):
+        ProgressWatch(0)
+
+
+class FakeTime:
+    """The Spark cluster module's clock: each poll's sleep moves it 4 s on."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def sleep(self, _s: float) -> None:
+        self.t += 4
+
+
+def _cluster_registering(monkeypatch, every_polls: int, up_to: int):
+    from harness.spark import cluster as cluster_mod
+
+    c = cluster_mod.SparkCluster("spark://h:7077")  # never started: only its view of executors is faked
+    fake = FakeTime()
+    monkeypatch.setattr(cluster_mod, "time", fake)
+    polls = iter(range(10_000))
+    monkeypatch.setattr(
+        c, "registered_executors", lambda: [str(i) for i in range(min(up_to, next(polls) // every_polls))]
+    )
+    return c, fake
+
+
+def test_executors_starting_slowly_one_by_one_are_waited_for(monkeypatch):
+    c, fake = _cluster_registering(monkeypatch, every_polls=2, up_to=100)  # one every 8 s
+    assert c.wait_for_executors(6, timeout_s=10) == {}
+    assert fake.t > 40  # far past the 10 s bound in all, but never 10 s without a new executor
+
+
+def test_executors_that_stop_coming_fail_the_wait_saying_how_many_came(monkeypatch):
+    c, _ = _cluster_registering(monkeypatch, every_polls=1, up_to=2)
+    with pytest.raises(
+        TimeoutError, match=r"2 of 6 executors registered .*executors_registered \(2\) unchanged"
+    ):
+        c.wait_for_executors(6, timeout_s=10)
