@@ -256,7 +256,7 @@ class _DataView:
 class _DiskTable:
     """What a handle needs of a table (``descriptor``, ``data``), backed by the database."""
 
-    __slots__ = ("descriptor", "data", "info", "cleanup_cursor")
+    __slots__ = ("descriptor", "data", "info", "cleanup_cursor", "earliest")
 
     def __init__(
         self, backend: OnDiskKeyedStateBackend, descriptor: StateDescriptor, info: _StateInfo
@@ -265,6 +265,7 @@ class _DiskTable:
         self.info = info
         self.data = _DataView(backend, info)
         self.cleanup_cursor: bytes | None = None
+        self.earliest = None  # the heap's map-cleanup bounds: the compaction sweep needs none
 
 
 @dataclass
