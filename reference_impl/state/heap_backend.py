@@ -231,9 +231,12 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
 
     # ------------------------------------------------------------------ snapshot / restore
 
-    def snapshot(self, snapshot_time_ms: int | None = None) -> KeyedStateSnapshot:
+    def snapshot(self, snapshot_time_ms: int | None = None, *, shared: bool = False) -> KeyedStateSnapshot:
         """A deep, isolated copy of all state grouped by key group. TTL states with full-snapshot
-        cleanup leave out entries expired at snapshot time."""
+        cleanup leave out entries expired at snapshot time. ``shared``: the key-group dicts are new but
+        the values are the live ones (TTL'd values as stored ``(value, timestamp)`` pairs), for a
+        snapshot serialized before any further state access (a checkpoint's synchronous write): no
+        copy of every value on every checkpoint."""
         now = self.time_provider.now_ms() if snapshot_time_ms is None else snapshot_time_ms
         states: dict[str, StateMeta] = {}
         kgs: dict[int, dict[str, dict[Any, dict[Any, Any]]]] = {}
@@ -249,7 +252,7 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
             kind = StateKind(meta.kind)
             for ns, m in data.items():
                 buckets: dict[int, dict[Any, Any]] = {}  # this namespace's entries by key group
-                if ttl is None and len(m) >= _BULK_MIN and _all_immutable(m.values()):
+                if ttl is None and len(m) >= _BULK_MIN and (shared or _all_immutable(m.values())):
                     buckets = self._split_by_key_group(m)
                     m = {}  # done: no per-entry loop
                 for key, v in m.items():
@@ -257,7 +260,9 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
                         v = _without_expired(kind, v, ttl.ttl_ms, now)  # type: ignore[union-attr]
                         if v is None:
                             continue
-                    if ttl is not None:
+                    if shared:
+                        pass
+                    elif ttl is not None:
                         v = _as_ttl_values(kind, v)  # new containers, already isolated
                     elif type(v) not in imm:
                         v = _copy(v)

@@ -564,7 +564,7 @@ class OnDiskKeyedStateBackend(KeyedStateBackendBase):
     def _metas(self) -> dict[str, StateMeta]:
         return {name: info.meta for name, info in self._infos.items()}
 
-    def snapshot(self, snapshot_time_ms: int | None = None) -> KeyedStateSnapshot:
+    def snapshot(self, snapshot_time_ms: int | None = None, *, shared: bool = False) -> KeyedStateSnapshot:
         """All state grouped by key group, as plain decoded values (isolated from later writes). TTL
         states with full-snapshot cleanup leave out entries expired at snapshot time."""
         now = self.time_provider.now_ms() if snapshot_time_ms is None else snapshot_time_ms
