@@ -252,7 +252,9 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
             kind = StateKind(meta.kind)
             for ns, m in data.items():
                 buckets: dict[int, dict[Any, Any]] = {}  # this namespace's entries by key group
-                if ttl is None and len(m) >= _BULK_MIN and (shared or _all_immutable(m.values())):
+                if (shared and not drop and m) or (
+                    ttl is None and len(m) >= _BULK_MIN and _all_immutable(m.values())
+                ):  # values taken as they are: split in one tight pass
                     buckets = self._split_by_key_group(m)
                     m = {}  # done: no per-entry loop
                 for key, v in m.items():
