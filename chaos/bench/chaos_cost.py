@@ -58,7 +58,7 @@ def _seconds(sc: Scenario, work: Path, cold: bool) -> float:
 
 
 def run(quick: bool) -> list[Figure]:
-    sizes = (3_000, 6_000, 12_000) if quick else (6_000, 12_000, 24_000)
+    sizes = (2_000, 4_000, 8_000) if quick else (4_000, 8_000, 16_000)
     repeats = 1 if quick else 2
     base = load_scenario(_SCENARIO)
     figures: list[Figure] = []
