@@ -46,15 +46,16 @@ class TaskBase:
                 self.keyed.restore(restored.keyed)
             self.op_state.restore(restored.operator)
 
-    def _subtask_snapshot(self, keyed: bool = True) -> SubtaskStateSnapshot:
+    def _subtask_snapshot(self, keyed: bool = True, shared: bool = False) -> SubtaskStateSnapshot:
         """Keyed (if any, and if asked) and operator state of this subtask, as checkpoints and restored
-        files hold it."""
+        files hold it. ``shared``: for a snapshot encoded before the task touches state again, keyed
+        values are not copied (``HeapKeyedStateBackend.snapshot``)."""
         return SubtaskStateSnapshot(
             self.operator,
             self.subtask,
             self.parallelism,
             self.max_p,
-            keyed=None if self.keyed is None or not keyed else self.keyed.snapshot(),
+            keyed=None if self.keyed is None or not keyed else self.keyed.snapshot(shared=shared),
             operator=self.op_state.snapshot(),
         )
 
@@ -64,8 +65,10 @@ class TaskBase:
 
     def _checkpoint_snapshot(self) -> SubtaskStateSnapshot:
         """What a checkpoint writes: with incremental checkpoints the keyed part is written from the
-        backend itself (only changed key groups) when the snapshot is persisted."""
-        return self._subtask_snapshot(keyed=not self._incremental)
+        backend itself (only changed key groups) when the snapshot is persisted. It is written
+        synchronously, before the task processes anything else (``_write_and_ack``), so its keyed
+        values are the live ones, not copies."""
+        return self._subtask_snapshot(keyed=not self._incremental, shared=True)
 
     def _write_restored_file(self, checkpoint_id: int | None, path: str | None) -> None:
         """Record what this subtask actually holds after restore: the restored-state oracle compares it
@@ -73,7 +76,7 @@ class TaskBase:
         d = RunStore(self.env.run_dir).restored
         d.mkdir(parents=True, exist_ok=True)
         fname = f"a{self.env.attempt:04d}-{self.operator}-{self.subtask}.state"
-        (d / fname).write_bytes(encode_subtask_state(self._subtask_snapshot()))
+        (d / fname).write_bytes(encode_subtask_state(self._subtask_snapshot(shared=True)))
         self.env.emit(
             "restore",
             checkpoint_id=checkpoint_id,

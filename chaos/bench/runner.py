@@ -24,6 +24,7 @@ MODULES = (
     "checkpoints",
     "oracles",
     "sim_runs",
+    "chaos_cost",
     "end_to_end",
     "recovery",
     "proxy_throughput",

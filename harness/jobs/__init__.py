@@ -8,8 +8,16 @@ from pathlib import Path
 from typing import Any
 
 from harness.job import JobDefinitionError
-from harness.jobs.registry import JOBS, UnknownJobError, build_graph, register_job, resolve_factory
+from harness.jobs.registry import (
+    JOBS,
+    UnknownJobError,
+    build_graph,
+    declared_args,
+    register_job,
+    resolve_factory,
+)
 from harness.jobs.spec import JobSpec, KeySeqOutput
+from harness.reference_cache import reference_key
 
 __all__ = ["JOBS", "JobSpec", "KeySeqOutput", "UnknownJobError", "register_job", "load_job", "build_job"]
 
@@ -37,7 +45,8 @@ def load_job(
             graph = graph.with_parallelism(parallelism)
     except JobDefinitionError as e:
         raise UnknownJobError(str(e)) from None
-    return JobSpec(graph, dict(options or {}), module)
+    args = {**declared_args(factory, scenario_args, options or {}), **(options or {})}
+    return JobSpec(graph, dict(options or {}), module, reference_key(ref, factory, args, graph))
 
 
 def build_job(

@@ -26,6 +26,7 @@ __all__ = [
     "UnknownJobError",
     "register_job",
     "resolve_factory",
+    "declared_args",
     "build_graph",
     "SCENARIO_ARGS",
 ]
@@ -109,6 +110,16 @@ def resolve_factory(ref: str, base_dir: Path | None = None) -> tuple[JobFactory,
     return factory, module
 
 
+def declared_args(factory: JobFactory, scenario_args: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+    """The scenario arguments (``records``, ``keys``, ``seed``) ``factory`` declares and ``options``
+    does not set: what it is called with besides its options."""
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        params = {}  # type: ignore[assignment]
+    return {k: v for k, v in scenario_args.items() if k in params and k not in options}
+
+
 def build_graph(
     factory: JobFactory, ref: str, options: dict[str, Any], scenario_args: dict[str, Any]
 ) -> JobGraph:
@@ -117,7 +128,7 @@ def build_graph(
         params = inspect.signature(factory).parameters
     except (TypeError, ValueError):
         params = {}
-    kwargs = {k: v for k, v in scenario_args.items() if k in params and k not in options}
+    kwargs = declared_args(factory, scenario_args, options)
     var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     unknown = [k for k in options if k not in params and not var_kw]
     if unknown:

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from harness import reference_cache
 from harness.job import JobGraph, OutputContract, SourceFunction
 from harness.reference_run import ReferenceRun, reference_output
 from harness.sources import SequenceSource, key_name
@@ -50,6 +51,8 @@ class JobSpec:
     graph: JobGraph
     options: dict[str, Any] = field(default_factory=dict)
     module: ModuleType | None = None  # the user module a ``module:factory`` job came from
+    # what the reference depends on (``harness.reference_cache``); None: computed for this spec alone
+    reference_key: str | None = None
 
     @property
     def contract(self) -> OutputContract:
@@ -61,15 +64,19 @@ class JobSpec:
 
     @cached_property
     def _reference(self) -> tuple[list[Any], list[Any]]:
-        expected = self.contract.expected
-        inputs, output = reference_output(self.graph, run_stages=expected is None)
-        if expected is not None:
-            output = list(expected(inputs))
-        return inputs, output
+        def compute() -> tuple[list[Any], list[Any]]:
+            expected = self.contract.expected
+            inputs, output = reference_output(self.graph, run_stages=expected is None)
+            if expected is not None:
+                output = list(expected(inputs))
+            return inputs, output
+
+        return reference_cache.cached(self.reference_key, compute)
 
     def expected_output(self) -> list[Any]:
-        """The fault-free output: the job's ``expected(inputs)``, else the reference run's."""
-        return self._reference[1]
+        """The fault-free output: the job's ``expected(inputs)``, else the reference run's (kept per
+        job, options and input across runs: ``harness.reference_cache``). A copy: callers may keep it."""
+        return list(self._reference[1])
 
     def expected_columns(self) -> KeySeqOutput | None:
         f = self.contract.expected_columns

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from reference_impl.ttl import is_expired
+from reference_impl.ttl import expiration_timestamp, is_expired
 
 __all__ = [
     "StateTable",
@@ -38,14 +38,19 @@ class NoCurrentKeyError(RuntimeError):
 
 
 class StateTable:
-    """One state's data: namespace -> key -> value, plus its descriptor and the TTL cleanup cursor."""
+    """One state's data: namespace -> key -> value, plus its descriptor and the TTL cleanup cursor.
 
-    __slots__ = ("descriptor", "data", "cleanup_cursor")
+    ``earliest`` serves incremental TTL cleanup of map state: (namespace, key) -> a lower bound of the
+    expiration timestamps of that key's map, set when cleanup scans the map and lowered by every
+    write, so cleanup skips a map whose earliest expiry is still ahead without reading its entries."""
+
+    __slots__ = ("descriptor", "data", "cleanup_cursor", "earliest")
 
     def __init__(self, descriptor: Any) -> None:
         self.descriptor = descriptor
         self.data: dict[Any, dict[Any, Any]] = {}
         self.cleanup_cursor: Iterator[tuple[Any, Any]] | None = None
+        self.earliest: dict[tuple[Any, Any], int] | None = {}
 
 
 class _Handle:
@@ -414,7 +419,19 @@ class MapState(_Handle):
             return (True, tv[0]) if self._return_expired else (False, None)
         if self._on_read:
             d[uk] = (tv[0], now)
+            self._lower_earliest(now)
         return True, tv[0]
+
+    def _lower_earliest(self, ts: int) -> None:
+        """An entry of the current key's map was written at ``ts``: keep cleanup's bound below it."""
+        bounds = self._t.earliest
+        if bounds:
+            at = (self._ns, self._b.current_key)
+            bound = bounds.get(at)
+            if bound is not None:
+                exp = expiration_timestamp(ts, self._ttl_ms)
+                if exp < bound:
+                    bounds[at] = exp
 
     def get(self, user_key: Any) -> Any:
         d = self._map()
@@ -429,7 +446,11 @@ class MapState(_Handle):
         return self._live(d, user_key, self._now() if self._ttl is not None else 0)[0]
 
     def put(self, user_key: Any, value: Any) -> None:
-        item = value if self._ttl is None else (value, self._now())  # cleanup runs before the write
+        if self._ttl is None:
+            item = value
+        else:
+            item = (value, self._now())  # cleanup runs before the write
+            self._lower_earliest(item[1])
         d = self._map(create=True)
         assert d is not None
         d[user_key] = item
@@ -440,6 +461,7 @@ class MapState(_Handle):
         if self._ttl is not None:
             now = self._now()
             entries = {k: (v, now) for k, v in entries.items()}
+            self._lower_earliest(now)
         d = self._map(create=True)
         assert d is not None
         d.update(entries)

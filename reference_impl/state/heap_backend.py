@@ -22,7 +22,7 @@ from reference_impl.state.handles import (
 )
 from reference_impl.state.keyed_backend import KeyedStateBackendBase, KeyGroupOutOfRangeError
 from reference_impl.time import TimeProvider
-from reference_impl.ttl import StateTtlConfig, is_expired
+from reference_impl.ttl import StateTtlConfig, expiration_timestamp, is_expired
 
 __all__ = ["HeapKeyedStateBackend", "KeyGroupOutOfRangeError"]  # the error re-exported
 
@@ -47,12 +47,20 @@ def _isolated(m: dict[Any, Any]) -> dict[Any, Any]:
 
 
 def _copy(v: Any) -> Any:
-    if isinstance(v, _IMMUTABLE):
+    """An isolated copy of a stored value: immutable values are shared, the containers state holds
+    (lists, dicts, tuples of immutable or TTL'd values) are copied one level in a C loop, and only
+    what is left (a user's own mutable objects) goes through ``copy.deepcopy``."""
+    t = type(v)
+    if t in _IMMUTABLE_TYPES:
         return v
-    if isinstance(v, TtlValue):
-        return v if isinstance(v.value, _IMMUTABLE) else TtlValue(copy.deepcopy(v.value), v.timestamp)
-    if isinstance(v, list) and all(isinstance(x, _IMMUTABLE) for x in v):
-        return list(v)
+    if t is TtlValue:
+        return v if type(v.value) in _IMMUTABLE_TYPES else TtlValue(_copy(v.value), v.timestamp)
+    if t is list:
+        return list(v) if _all_immutable(v) else [_copy(x) for x in v]
+    if t is dict:
+        return _isolated(v)
+    if t is tuple and _all_immutable(v):
+        return v
     return copy.deepcopy(v)
 
 
@@ -139,12 +147,38 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
                     else:
                         del m[k]
             elif kind is StateKind.MAP:
-                for uk in [uk for uk, tv in v.items() if is_expired(tv[1], ttl_ms, now)]:
-                    del v[uk]
-                if not v:
-                    del m[k]
+                self._cleanup_map(table, m, ns, k, v, ttl_ms, now)
             elif is_expired(v[1], ttl_ms, now):
                 del m[k]
+
+    @staticmethod
+    def _cleanup_map(
+        table: StateTable, m: dict[Any, Any], ns: Any, k: Any, v: dict[Any, Any], ttl_ms: int, now: int
+    ) -> None:
+        """Drop the expired entries of one key's map, as Flink's cleanup does by reading the whole map;
+        a map whose earliest expiry (``table.earliest``, a lower bound kept by every write) is still
+        ahead holds nothing expired and is skipped in O(1)."""
+        bounds = table.earliest
+        at = (ns, k)
+        bound = bounds.get(at) if bounds is not None else None
+        if bound is not None and bound > now:
+            return
+        expired = []
+        earliest = None
+        for uk, tv in v.items():
+            exp = expiration_timestamp(tv[1], ttl_ms)
+            if exp <= now:
+                expired.append(uk)
+            elif earliest is None or exp < earliest:
+                earliest = exp
+        for uk in expired:
+            del v[uk]
+        if not v:
+            del m[k]
+            if bounds is not None:
+                bounds.pop(at, None)
+        elif bounds is not None and earliest is not None:
+            bounds[at] = earliest
 
     @staticmethod
     def _cleanup_single_values(table: StateTable, n: int, ttl_ms: int, now: int) -> None:
@@ -197,9 +231,12 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
 
     # ------------------------------------------------------------------ snapshot / restore
 
-    def snapshot(self, snapshot_time_ms: int | None = None) -> KeyedStateSnapshot:
+    def snapshot(self, snapshot_time_ms: int | None = None, *, shared: bool = False) -> KeyedStateSnapshot:
         """A deep, isolated copy of all state grouped by key group. TTL states with full-snapshot
-        cleanup leave out entries expired at snapshot time."""
+        cleanup leave out entries expired at snapshot time. ``shared``: the key-group dicts are new but
+        the values are the live ones (TTL'd values as stored ``(value, timestamp)`` pairs), for a
+        snapshot serialized before any further state access (a checkpoint's synchronous write): no
+        copy of every value on every checkpoint."""
         now = self.time_provider.now_ms() if snapshot_time_ms is None else snapshot_time_ms
         states: dict[str, StateMeta] = {}
         kgs: dict[int, dict[str, dict[Any, dict[Any, Any]]]] = {}
@@ -215,7 +252,9 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
             kind = StateKind(meta.kind)
             for ns, m in data.items():
                 buckets: dict[int, dict[Any, Any]] = {}  # this namespace's entries by key group
-                if ttl is None and len(m) >= _BULK_MIN and _all_immutable(m.values()):
+                if (shared and not drop and m) or (
+                    ttl is None and len(m) >= _BULK_MIN and _all_immutable(m.values())
+                ):  # values taken as they are: split in one tight pass
                     buckets = self._split_by_key_group(m)
                     m = {}  # done: no per-entry loop
                 for key, v in m.items():
@@ -223,15 +262,19 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
                         v = _without_expired(kind, v, ttl.ttl_ms, now)  # type: ignore[union-attr]
                         if v is None:
                             continue
-                    if ttl is not None:
-                        v = _as_ttl_values(kind, v)
+                    if shared:
+                        pass
+                    elif ttl is not None:
+                        v = _as_ttl_values(kind, v)  # new containers, already isolated
+                    elif type(v) not in imm:
+                        v = _copy(v)
                     kg = kg_of.get(key)
                     if kg is None:
                         kg = self.key_group_of(key)
                     bucket = buckets.get(kg)
                     if bucket is None:
                         bucket = buckets[kg] = {}
-                    bucket[key] = v if type(v) in imm else _copy(v)
+                    bucket[key] = v
                 for kg, bucket in buckets.items():
                     kgs.setdefault(kg, {}).setdefault(name, {})[ns] = bucket
         return KeyedStateSnapshot(self.max_parallelism, self.key_group_range, states, kgs, now)
@@ -317,11 +360,15 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
 
 
 def _as_ttl_values(kind: StateKind, v: Any) -> Any:
+    """``v`` with each stored (value, timestamp) as a :class:`TtlValue`, in new containers that share
+    no mutable value with ``v``."""
+    imm = _IMMUTABLE_TYPES
     if kind is StateKind.LIST:
-        return [TtlValue(*tv) for tv in v]
+        return [TtlValue(x if type(x) in imm else _copy(x), ts) for x, ts in v]
     if kind is StateKind.MAP:
-        return {uk: TtlValue(*tv) for uk, tv in v.items()}
-    return TtlValue(*v)
+        return {uk: TtlValue(x if type(x) in imm else _copy(x), ts) for uk, (x, ts) in v.items()}
+    x, ts = v
+    return TtlValue(x if type(x) in imm else _copy(x), ts)
 
 
 def _without_expired(kind: StateKind, v: Any, ttl_ms: int, now: int) -> Any:

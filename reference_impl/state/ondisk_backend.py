@@ -256,7 +256,7 @@ class _DataView:
 class _DiskTable:
     """What a handle needs of a table (``descriptor``, ``data``), backed by the database."""
 
-    __slots__ = ("descriptor", "data", "info", "cleanup_cursor")
+    __slots__ = ("descriptor", "data", "info", "cleanup_cursor", "earliest")
 
     def __init__(
         self, backend: OnDiskKeyedStateBackend, descriptor: StateDescriptor, info: _StateInfo
@@ -265,6 +265,7 @@ class _DiskTable:
         self.info = info
         self.data = _DataView(backend, info)
         self.cleanup_cursor: bytes | None = None
+        self.earliest = None  # the heap's map-cleanup bounds: the compaction sweep needs none
 
 
 @dataclass
@@ -563,7 +564,7 @@ class OnDiskKeyedStateBackend(KeyedStateBackendBase):
     def _metas(self) -> dict[str, StateMeta]:
         return {name: info.meta for name, info in self._infos.items()}
 
-    def snapshot(self, snapshot_time_ms: int | None = None) -> KeyedStateSnapshot:
+    def snapshot(self, snapshot_time_ms: int | None = None, *, shared: bool = False) -> KeyedStateSnapshot:
         """All state grouped by key group, as plain decoded values (isolated from later writes). TTL
         states with full-snapshot cleanup leave out entries expired at snapshot time."""
         now = self.time_provider.now_ms() if snapshot_time_ms is None else snapshot_time_ms

@@ -17,7 +17,7 @@ from chaos.bench.runner import run_benchmarks
 
 pytestmark = pytest.mark.bench
 
-MODULES = ["state_ops", "keygroups", "checkpoints", "oracles", "sim_runs", "proxy_throughput"]
+MODULES = ["state_ops", "keygroups", "checkpoints", "oracles", "sim_runs", "chaos_cost", "proxy_throughput"]
 
 
 @pytest.mark.parametrize("name", MODULES)
