@@ -25,6 +25,7 @@ from harness.sss.checkpoint_log import committed_batches
 from harness.sss.errors import spark_error_gist
 from harness.sss.spec import APPLY, SssSpec, load_function, load_processor
 from harness.sss.state_vars import StateVar, discover_state_vars
+from harness.sss.values import canon, canon_row
 
 __all__ = ["ROCKSDB", "spark_conf", "main"]
 
@@ -55,8 +56,7 @@ def read_state(spark: Any, checkpoint: Path, batch_id: int, var: StateVar) -> li
         .option("batchId", batch_id)
         .option("stateVarName", var.name)
     )
-    rows = reader.load().collect()
-    return [_plain(r.asDict(recursive=True)) for r in rows]
+    return [_state_row(r) for r in reader.load().collect()]
 
 
 def read_timers(spark: Any, checkpoint: Path, batch_id: int) -> list[dict[str, Any]]:
@@ -66,15 +66,21 @@ def read_timers(spark: Any, checkpoint: Path, batch_id: int) -> list[dict[str, A
         .option("batchId", batch_id)
         .option("readRegisteredTimers", "true")
     )
-    return [_plain(r.asDict(recursive=True)) for r in reader.load().collect()]
+    return [_state_row(r) for r in reader.load().collect()]
 
 
-def _plain(d: Any) -> Any:
-    if isinstance(d, dict):
-        return {k: _plain(v) for k, v in d.items()}
-    if isinstance(d, list | tuple):
-        return [_plain(v) for v in d]
-    return d
+def _state_row(row: Any) -> dict[str, Any]:
+    """A state data source row with its values canonical (:mod:`harness.sss.values`); a struct with a
+    TTL (``value``, ``ttlExpirationMs``) and apply's ``groupState``/``timeoutTimestamp`` keep their
+    field names, which the oracles read."""
+    out: dict[str, Any] = {}
+    for k, v in row.asDict(recursive=False).items():
+        fields = set(v.__fields__) if hasattr(v, "__fields__") else set()
+        if fields in ({"value", "ttlExpirationMs"}, {"groupState", "timeoutTimestamp"}):
+            out[k] = {f: canon(x) for f, x in v.asDict(recursive=False).items()}
+        else:
+            out[k] = canon(v)
+    return out
 
 
 def dump_state(spark: Any, workdir: Path, spec: SssSpec, name: str, batch: int | None = None) -> None:
@@ -89,10 +95,10 @@ def dump_state(spark: Any, workdir: Path, spec: SssSpec, name: str, batch: int |
     out: dict[str, Any] = {"batch": batch, "vars": {}, "timers": None, "metadata": None, "error": None}
     try:
         meta = spark.read.format("state-metadata").load(str(checkpoint)).collect()
-        out["metadata"] = [_plain(r.asDict(recursive=True)) for r in meta]
+        out["metadata"] = [canon_row(r) for r in meta]
         if spec.api == APPLY:  # one state row per key: {key, value: {groupState, timeoutTimestamp}}
             reader = spark.read.format("statestore").option("path", str(checkpoint)).option("batchId", batch)
-            out["group_state"] = [_plain(r.asDict(recursive=True)) for r in reader.load().collect()]
+            out["group_state"] = [_state_row(r) for r in reader.load().collect()]
         else:
             for var in discover_state_vars(load_processor(spec.processor)):
                 out["vars"][var.name] = read_state(spark, checkpoint, batch, var)
@@ -109,7 +115,7 @@ def dump_state(spark: Any, workdir: Path, spec: SssSpec, name: str, batch: int |
 
 def _sink(output: Path) -> Any:
     def write_batch(df: Any, batch_id: int) -> None:
-        rows = [_plain(r.asDict(recursive=True)) for r in df.collect()]
+        rows = [canon_row(r) for r in df.collect()]
         tmp = output / f".batch-{batch_id}.json.tmp"
         tmp.write_text(json.dumps(rows, default=str))
         os.replace(tmp, output / f"batch-{batch_id}.json")  # idempotent by batch id

@@ -24,6 +24,7 @@ from harness.sss.checkpoint_log import committed_batches, read_offsets, source_f
 from harness.sss.group_state_model import GroupStateModel
 from harness.sss.model import ProcessorModel, StateImage
 from harness.sss.spec import APPLY, SssSpec
+from harness.sss.values import canon, canon_row, freeze
 
 __all__ = ["SssCheck", "check_run", "batch_inputs", "spark_state_image", "model_for"]
 
@@ -74,7 +75,17 @@ def batch_inputs(workdir: Path, spec: SssSpec) -> list[tuple[int, int, list[dict
 
 
 def _tuple(d: Any) -> tuple[Any, ...]:
-    return tuple(d.values()) if isinstance(d, dict) else (d,)
+    """A struct as read from a state dump (canonical: a list; a dict in older dumps) as a tuple."""
+    if isinstance(d, dict) and set(d) != {"$map"}:
+        return tuple(freeze(v) for v in d.values())
+    return freeze(d) if isinstance(d, list) else (freeze(d),)
+
+
+def canonical_image(image: StateImage) -> StateImage:
+    """The model's state with its values in the canonical form Spark's side is read in."""
+    return {name: {(freeze(canon(k)), uk if isinstance(uk, int) or uk is None else freeze(canon(uk))):
+                   (None if v is None else freeze(canon(v)), exp) for (k, uk), (v, exp) in entries.items()}
+            for name, entries in image.items()}  # fmt: skip
 
 
 def _value(v: Any) -> tuple[tuple[Any, ...], int | None]:
@@ -158,7 +169,7 @@ def check_run(workdir: Path, spec: SssSpec, files_written: int) -> SssCheck:
         out_file = workdir / "output" / f"batch-{batch}.json"
         if out_file.exists():
             got = _canon(json.loads(out_file.read_text()))
-            want = _canon(expected)
+            want = _canon([canon_row(r) for r in expected])
             if got != want:
                 extra, missing = got - want, want - got
                 result.violations.append(
@@ -170,15 +181,16 @@ def check_run(workdir: Path, spec: SssSpec, files_written: int) -> SssCheck:
             result.violations.append(f"batch {batch} committed but its output is missing (lost output)")
         for name, dump in dumps.get(batch, []):
             spark_image = spark_state_image(dump, model)
-            model_image = model.state()
+            model_image = canonical_image(model.state())
             for var in sorted(set(spark_image) | set(model_image)):
                 result.violations += [f"{name} (batch {batch}): {m}" for m in
                                       _diff(var, spark_image.get(var, {}), model_image.get(var, {}))]  # fmt: skip
             if dump.get("timers") is not None:
                 spark_timers = {(_tuple(t["key"]), int(t["expiration_timestamp_ms"])) for t in dump["timers"]}
-                if spark_timers != model.timer_image():
+                model_timers = {(freeze(canon(k)), t) for k, t in model.timer_image()}
+                if spark_timers != model_timers:
                     result.violations.append(
-                        f"{name} (batch {batch}): timers spark {sorted(spark_timers)} != model {sorted(model.timer_image())}"
+                        f"{name} (batch {batch}): timers spark {sorted(spark_timers)} != model {sorted(model_timers)}"
                     )
             result.violations += [f"{name}: {v}" for v in _metadata_mismatches(dump, batch, model)]
             result.states_checked += 1

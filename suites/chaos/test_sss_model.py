@@ -198,3 +198,55 @@ def test_cli_rejects_bad_input_with_file_and_line(tmp_path: Path, capsys: pytest
     assert "processor: module 'nomodule' cannot be imported" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main([*args, "--fault", "explode@1"])
+
+
+def test_values_compare_by_value_not_python_type() -> None:
+    """Spark's collect gives datetime/Decimal('2.50')/bytearray/Row; the model's processor gives
+    pd.Timestamp, numpy scalars, Decimal('2.5'), bytes and tuples: one canonical form for both."""
+    import datetime as dt
+    from decimal import Decimal
+
+    import numpy as np
+    import pandas as pd
+    from pyspark.sql import Row
+
+    from harness.sss.values import canon, canon_row, freeze
+
+    when = dt.datetime(2026, 11, 26, 19, 10, 55, 585000)
+    assert canon(when) == canon(pd.Timestamp(when)) == canon(np.datetime64(when)) == "2026-11-26 19:10:55.585000"
+    assert canon(Decimal("2.50")) == canon(Decimal("2.5")) == "2.5" and canon(Decimal("100")) == "100"
+    assert canon(bytearray(b"ab")) == canon(b"ab") == "0x6162"
+    assert canon(dt.date(2026, 1, 2)) == "2026-01-02" and canon(np.int64(3)) == 3
+    assert freeze(canon(Row(a=when, b=[Decimal("1.0")]))) == freeze(canon((pd.Timestamp(when), np.array([Decimal("1")]))))
+    assert freeze(canon({"k": when})) == freeze(canon({"k": pd.Timestamp(when)}))
+    assert canon_row(Row(user="a", at=when)) == canon_row({"user": "a", "at": pd.Timestamp(when)})
+    assert canon(when) != canon(when + dt.timedelta(microseconds=1))
+
+
+def test_typed_state_of_spark_equals_the_model() -> None:
+    """The reported false alarm: a ListState of TimestampType read back from Spark (as the driver dumps
+    it) against the model's datetime values; and a real difference still shows."""
+    import datetime as dt
+    from decimal import Decimal
+
+    from pyspark.sql import Row
+
+    from examples.sss.typed_state import SPEC, _ts
+    from harness.sss.driver import _state_row
+    from harness.sss.oracles import canonical_image
+
+    m = ProcessorModel(SssSpec(**SPEC))
+    m.run_batch(1_000, [{"user": "a", "item": "i1", "qty": 2, "at": 5}])
+    when = _ts(5)
+    raw = {  # what the state data source's collect() returns for the same state
+        "seen": [Row(key=Row(user="a"), list_element=Row(at=when, price=Decimal("0.50"), tag=bytearray(b"i1")),
+                     partition_id=0)],
+        "last": [Row(key=Row(user="a"), value=Row(day=dt.date(2026, 1, 1), items=["i1"], spent=Decimal("0.50")),
+                     partition_id=0)],
+        "first_at": [Row(key=Row(user="a"), user_map_key=Row(item="i1"), user_map_value=Row(at=when),
+                         partition_id=0)],
+    }  # fmt: skip
+    dump = json.loads(json.dumps({"vars": {n: [_state_row(r) for r in rows] for n, rows in raw.items()}}))
+    assert spark_state_image(dump, m) == canonical_image(m.state())
+    dump["vars"]["seen"][0]["list_element"][1] = "0.51"
+    assert spark_state_image(dump, m) != canonical_image(m.state())
