@@ -38,6 +38,16 @@ def _fault(text: str) -> Any:
     return SssFault(kind, int(after))
 
 
+def _processor_arg(text: str) -> tuple[str, Any]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.isidentifier():
+        raise argparse.ArgumentTypeError(f"{text!r}: want NAME=VALUE")
+    try:
+        return name, json.loads(value)
+    except ValueError:
+        return name, value
+
+
 def _inputs(folder: Path, columns: list[str]) -> list[list[dict[str, Any]]]:
     files = sorted(folder.glob("*.csv"))
     if not files:
@@ -63,7 +73,8 @@ def _cmd_sss(args: argparse.Namespace) -> int:
 
     try:
         spec = SssSpec(args.processor, args.key, args.input_schema, args.output_schema, api=args.api,
-                       state_schema=args.state_schema, timeout=args.timeout, output_mode=args.output_mode)  # fmt: skip
+                       state_schema=args.state_schema, timeout=args.timeout, output_mode=args.output_mode,
+                       time_mode=args.time_mode, processor_args=dict(args.processor_arg))  # fmt: skip
         spec.validate()
         inputs = _inputs(Path(args.input), spec.input_columns())
         workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="statechaos-sss-"))
@@ -100,6 +111,10 @@ def add_sss_parser(sub: Any) -> None:
     s.add_argument("--timeout", choices=TIMEOUTS, default=TIMEOUTS[0],
                    help="applyInPandasWithState: the GroupState timeout")  # fmt: skip
     s.add_argument("--output-mode", choices=("Update", "Append"), default="Update")
+    s.add_argument("--time-mode", choices=("ProcessingTime", "None"), default="ProcessingTime",
+                   help="transformWithState: the query's time mode (None: no timers)")  # fmt: skip
+    s.add_argument("--processor-arg", action="append", type=_processor_arg, default=[], metavar="NAME=VALUE",
+                   help="a keyword argument of the processor's constructor (VALUE as JSON, else a string)")  # fmt: skip
     s.add_argument("--key", required=True, help="grouping key column")
     s.add_argument("--input-schema", required=True, help='DDL, e.g. "user string, item string, qty long"')
     s.add_argument("--output-schema", required=True, help="DDL of the processor's output rows")

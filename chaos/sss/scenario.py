@@ -86,6 +86,7 @@ class SssQuery(Strict):
     state_schema: str = ""
     timeout: Literal["NoTimeout", "ProcessingTimeTimeout"] = "NoTimeout"
     output_mode: Literal["Update", "Append"] = "Update"
+    processor_args: dict[str, Any] = Field(default_factory=dict)  # keyword arguments of the processor
 
     def spec(self) -> SssSpec:
         return SssSpec(**self.model_dump())

@@ -23,7 +23,7 @@ from typing import Any
 
 from harness.sss.checkpoint_log import committed_batches
 from harness.sss.errors import spark_error_gist
-from harness.sss.spec import APPLY, SssSpec, load_function, load_processor
+from harness.sss.spec import APPLY, SssSpec, load_function
 from harness.sss.state_vars import StateVar, discover_state_vars
 from harness.sss.values import canon, canon_row
 
@@ -100,7 +100,7 @@ def dump_state(spark: Any, workdir: Path, spec: SssSpec, name: str, batch: int |
             reader = spark.read.format("statestore").option("path", str(checkpoint)).option("batchId", batch)
             out["group_state"] = [_state_row(r) for r in reader.load().collect()]
         else:
-            for var in discover_state_vars(load_processor(spec.processor)):
+            for var in discover_state_vars(spec.new_processor()):
                 out["vars"][var.name] = read_state(spark, checkpoint, batch, var)
             if spec.time_mode != "None":
                 out["timers"] = read_timers(spark, checkpoint, batch)
@@ -136,7 +136,7 @@ def _query(spark: Any, spec: SssSpec, source: Any) -> Any:
         df = grouped.applyInPandasWithState(load_function(spec.processor), spec.output_schema, spec.state_schema,
                                             spec.output_mode, spec.timeout)  # fmt: skip
         return df.writeStream.outputMode(spec.output_mode.lower())
-    df = grouped.transformWithStateInPandas(load_processor(spec.processor), spec.output_schema, spec.output_mode,
+    df = grouped.transformWithStateInPandas(spec.new_processor(), spec.output_schema, spec.output_mode,
                                             spec.time_mode)  # fmt: skip
     return df.writeStream
 

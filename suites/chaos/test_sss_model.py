@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 
 import pytest
+from pyspark.sql.streaming import StatefulProcessor
 
 from chaos.injectors.base import InjectorError
 from chaos.scope import RunScope
@@ -250,3 +251,53 @@ def test_typed_state_of_spark_equals_the_model() -> None:
     assert spark_state_image(dump, m) == canonical_image(m.state())
     dump["vars"]["seen"][0]["list_element"][1] = "0.51"
     assert spark_state_image(dump, m) != canonical_image(m.state())
+
+
+class WithInitialState(StatefulProcessor):  # a processor whose handleInitialState would never run
+    def init(self, handle: object) -> None:
+        self.v = handle.getValueState("v", "n long")  # type: ignore[attr-defined]
+
+    def handleInputRows(self, key, rows, timerValues):  # noqa: ANN001, ANN201, N802, N803
+        yield from ()
+
+    def handleInitialState(self, key, initialState, timerValues) -> None:  # noqa: ANN001, N802, N803
+        self.v.update((1,))
+
+
+def test_processor_args_or_a_factory_build_the_processor() -> None:
+    spec = SssSpec("examples.sss.topk:TopK", "user", CART.input_schema, "user string, rank long, qty long",
+                   time_mode="None", processor_args={"k": 2})  # fmt: skip
+    spec.validate()
+    m = ProcessorModel(spec)
+    out = m.run_batch(0, [_row("a", "x", 5), _row("a", "y", 7), _row("a", "z", 1)])
+    assert [(r["rank"], r["qty"]) for r in out] == [(1, 7), (2, 5)]
+    assert SssSpec.from_json(spec.to_json()) == spec
+    SssSpec("examples.sss.topk:top3", "user", CART.input_schema, "user string", time_mode="None").validate()
+    no_args = SssSpec("examples.sss.topk:TopK", "user", CART.input_schema, "user string", time_mode="None")
+    with pytest.raises(SpecError, match=r"processor_args: examples.sss.topk:TopK cannot be built with no arguments \(it takes k\)"):
+        no_args.validate()
+    with pytest.raises(SpecError, match="processor_args: .* cannot be built with {'n': 1}"):
+        SssSpec(**{**no_args.__dict__, "processor_args": {"n": 1}}).validate()
+
+
+def test_delete_if_exists_drops_the_variable() -> None:
+    from harness.sss.model import _Handle
+
+    spec = SssSpec("examples.sss.topk:top3", "user", CART.input_schema, "user string", time_mode="None")
+    m = ProcessorModel(spec)
+    assert list(m.vars) == ["top"] and discover_state_vars(spec.new_processor()) == [StateVar("top", "list", None)]
+    handle = _Handle(m)
+    old = handle.getValueState("largest", "qty long")
+    m.backend.set_current_key(("a",))
+    old.update((9,))
+    m.run_batch(0, [_row("a", "x", 5)])
+    assert "largest" in m.state()
+    handle.deleteIfExists("largest")
+    assert "largest" not in m.state() and list(m.backend.get_keys("largest")) == []
+    handle.deleteIfExists("never-declared")
+
+
+def test_apis_statechaos_cannot_judge_are_refused_at_validate() -> None:
+    spec = SssSpec("suites.chaos.test_sss_model:WithInitialState", "user", CART.input_schema, "user string")
+    with pytest.raises(SpecError, match=r"processor: .* defines handleInitialState \(.*test_sss_model.py:\d+\): not supported"):
+        spec.validate()

@@ -234,3 +234,33 @@ def test_sss_run_goes_through_the_runner_summary_and_allure(tmp_path: Path, monk
     write_allure_results([outcome], tmp_path / "allure")
     result = json.loads(next((tmp_path / "allure").glob("*-result.json")).read_text())
     assert result["status"] == "passed" and result["name"] == "cart-sss-local"
+
+
+def test_processor_args_and_time_mode_from_a_scenario_and_the_command_line(
+    tmp_path: Path, capsys: Any, monkeypatch: Any
+) -> None:
+    """A constructor that needs arguments: exit 2 with a message naming the field, no TypeError;
+    ``processor_args`` (scenario) or ``--processor-arg`` (command line) build it."""
+    text = LOCAL.read_text().replace("examples.sss.cart:CartTotals", "examples.sss.topk:TopK")
+    text = text.replace("time_mode: ProcessingTime", "time_mode: None")
+    (tmp_path / "topk.yaml").write_text(text)
+    with pytest.raises(ScenarioError, match=r":8: query.processor_args: examples.sss.topk:TopK cannot be built with no"):
+        load_scenario(tmp_path / "topk.yaml")
+    assert main(["validate", str(tmp_path / "topk.yaml")]) == 2
+    (tmp_path / "topk.yaml").write_text(text.replace("  time_mode: None", "  time_mode: None\n  processor_args: {k: 2}"))
+    sc = load_scenario(tmp_path / "topk.yaml")
+    assert sc.spec().processor_args == {"k": 2} and sc.spec().time_mode == "None"
+
+    import chaos.sss.run as run_mod
+
+    seen: list[Any] = []
+    monkeypatch.setattr(run_mod, "run_sss", lambda run: seen.append(run) or _outcome("pass"))
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.csv").write_text("u1,i1,2\n")
+    args = ["sss", "examples.sss.topk:TopK", "--key", "user", "--input-schema", "user string, item string, qty long",
+            "--output-schema", "user string, rank long, qty long", "--input", str(tmp_path / "in"),
+            "--workdir", str(tmp_path / "w")]  # fmt: skip
+    assert main([*args, "--time-mode", "None"]) == 2
+    assert "processor_args: examples.sss.topk:TopK cannot be built with no arguments (it takes k)" in capsys.readouterr().out
+    assert main([*args, "--time-mode", "None", "--processor-arg", "k=3"]) == 0
+    assert seen[0].spec.processor_args == {"k": 3} and seen[0].spec.time_mode == "None"
