@@ -90,7 +90,7 @@ def _cmd_sss(args: argparse.Namespace) -> int:
     print(f"run directory: {workdir} (history.jsonl, output/, state/, checkpoint/)")
     if args.json:
         Path(args.json).write_text(json.dumps({
-            "verdict": out.verdict, "violations": out.check.violations,
+            "verdict": out.verdict, "violations": out.check.violations, "processor_errors": out.processor_errors,
             "refused": out.check.refused + out.failures, "events": out.events, "starts": out.starts,
         }, indent=2, default=str))  # fmt: skip
     return 0 if out.verdict == "pass" else 1

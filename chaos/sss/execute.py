@@ -52,7 +52,8 @@ def verdicts_of(sc: SssScenario, out: SssOutcome) -> list[Verdict]:
     refusals = out.check.refused + out.failures
     schedule = _schedule(sc, out)
     if sc.expect != "pass":
-        found = [f"refused: {r}" for r in refusals] + [f"violation: {v}" for v in out.check.violations]
+        found = [f"your processor raised {e}" for e in out.processor_errors]
+        found += [f"refused: {r}" for r in refusals] + [f"violation: {v}" for v in out.check.violations]
         expected = Verdict(
             "expected_verdict", out.verdict == sc.expect,
             f"the run ended in verdict {out.verdict!r}, as expected" if out.verdict == sc.expect
@@ -83,14 +84,18 @@ def verdicts_of(sc: SssScenario, out: SssOutcome) -> list[Verdict]:
         output_verdict = Verdict.unknown("exactly_once", "no batch wrote output to compare")
     if not out.check.states_checked and not state:
         state_verdict = Verdict.unknown("restored_state", "Spark's state was never read")
+    ran = Verdict.of("query_ran", refusals, f"Spark ran the query through {out.starts} driver starts",
+                     "Spark refused {n} times (failed query or unreadable state)")  # fmt: skip
+    if out.processor_errors:  # the user's code failed, not Spark and not statechaos: say so first
+        ran = Verdict("query_ran", False, f"your processor raised {out.processor_errors[0]}",
+                      [f"your processor raised {e}" for e in out.processor_errors] + refusals)  # fmt: skip
     return [
         output_verdict,
         state_verdict,
         Verdict.of("liveness", live, "every input file was committed", "{n} liveness problems"),
-        Verdict.of("query_ran", refusals, f"Spark ran the query through {out.starts} driver starts",
-                   "Spark refused {n} times (failed query or unreadable state)"),
+        ran,
         schedule,
-    ]  # fmt: skip
+    ]
 
 
 def _schedule(sc: SssScenario, out: SssOutcome) -> Verdict:

@@ -40,6 +40,7 @@ from harness.sss.driver import EXIT_NO_SPARK
 from harness.sss.errors import spark_error_gist
 from harness.sss.oracles import SssCheck, check_run
 from harness.sss.spec import DEFAULT_MASTER, SssSpec
+from harness.sss.user_error import raised_in_spark
 
 __all__ = ["SssFault", "SssRun", "SssOutcome", "run_sss"]
 
@@ -81,17 +82,21 @@ class SssRun:
 @dataclass
 class SssOutcome:
     """``verdict``: ``pass`` (oracles content), ``refused`` (Spark failed the query or would not read
-    its state), ``caught`` (an oracle found wrong output or state), ``stuck`` (no progress)."""
+    its state), ``caught`` (an oracle found wrong output or state), ``stuck`` (no progress),
+    ``processor_raised`` (the user's processor raised, in Spark or in the model's fault-free run:
+    ``processor_errors`` say where)."""
 
     verdict: str
     check: SssCheck
     events: list[dict[str, Any]]
     starts: int
     failures: list[str]
+    processor_errors: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         lines = [f"verdict: {self.verdict} ({self.starts} driver starts, {self.check.batches_checked} "
                  f"batches and {self.check.states_checked} restored states checked)"]  # fmt: skip
+        lines += [f"  your processor raised {e}" for e in self.processor_errors]
         lines += [f"  refused: {r}" for r in self.check.refused + self.failures]
         lines += [f"  violation: {v}" for v in self.check.violations]
         return "\n".join(lines)
@@ -143,6 +148,7 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
     history = HistoryWriter(w / "history.jsonl", clock=lambda: int((time.monotonic() - t0) * 1000))
     events: list[dict[str, Any]] = []
     failures: list[str] = []
+    raised = Raised(run.spec.processor)
     rng = random.Random(run.seed)
     columns = run.spec.input_columns()
     checkpoint = w / "checkpoint"
@@ -187,7 +193,7 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
                 d.kill()
                 raise SparkEnvironmentError(_failure(w, "the query's driver could not start Spark"))
             if d.proc.poll() is not None:
-                failures.append(_failure(w, f"driver start {n} exited {d.proc.returncode}"))
+                failures.append(_failure(w, f"driver start {n} exited {d.proc.returncode}", raised))
                 emit("driver_failed", start=n, returncode=d.proc.returncode)
                 d.kill()
                 return None
@@ -206,7 +212,7 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
             done = committed_batches(checkpoint)
             seen = _progress(checkpoint, seen, emit)
             if driver.proc.poll() is not None:
-                failures.append(_failure(w, f"driver exited {driver.proc.returncode} during the run"))
+                failures.append(_failure(w, f"driver exited {driver.proc.returncode} during the run", raised))
                 emit("driver_failed", returncode=driver.proc.returncode, next_batch=_next_batch(checkpoint))
                 driver.kill()
                 driver = None
@@ -251,7 +257,7 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
             rc = driver.stop(w, timeout_s=300 if run.differential else 120)
             emit("driver_stop", returncode=rc)
             if rc not in (0,):
-                failures.append(_failure(w, f"driver stop returned {rc}"))
+                failures.append(_failure(w, f"driver stop returned {rc}", raised))
     finally:
         for _, inj in heals:
             inj.stop()
@@ -259,7 +265,10 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
             driver.kill()
         history.close()
     check = check_run(w, run.spec, written)
-    if failures or check.refused:
+    processor_errors = [f"in Spark: {e}" for e in raised.errors] + check.processor_errors
+    if processor_errors:
+        verdict = "processor_raised"
+    elif failures or check.refused:
         verdict = "refused"
     elif check.violations:
         verdict = "caught"
@@ -268,7 +277,7 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
     else:
         verdict = "pass"
     starts = sum(1 for p in (w / "starts").glob("[0-9]*") if p.name.isdigit())
-    return SssOutcome(verdict, check, events, starts, failures)
+    return SssOutcome(verdict, check, events, starts, failures, processor_errors)
 
 
 def _next_batch(checkpoint: Path) -> int:
@@ -276,13 +285,26 @@ def _next_batch(checkpoint: Path) -> int:
     return max(done) + 1 if done else 0
 
 
-def _failure(w: Path, what: str) -> str:
+def _failure(w: Path, what: str, raised: Raised | None = None) -> str:
+    """What the driver's ``failure.txt`` says, in one line; when Spark's error is the user's processor
+    raising (its file in the Python worker's traceback), also added to ``raised``."""
     f = w / "failure.txt"
     text = f.read_text().strip() if f.exists() else ""
     with contextlib.suppress(FileNotFoundError):
         f.rename(w / f"failure-{time.monotonic_ns()}.txt")
     gist = spark_error_gist(text)
-    return f"{what}: {gist}" if gist else what
+    line = f"{what}: {gist}" if gist else what
+    if raised is not None and (where := raised_in_spark(text, raised.processor)):
+        raised.errors.append(f"{where} (Spark: {gist})")
+    return line
+
+
+@dataclass
+class Raised:
+    """The user's processor raising inside Spark, as the driver's failures show it."""
+
+    processor: str
+    errors: list[str] = field(default_factory=list)
 
 
 def _finished(checkpoint: Path, files: int, tail_ms: int) -> bool:

@@ -24,6 +24,7 @@ from harness.sss.checkpoint_log import committed_batches, read_offsets, source_f
 from harness.sss.group_state_model import GroupStateModel
 from harness.sss.model import ProcessorModel, StateImage
 from harness.sss.spec import APPLY, SssSpec
+from harness.sss.user_error import raised_here
 from harness.sss.values import canon, canon_row, freeze
 
 __all__ = ["SssCheck", "check_run", "batch_inputs", "spark_state_image", "model_for"]
@@ -40,12 +41,13 @@ class SssCheck:
 
     violations: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
+    processor_errors: list[str] = field(default_factory=list)  # the user's processor raised in the model
     batches_checked: int = 0
     states_checked: int = 0
 
     @property
     def ok(self) -> bool:
-        return not self.violations and not self.refused
+        return not self.violations and not self.refused and not self.processor_errors
 
 
 def _read_csv(path: Path, spec: SssSpec) -> list[dict[str, Any]]:
@@ -155,7 +157,13 @@ def _canon(rows: list[dict[str, Any]]) -> Counter[str]:
 def check_run(workdir: Path, spec: SssSpec, files_written: int) -> SssCheck:
     """Run the model over the offset log's batches and compare output and every state dump."""
     result = SssCheck()
-    model = model_for(spec)
+    try:
+        model = model_for(spec)
+    except Exception as e:
+        if (where := raised_here(e, spec.processor)) is None:
+            raise  # statechaos's own error, not the processor's
+        result.processor_errors.append(f"in the model's fault-free run, building it: {where}")
+        return result
     committed = set(committed_batches(workdir / "checkpoint"))
     dumps: dict[int, list[tuple[str, dict[str, Any]]]] = {}
     for path in sorted((workdir / "state").glob("*.json")):
@@ -165,7 +173,13 @@ def check_run(workdir: Path, spec: SssSpec, files_written: int) -> SssCheck:
         else:
             dumps.setdefault(int(d["batch"]), []).append((path.name, d))
     for batch, ts, rows in batch_inputs(workdir, spec):
-        expected = model.run_batch(ts, rows)
+        try:
+            expected = model.run_batch(ts, rows)
+        except Exception as e:
+            if (where := raised_here(e, spec.processor)) is None:
+                raise
+            result.processor_errors.append(f"in the model's fault-free run of batch {batch}: {where}")
+            break  # later batches build on a state the processor never finished
         out_file = workdir / "output" / f"batch-{batch}.json"
         if out_file.exists():
             got = _canon(json.loads(out_file.read_text()))

@@ -301,3 +301,45 @@ def test_apis_statechaos_cannot_judge_are_refused_at_validate() -> None:
     spec = SssSpec("suites.chaos.test_sss_model:WithInitialState", "user", CART.input_schema, "user string")
     with pytest.raises(SpecError, match=r"processor: .* defines handleInitialState \(.*test_sss_model.py:\d+\): not supported"):
         spec.validate()
+
+
+class RaisesOnBigOrders(StatefulProcessor):  # the user's assertion fails on the second file's rows
+    def init(self, handle: object) -> None:
+        self.n = handle.getValueState("n", "n long")  # type: ignore[attr-defined]
+
+    def handleInputRows(self, key, rows, timerValues):  # noqa: ANN001, ANN201, N802, N803
+        import pandas as pd
+
+        for pdf in rows:
+            assert int(pdf["qty"].max()) < 50, f"order too big for {key[0]}"
+        self.n.update((1,))
+        yield pd.DataFrame({"user": [key[0]]})
+
+
+def test_a_processor_that_raises_is_reported_as_the_users_not_as_a_bug(tmp_path: Path) -> None:
+    from harness.sss.oracles import check_run
+    from harness.sss.user_error import raised_in_spark
+
+    cp = _checkpoint(tmp_path)
+    (tmp_path / "input").mkdir()
+    (tmp_path / "input" / "part-0.csv").write_text("a,x,1\n")
+    (tmp_path / "input" / "part-1.csv").write_text("a,x,99\n")
+    path = "suites.chaos.test_sss_model:RaisesOnBigOrders"
+    spec = SssSpec(path, "user", CART.input_schema, "user string", time_mode="None")
+    spec.validate()
+    check = check_run(tmp_path, spec, 2)
+    here = str(Path(__file__).resolve())
+    [err] = check.processor_errors
+    assert err.startswith(f"in the model's fault-free run of batch 1: {here}:")
+    assert "in handleInputRows: AssertionError: order too big for a" in err and not check.ok
+    # Spark's failure (a PythonException holding the Python worker's traceback) names the same place
+    spark = (f"org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+             f'  File "/venv/pyspark/worker.py", line 12, in main\n'
+             f'  File "{here}", line 7, in handleInputRows\n    assert int(...)\n'
+             f"AssertionError: order too big for a\n\n\tat org.apache.spark.api.python.BasePythonRunner")  # fmt: skip
+    assert raised_in_spark(spark, path) == f"{here}:7 in handleInputRows: AssertionError: order too big for a"
+    assert raised_in_spark("org.apache.spark.SparkException: [CANNOT_LOAD_STATE_STORE] x", path) is None
+    # an error outside the user's file stays statechaos's own (it propagates: a bug, not a verdict)
+    (cp / "offsets" / "1").write_text("v1\n{}\n{}")
+    with pytest.raises(KeyError):
+        check_run(tmp_path, spec, 2)

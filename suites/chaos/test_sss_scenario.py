@@ -264,3 +264,12 @@ def test_processor_args_and_time_mode_from_a_scenario_and_the_command_line(
     assert "processor_args: examples.sss.topk:TopK cannot be built with no arguments (it takes k)" in capsys.readouterr().out
     assert main([*args, "--time-mode", "None", "--processor-arg", "k=3"]) == 0
     assert seen[0].spec.processor_args == {"k": 3} and seen[0].spec.time_mode == "None"
+
+
+def test_processor_raised_is_its_own_finding() -> None:
+    sc = load_scenario(LOCAL)
+    out = _outcome("processor_raised")
+    out.processor_errors = ["in Spark: /u/mine.py:7 in handleInputRows: AssertionError: x (Spark: ...)"]
+    ran = {v.oracle: v for v in verdicts_of(sc, out)}["query_ran"]
+    assert not ran.passed and ran.summary.startswith("your processor raised in Spark: /u/mine.py:7")
+    assert "your processor raised in Spark" in out.summary()
