@@ -35,6 +35,7 @@ def execute_sss(sc: SssScenario, run_dir: Path) -> tuple[list[dict[str, Any]], d
             [SssFault(f.kind, f.after_batches, f.duration / 1000, f.toxic or "", dict(f.attributes), f.stream)
              for f in sc.faults],
             master=sc.master, trigger_ms=sc.trigger, tail_ms=sc.tail, time_limit_s=sc.timeout_s, seed=sc.seed,
+            stall_s=sc.stall_timeout / 1000,
             differential=sc.differential,
         )  # fmt: skip
     except (SpecError, ValueError) as e:
@@ -65,7 +66,7 @@ def verdicts_of(sc: SssScenario, out: SssOutcome) -> list[Verdict]:
     live = [v for v in out.check.violations if v.startswith("liveness:")]
     state = [v for v in out.check.violations if v not in output and v not in live]
     if out.verdict == "stuck":
-        live.append("the run hit its time limit before every input file was committed")
+        live.append(out.stuck_reason or "the run stopped progressing")
     output_verdict, state_verdict = (
         Verdict.of(
             "exactly_once",

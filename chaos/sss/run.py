@@ -74,7 +74,8 @@ class SssRun:
     master: str = DEFAULT_MASTER  # or "docker", or a spark:// URL
     trigger_ms: int = 1000
     tail_ms: int = 0  # keep running until a batch this long after the last input's batch (timers)
-    time_limit_s: float = 300.0
+    time_limit_s: float | None = None  # an overall cap, if any; the run is judged stuck on ``stall_s``
+    stall_s: float = 120.0  # no batch planned or committed, no driver ready, this long with work pending
     seed: int = 0
     differential: bool = False  # also read Spark's state after every committed batch and compare each
 
@@ -92,6 +93,7 @@ class SssOutcome:
     starts: int
     failures: list[str]
     processor_errors: list[str] = field(default_factory=list)
+    stuck_reason: str = ""  # what stopped progressing (verdict stuck)
 
     def summary(self) -> str:
         lines = [f"verdict: {self.verdict} ({self.starts} driver starts, {self.check.batches_checked} "
@@ -156,6 +158,7 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
     scope = RunScope(f"sss-{w.name}", pids=lambda: driver.executor_pids() if driver else [], paths=[checkpoint],
                      compose_project=docker.stack.project if docker else None)  # fmt: skip
 
+    progress = [time.monotonic()]  # when the run last moved: an event (batch, fault, driver start)
     fault_ids = itertools.count()
     open_faults: dict[int, int] = {}  # id(injector) -> fault_id of its fault_start
 
@@ -170,6 +173,8 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
             fields = {"fault_id": open_faults.pop(id(_inj), None), **fields}
         events.append({"type": type_, **fields})
         history.emit(type_, **fields)
+        history.flush()  # a long run can be followed as it goes
+        progress[0] = time.monotonic()
 
     def start() -> DriverProcess | None:
         n = (
@@ -180,13 +185,14 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
         d = DriverProcess(w)
         emit("driver_start", start=n, next_batch=_next_batch(checkpoint))
         if n:
+            done = committed_batches(checkpoint)
             emit(
                 "job_restart",
                 attempt=n,
                 reason="driver restarted from the checkpoint location",
-                checkpoint_id=None,
+                checkpoint_id=f"commits/{max(done)}" if done else "none (no batch committed)",
             )
-        while time.monotonic() - t0 < run.time_limit_s:
+        while time.monotonic() - progress[0] < run.stall_s and not over_time():
             if (w / "starts" / f"{n}.ready").exists():
                 return d
             if d.proc.poll() == EXIT_NO_SPARK:
@@ -198,9 +204,16 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
                 d.kill()
                 return None
             time.sleep(0.1)
+        stalled.append(f"driver start {n} was not running its query after {run.stall_s:.0f} s")
         d.kill()
         return None
 
+    def over_time() -> bool:
+        return run.time_limit_s is not None and time.monotonic() - t0 > run.time_limit_s
+
+    stalled: list[str] = []
+    # with no timers, Spark runs no batch without input: there is no tail to wait for
+    tail_ms = run.tail_ms if run.spec.timers_on else 0
     pending = sorted(run.faults, key=lambda f: f.after_batches)
     heals: list[tuple[float, Injector]] = []  # (when, paused injector to resume)
     written = 0
@@ -232,10 +245,15 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
                 if not struck:  # the file it needed went away meanwhile (a snapshot was uploaded): later
                     pending.insert(0, dataclasses.replace(fault, after_batches=len(done) + 1))
                 continue
-            if pending and written == len(run.inputs) and _finished(checkpoint, written, run.tail_ms):
-                emit("fault_skipped", kind=pending[0].kind, batch=_next_batch(checkpoint),
-                     why="no file a restart would read was ever there to damage")  # fmt: skip
-                pending.pop(0)
+            if pending and written == len(run.inputs) and _finished(checkpoint, written, tail_ms):
+                if pending[0].kind in DAMAGE_CLASSES:
+                    emit("fault_skipped", kind=pending[0].kind, batch=_next_batch(checkpoint),
+                         why="no file a restart would read was ever there to damage")  # fmt: skip
+                    pending.pop(0)
+                else:  # every input committed, nothing due: strike now, on an idle query
+                    fault = dataclasses.replace(pending.pop(0), after_batches=len(done))
+                    driver, _ = _inject(fault, driver, checkpoint, scope, rng, emit, start, heals, docker, link,
+                                        trigger="every input committed (the query is idle)")  # fmt: skip
                 continue
             for due, inj in [h for h in heals if h[0] <= time.monotonic()]:
                 inj.stop()
@@ -245,12 +263,13 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
                 not pending
                 and not heals
                 and written == len(run.inputs)
-                and _finished(checkpoint, written, run.tail_ms)
+                and _finished(checkpoint, written, tail_ms)
             ):
                 break
-            if time.monotonic() - t0 > run.time_limit_s:
+            if time.monotonic() - progress[0] > run.stall_s or over_time():
                 stuck = True
-                emit("time_limit", committed=len(done))
+                stalled.append(_stall(checkpoint, written, len(run.inputs), tail_ms, run.stall_s, over_time()))
+                emit("time_limit", committed=len(done), why=stalled[-1])
                 break
             time.sleep(0.1)
         if driver is not None:
@@ -270,14 +289,14 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
         verdict = "processor_raised"
     elif failures or check.refused:
         verdict = "refused"
-    elif check.violations:
+    elif [v for v in check.violations if not v.startswith("liveness:")] or (check.violations and not stalled):
         verdict = "caught"
-    elif stuck:
+    elif stuck or stalled:  # unread input of a run that stopped progressing: stuck, not a wrong result
         verdict = "stuck"
     else:
         verdict = "pass"
     starts = sum(1 for p in (w / "starts").glob("[0-9]*") if p.name.isdigit())
-    return SssOutcome(verdict, check, events, starts, failures, processor_errors)
+    return SssOutcome(verdict, check, events, starts, failures, processor_errors, "; ".join(stalled))
 
 
 def _next_batch(checkpoint: Path) -> int:
@@ -305,6 +324,17 @@ class Raised:
 
     processor: str
     errors: list[str] = field(default_factory=list)
+
+
+def _stall(checkpoint: Path, written: int, files: int, tail_ms: int, bound_s: float, capped: bool) -> str:
+    """What stopped progressing, in words, for the stuck verdict."""
+    done = set(committed_batches(checkpoint))
+    offsets = {b.batch: b.source_offset for b in read_offsets(checkpoint)}
+    read = max((offsets.get(b, -1) for b in done), default=-1) + 1
+    when = "the run reached its time limit" if capped else f"no micro-batch was planned or committed for {bound_s:.0f} s"
+    if read < files:
+        return f"{when} while {files - read} of {files} input files were not committed ({len(done)} batches committed)"
+    return f"{when} while the tail of {tail_ms} ms past the last input (timers) was not reached"
 
 
 def _finished(checkpoint: Path, files: int, tail_ms: int) -> bool:
@@ -339,10 +369,10 @@ def _progress(checkpoint: Path, seen: tuple[int, int], emit: Any) -> tuple[int, 
 
 def _inject(fault: SssFault, driver: DriverProcess, checkpoint: Path, scope: RunScope, rng: random.Random,
             emit: Any, start: Any, heals: list[tuple[float, Injector]], docker: Any,
-            link: Any = None) -> tuple[DriverProcess | None, bool]:  # fmt: skip
+            link: Any = None, trigger: str = "") -> tuple[DriverProcess | None, bool]:  # fmt: skip
     """Strike ``fault``; the driver to go on with, and whether the fault struck."""
     batch = _next_batch(checkpoint)
-    trigger = f"{fault.after_batches} batches committed"
+    trigger = trigger or f"{fault.after_batches} batches committed"
     inj: Injector
     if fault.kind in CLUSTER_FAULTS and (
         docker is not None or fault.kind not in ("kill_executor", "pause_executor")

@@ -157,10 +157,13 @@ class SssScenario(Strict):
     tail: Duration = 0  # keep running this long past the last input's batch (timers, timeouts)
     differential: bool = False
     seed: int = 0
-    timeout_s: Annotated[float, Field(gt=0)] = 420
+    timeout_s: Annotated[float | None, Field(gt=0)] = None  # an overall cap on the run, if set
+    # no micro-batch planned or committed (nor a driver ready) this long while input or timers are
+    # pending: the run is stuck, and its liveness verdict says what stopped
+    stall_timeout: Duration = 120_000
     _base_dir: Path | None = PrivateAttr(default=None)
 
-    @field_validator("trigger", "tail", mode="before")
+    @field_validator("trigger", "tail", "stall_timeout", mode="before")
     @classmethod
     def _ms(cls, v: Any) -> Any:
         return parse_duration_ms(v)
