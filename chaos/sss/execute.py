@@ -64,7 +64,8 @@ def verdicts_of(sc: SssScenario, out: SssOutcome) -> list[Verdict]:
         return [expected, schedule]
     output = [v for v in out.check.violations if any(s in v for s in _OUTPUT)]
     live = [v for v in out.check.violations if v.startswith("liveness:")]
-    state = [v for v in out.check.violations if v not in output and v not in live]
+    metadata = [v for v in out.check.violations if "state-metadata" in v]
+    state = [v for v in out.check.violations if v not in output and v not in live and v not in metadata]
     if out.verdict == "stuck":
         live.append(out.stuck_reason or "the run stopped progressing")
     output_verdict, state_verdict = (
@@ -85,6 +86,15 @@ def verdicts_of(sc: SssScenario, out: SssOutcome) -> list[Verdict]:
         output_verdict = Verdict.unknown("exactly_once", "no batch wrote output to compare")
     if not out.check.states_checked and not state:
         state_verdict = Verdict.unknown("restored_state", "Spark's state was never read")
+    metadata_verdict = Verdict.of(
+        "state_metadata", metadata,
+        f"Spark's state-metadata matched the processor's declared state variables in {out.check.metadata_checked} state reads",
+        "{n} differences between Spark's state-metadata and the processor's declared state variables",
+    )  # fmt: skip
+    if not out.check.metadata_checked and not metadata:
+        metadata_verdict = Verdict.unknown(
+            "state_metadata", f"Spark's state-metadata source named no operator of the query in "
+            f"{out.check.states_checked} state reads")  # fmt: skip
     ran = Verdict.of("query_ran", refusals, f"Spark ran the query through {out.starts} driver starts",
                      "Spark refused {n} times (failed query or unreadable state)")  # fmt: skip
     if out.processor_errors:  # the user's code failed, not Spark and not statechaos: say so first
@@ -93,6 +103,7 @@ def verdicts_of(sc: SssScenario, out: SssOutcome) -> list[Verdict]:
     return [
         output_verdict,
         state_verdict,
+        metadata_verdict,
         Verdict.of("liveness", live, "every input file was committed", "{n} liveness problems"),
         ran,
         schedule,

@@ -238,7 +238,7 @@ class SssScenario(Strict):
         """The checks this scenario's run reports (chaos.sss.execute)."""
         if self.expect != "pass":
             return ["expected_verdict", "fault_schedule"]
-        return ["exactly_once", "restored_state", "liveness", "query_ran", "fault_schedule"]
+        return ["exactly_once", "restored_state", "state_metadata", "liveness", "query_ran", "fault_schedule"]
 
 
 def is_sss(obj: Any) -> bool:

@@ -343,3 +343,34 @@ def test_a_processor_that_raises_is_reported_as_the_users_not_as_a_bug(tmp_path:
     (cp / "offsets" / "1").write_text("v1\n{}\n{}")
     with pytest.raises(KeyError):
         check_run(tmp_path, spec, 2)
+
+
+def test_state_metadata_is_counted_only_when_spark_named_the_operator(tmp_path: Path) -> None:
+    from harness.sss.oracles import check_run
+
+    _checkpoint(tmp_path)
+    (tmp_path / "input").mkdir()
+    for b in (0, 1):
+        (tmp_path / "input" / f"part-{b}.csv").write_text("a,x,1\n")
+    spec = SssSpec("examples.sss.topk:top3", "user", CART.input_schema, "user string", time_mode="None")
+    variables = [{"stateName": "top", "stateVariableType": "ListState", "ttlEnabled": False}]
+    meta = {"operatorId": 0, "minBatchId": 0, "maxBatchId": 1,
+            "operatorProperties": json.dumps({"stateVariables": variables})}  # fmt: skip
+    (tmp_path / "state").mkdir()
+    dump = {"batch": 1, "vars": {"top": [{"key": ["a"], "list_element": [1], "partition_id": 0},
+                                         {"key": ["a"], "list_element": [1], "partition_id": 0}]},
+            "timers": None, "metadata": [], "error": None}  # fmt: skip
+    (tmp_path / "state" / "final-0.json").write_text(json.dumps(dump))
+    def meta_violations(check: object) -> list[str]:
+        return [v for v in check.violations if "state-metadata" in v]  # type: ignore[attr-defined]
+
+    check = check_run(tmp_path, spec, 2)
+    assert check.states_checked == 1 and check.metadata_checked == 0 and meta_violations(check) == []
+    (tmp_path / "state" / "final-0.json").write_text(json.dumps({**dump, "metadata": [meta]}))
+    check = check_run(tmp_path, spec, 2)
+    assert check.metadata_checked == 1 and meta_violations(check) == []
+    variables.append({"stateName": "largest", "stateVariableType": "ValueState", "ttlEnabled": False})
+    meta["operatorProperties"] = json.dumps({"stateVariables": variables})
+    (tmp_path / "state" / "final-0.json").write_text(json.dumps({**dump, "metadata": [meta]}))
+    [v] = meta_violations(check_run(tmp_path, spec, 2))
+    assert v.startswith("final-0.json: state-metadata declares [('largest', 'value', False), ('top', 'list', False)]")

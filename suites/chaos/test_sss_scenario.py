@@ -107,7 +107,8 @@ def test_sss_scenarios_validate_and_list_from_the_command_line(capsys: pytest.Ca
     assert "(sss)" in out
     sc = load_scenario(GROUPSTATE)
     assert isinstance(sc, SssScenario) and sc.spec().api == "applyInPandasWithState"
-    assert sc.checks() == ["exactly_once", "restored_state", "liveness", "query_ran", "fault_schedule"]
+    assert sc.checks() == ["exactly_once", "restored_state", "state_metadata", "liveness", "query_ran",
+                           "fault_schedule"]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -151,7 +152,7 @@ def test_sss_scenario_overrides_keep_it_valid() -> None:
 def _outcome(
     verdict: str, violations: list[str] = (), refused: list[str] = (), events: Any = None
 ) -> SssOutcome:
-    check = SssCheck(list(violations), list(refused), batches_checked=4, states_checked=2)
+    check = SssCheck(list(violations), list(refused), batches_checked=4, states_checked=2, metadata_checked=2)
     events = events if events is not None else [{"type": "fault_start", "kind": "kill_executor", "batch": 2},
                                                 {"type": "fault_start", "kind": "kill_driver", "batch": 4}]  # fmt: skip
     return SssOutcome(verdict, check, events, 2, [])
@@ -164,8 +165,8 @@ def test_outcome_becomes_the_usual_verdicts() -> None:
     bad = _outcome("caught", ["batch 2 output differs from the model: ...", "start-1.json (batch 3): total[...]",
                               "liveness: committed batches read 3 of 4 input files"])  # fmt: skip
     got = {v.oracle: str(v.status) for v in verdicts_of(sc, bad)}
-    assert got == {"exactly_once": "fails", "restored_state": "fails", "liveness": "fails", "query_ran": "holds",
-                   "fault_schedule": "holds"}  # fmt: skip
+    assert got == {"exactly_once": "fails", "restored_state": "fails", "state_metadata": "holds", "liveness": "fails",
+                   "query_ran": "holds", "fault_schedule": "holds"}  # fmt: skip
     skipped = _outcome(
         "pass", events=[{"type": "fault_skipped", "kind": "kill_executor", "batch": 2, "why": "x"}]
     )
@@ -273,3 +274,14 @@ def test_processor_raised_is_its_own_finding() -> None:
     ran = {v.oracle: v for v in verdicts_of(sc, out)}["query_ran"]
     assert not ran.passed and ran.summary.startswith("your processor raised in Spark: /u/mine.py:7")
     assert "your processor raised in Spark" in out.summary()
+
+
+def test_state_metadata_is_its_own_check_and_never_vacuous() -> None:
+    sc = load_scenario(LOCAL)
+    differs = _outcome("caught", ["final-1.json: state-metadata declares [('n', 'value', False)], the processor []"])
+    got = {v.oracle: str(v.status) for v in verdicts_of(sc, differs)}
+    assert got["state_metadata"] == "fails" and got["restored_state"] == "holds"
+    never = _outcome("pass")
+    never.check.metadata_checked = 0
+    metadata = {v.oracle: v for v in verdicts_of(sc, never)}["state_metadata"]
+    assert str(metadata.status) == "unknown" and "named no operator" in metadata.summary
