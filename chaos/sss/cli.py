@@ -20,7 +20,8 @@ from harness.sss.spec import APIS, DEFAULT_MASTER, TIMEOUTS
 __all__ = ["add_sss_parser"]
 
 # network faults take a toxic and its attributes: scenario files (engine: sss) have the fields for them
-FAULT_KINDS = ("kill_executor", "pause_executor", "kill_driver", *DAMAGE_CLASSES, *WORKER_FAULTS)  # fmt: skip
+FAULT_KINDS = ("kill_executor", "pause_executor", "kill_driver", "kill_python_worker", *DAMAGE_CLASSES,
+               *WORKER_FAULTS)  # fmt: skip
 
 
 class _BadInput(ValueError):

@@ -39,10 +39,13 @@ from harness.sss.checkpoint_log import committed_batches, read_offsets, source_f
 from harness.sss.driver import EXIT_NO_SPARK
 from harness.sss.errors import spark_error_gist
 from harness.sss.oracles import SssCheck, check_run
+from harness.sss.python_faults import ARMED, arm, fired
 from harness.sss.spec import DEFAULT_MASTER, SssSpec
 from harness.sss.user_error import raised_in_spark
 
-__all__ = ["SssFault", "SssRun", "SssOutcome", "run_sss"]
+__all__ = ["SssFault", "SssRun", "SssOutcome", "run_sss", "PYTHON_WORKER"]
+
+PYTHON_WORKER = "kill_python_worker"
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ class SssFault:
     toxic: str = ""
     attributes: dict[str, Any] = field(default_factory=dict)
     stream: str = "downstream"
+    process: str = "worker"  # kill_python_worker: the task's Python ``worker`` or its ``daemon``
 
 
 @dataclass
@@ -145,7 +149,9 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
         kwargs["executor_python"] = "python3"
     (w / "run.json").write_text(json.dumps({"spec": json.loads(run.spec.to_json()), "master": master,
                                             "cluster_kwargs": kwargs, "trigger_ms": run.trigger_ms,
-                                            "state_every_batch": run.differential}))  # fmt: skip
+                                            "state_every_batch": run.differential,
+                                            "python_fault_file": str(w / ARMED) if any(
+                                                f.kind == PYTHON_WORKER for f in run.faults) else None}))  # fmt: skip
     t0 = time.monotonic()
     history = HistoryWriter(w / "history.jsonl", clock=lambda: int((time.monotonic() - t0) * 1000))
     events: list[dict[str, Any]] = []
@@ -255,6 +261,7 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
                     driver, _ = _inject(fault, driver, checkpoint, scope, rng, emit, start, heals, docker, link,
                                         trigger="every input committed (the query is idle)")  # fmt: skip
                 continue
+            _python_kills(w, emit, events)
             for due, inj in [h for h in heals if h[0] <= time.monotonic()]:
                 inj.stop()
                 heals.remove((due, inj))
@@ -272,6 +279,11 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
                 emit("time_limit", committed=len(done), why=stalled[-1])
                 break
             time.sleep(0.1)
+        _python_kills(w, emit, events)
+        if (w / ARMED).exists():
+            (w / ARMED).unlink()
+            emit("fault_skipped", kind=PYTHON_WORKER, batch=_next_batch(checkpoint),
+                 why="no call of the processor came after it was armed (no batch with input or timers)")  # fmt: skip
         if driver is not None:
             rc = driver.stop(w, timeout_s=300 if run.differential else 120)
             emit("driver_stop", returncode=rc)
@@ -297,6 +309,19 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
         verdict = "pass"
     starts = sum(1 for p in (w / "starts").glob("[0-9]*") if p.name.isdigit())
     return SssOutcome(verdict, check, events, starts, failures, processor_errors, "; ".join(stalled))
+
+
+def _python_kills(w: Path, emit: Any, events: list[dict[str, Any]]) -> None:
+    """History events for the armed Python worker kills that fired (or could not) since the last look;
+    each names the batch it was armed for (the batch whose first processor call took it)."""
+    for f in fired(w):
+        armed = [e for e in events if e["type"] == "fault_armed"]
+        batch = armed[-1]["batch"] if armed else None
+        if "why" in f:
+            emit("fault_skipped", kind=PYTHON_WORKER, batch=batch, why=f["why"])
+        else:
+            emit("fault_start", kind=PYTHON_WORKER, batch=batch, process=f["process"],
+                 target=f"python {f['process']} pid {f['pid']}", trigger="first processor call after it was armed")  # fmt: skip
 
 
 def _next_batch(checkpoint: Path) -> int:
@@ -373,6 +398,10 @@ def _inject(fault: SssFault, driver: DriverProcess, checkpoint: Path, scope: Run
     """Strike ``fault``; the driver to go on with, and whether the fault struck."""
     batch = _next_batch(checkpoint)
     trigger = trigger or f"{fault.after_batches} batches committed"
+    if fault.kind == PYTHON_WORKER:  # in band: the next processor call kills its own worker/daemon
+        arm(checkpoint.parent, fault.process)
+        emit("fault_armed", kind=fault.kind, process=fault.process, batch=batch, trigger=trigger)
+        return driver, True
     inj: Injector
     if fault.kind in CLUSTER_FAULTS and (
         docker is not None or fault.kind not in ("kill_executor", "pause_executor")

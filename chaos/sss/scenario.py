@@ -72,7 +72,9 @@ def _problems(e: ValidationError) -> list[tuple[tuple[Any, ...], str]]:
 
 LOCAL_FAULTS = ("kill_executor", "pause_executor")
 DOCKER_FAULTS = (*WORKER_FAULTS, "network")
-SSS_FAULT_KINDS = (*LOCAL_FAULTS, *DOCKER_FAULTS, "kill_driver", *DAMAGE_CLASSES)
+# in band through the run directory, which every executor sees at the same path (harness.sss.python_faults)
+PYTHON_FAULTS = ("kill_python_worker",)
+SSS_FAULT_KINDS = (*LOCAL_FAULTS, *DOCKER_FAULTS, "kill_driver", *PYTHON_FAULTS, *DAMAGE_CLASSES)
 DEFAULT_LOCAL = DEFAULT_MASTER
 
 
@@ -116,9 +118,13 @@ class SssFaultEntry(Strict):
     toxic: str | None = None
     attributes: dict[str, Any] = Field(default_factory=dict)
     stream: Literal["upstream", "downstream"] = "downstream"
+    # kill_python_worker: the task's Python worker, or the pyspark.daemon that forked it (all its workers)
+    process: Literal["worker", "daemon"] = "worker"
 
     @model_validator(mode="after")
     def _toxic(self) -> SssFaultEntry:
+        if self.kind not in PYTHON_FAULTS and self.process != "worker":
+            raise ValueError("@process@ only kill_python_worker takes process")
         from chaos.faults.network import TOXICS
 
         if self.kind == "network" and self.toxic not in TOXICS:

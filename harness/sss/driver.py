@@ -123,20 +123,29 @@ def _sink(output: Path) -> Any:
     return write_batch
 
 
-def _query(spark: Any, spec: SssSpec, source: Any) -> Any:
+def _query(spark: Any, spec: SssSpec, source: Any, armed: str | None = None) -> Any:
     """The stateful query over ``source``, as a stream writer in the spec's output mode. The user's
     module is pickled by value, so executors that cannot import it (containers, a remote cluster)
-    run it too."""
+    run it too. ``armed``: the file through which Python worker kills reach the processor's calls
+    (:mod:`harness.sss.python_faults`)."""
     from pyspark import cloudpickle
+
+    from harness.sss import python_faults
 
     module = sys.modules[load_function(spec.processor).__module__]
     cloudpickle.register_pickle_by_value(module)
     grouped = source.groupBy(spec.key)
+    if armed:
+        cloudpickle.register_pickle_by_value(python_faults)
     if spec.api == APPLY:
-        df = grouped.applyInPandasWithState(load_function(spec.processor), spec.output_schema, spec.state_schema,
+        func = load_function(spec.processor)
+        func = python_faults.faulting_function(func, armed) if armed else func
+        df = grouped.applyInPandasWithState(func, spec.output_schema, spec.state_schema,
                                             spec.output_mode, spec.timeout)  # fmt: skip
         return df.writeStream.outputMode(spec.output_mode.lower())
-    df = grouped.transformWithStateInPandas(spec.new_processor(), spec.output_schema, spec.output_mode,
+    processor = spec.new_processor()
+    processor = python_faults.FaultingProcessor(processor, armed) if armed else processor
+    df = grouped.transformWithStateInPandas(processor, spec.output_schema, spec.output_mode,
                                             spec.time_mode)  # fmt: skip
     return df.writeStream
 
@@ -169,7 +178,7 @@ def run(workdir: Path) -> int:
             .csv(str(workdir / "input"))
         )
         query = (
-            _query(spark, spec, stream)
+            _query(spark, spec, stream, cfg.get("python_fault_file"))
             .foreachBatch(_sink(output))
             .option("checkpointLocation", str(workdir / "checkpoint"))
             .trigger(processingTime=f"{cfg['trigger_ms']} milliseconds")

@@ -37,7 +37,9 @@ class _Proc:
         return self.returncode
 
 
-def fake_driver(commit_at_most: int = 99, seen_history: list[str] | None = None) -> Any:
+def fake_driver(
+    commit_at_most: int = 99, seen_history: list[str] | None = None, on_batch: Any = None
+) -> Any:
     """A DriverProcess stand-in: one batch per input file (the model computes its output), up to
     ``commit_at_most`` batches in the whole run; it records the history file's text at each batch."""
     model: list[ProcessorModel] = []
@@ -74,6 +76,8 @@ def fake_driver(commit_at_most: int = 99, seen_history: list[str] | None = None)
                     _, ts, rows = batch_inputs(self.w, SPEC)[b]
                     out = [canon_row(r) for r in model[0].run_batch(ts, rows)]
                     (self.w / "output" / f"batch-{b}.json").write_text(json.dumps(out))
+                    if on_batch is not None:
+                        on_batch(self.w, b)
                     if seen_history is not None:
                         seen_history.append((self.w / "history.jsonl").read_text())
                     (cp / "commits" / str(b)).write_text('v1\n{"nextBatchWatermarkMs":0}')
@@ -122,3 +126,47 @@ def test_no_progress_with_input_pending_is_stuck_naming_what_stopped(
     assert out.verdict == "stuck", out.summary()
     assert out.stuck_reason == ("no micro-batch was planned or committed for 1 s while 2 of 3 input files "
                                 "were not committed (1 batches committed)")  # fmt: skip
+
+
+def _call_in_child(armed: str) -> int:
+    """One processor call in a forked child (as a Python worker is forked by pyspark.daemon); its
+    exit code (-9: the armed kill fired on it)."""
+    import multiprocessing
+
+    from harness.sss.python_faults import _maybe_fire
+
+    p = multiprocessing.get_context("fork").Process(target=_maybe_fire, args=(armed,))
+    p.start()
+    p.join()
+    return int(p.exitcode or 0)
+
+
+def test_an_armed_python_worker_kill_fires_once_on_the_next_call(tmp_path: Path) -> None:
+    from harness.sss.python_faults import ARMED, arm, fired
+
+    armed = str(tmp_path / ARMED)
+    assert _call_in_child(armed) == 0 and fired(tmp_path) == []  # nothing armed: the call runs
+    arm(tmp_path, "worker")
+    assert _call_in_child(armed) == -9  # the first call kills its own worker ...
+    [kill] = fired(tmp_path)
+    assert kill["process"] == "worker" and kill["pid"] > 0
+    assert _call_in_child(armed) == 0 and fired(tmp_path) == []  # ... the retried task runs normally
+    arm(tmp_path, "daemon")  # this child was not forked by a pyspark.daemon: said, not guessed
+    assert _call_in_child(armed) == 0
+    assert fired(tmp_path) == [{"why": "the Python worker was not forked by a pyspark.daemon"}]
+
+
+def test_kill_python_worker_strikes_the_batch_after_its_trigger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Armed once 2 batches committed, before batch 2 gets its input: batch 2's first processor
+    call kills its worker (the stand-in driver makes each batch's call in a forked child)."""
+    from harness.sss.python_faults import ARMED
+
+    calls: list[int] = []
+    # each batch's processor call, before the stand-in commits it
+    seen = fake_driver(on_batch=lambda w, b: calls.append(_call_in_child(str(w / ARMED))))
+    monkeypatch.setattr(run_mod, "DriverProcess", seen)
+    out = run_sss(SssRun(SPEC, INPUTS, tmp_path, [SssFault("kill_python_worker", 2)], stall_s=30))
+    assert out.verdict == "pass", out.summary()
+    assert calls == [0, 0, -9]
+    [kill] = [e for e in out.events if e["type"] == "fault_start"]
+    assert kill["kind"] == "kill_python_worker" and kill["batch"] == 2 and kill["target"].startswith("python worker pid")

@@ -285,3 +285,15 @@ def test_state_metadata_is_its_own_check_and_never_vacuous() -> None:
     never.check.metadata_checked = 0
     metadata = {v.oracle: v for v in verdicts_of(sc, never)}["state_metadata"]
     assert str(metadata.status) == "unknown" and "named no operator" in metadata.summary
+
+
+def test_kill_python_worker_takes_a_process(tmp_path: Path) -> None:
+    text = LOCAL.read_text().replace("{kind: kill_executor, after_batches: 2}",
+                                     "{kind: kill_python_worker, after_batches: 2, process: daemon}")  # fmt: skip
+    (tmp_path / "py.yaml").write_text(text)
+    sc = load_scenario(tmp_path / "py.yaml")
+    assert [(f.kind, f.process) for f in sc.faults][0] == ("kill_python_worker", "daemon")
+    (tmp_path / "bad.yaml").write_text(LOCAL.read_text().replace(
+        "{kind: kill_driver, after_batches: 4}", "{kind: kill_driver, after_batches: 4, process: daemon}"))  # fmt: skip
+    with pytest.raises(ScenarioError, match=r"bad.yaml:19: faults\[1\].process: only kill_python_worker takes process"):
+        load_scenario(tmp_path / "bad.yaml")
