@@ -33,10 +33,10 @@ def execute_sss(sc: SssScenario, run_dir: Path) -> tuple[list[dict[str, Any]], d
         run = SssRun(
             sc.spec(), inputs, run_dir,
             [SssFault(f.kind, f.after_batches, f.duration / 1000, f.toxic or "", dict(f.attributes), f.stream,
-                      f.process)
+                      f.process, f.at or "")
              for f in sc.faults],
             master=sc.master, trigger_ms=sc.trigger, tail_ms=sc.tail, time_limit_s=sc.timeout_s, seed=sc.seed,
-            stall_s=sc.stall_timeout / 1000,
+            stall_s=sc.stall_timeout / 1000, sink=sc.sink.model_dump() if sc.sink else None,
             differential=sc.differential,
         )  # fmt: skip
     except (SpecError, ValueError) as e:

@@ -40,6 +40,9 @@ from harness.sss.driver import EXIT_NO_SPARK
 from harness.sss.errors import spark_error_gist
 from harness.sss.oracles import SssCheck, check_run
 from harness.sss.python_faults import ARMED, arm, fired
+from harness.sss.sink import ARMED as SINK_ARMED
+from harness.sss.sink import RELEASE as SINK_RELEASE
+from harness.sss.sink import arm_sink, sink_hit
 from harness.sss.spec import DEFAULT_MASTER, SssSpec
 from harness.sss.user_error import raised_in_spark
 
@@ -67,6 +70,7 @@ class SssFault:
     attributes: dict[str, Any] = field(default_factory=dict)
     stream: str = "downstream"
     process: str = "worker"  # kill_python_worker: the task's Python ``worker`` or its ``daemon``
+    at: str = ""  # kill_driver/kill_executor: during_sink_write or after_sink_write (harness.sss.sink)
 
 
 @dataclass
@@ -80,6 +84,7 @@ class SssRun:
     tail_ms: int = 0  # keep running until a batch this long after the last input's batch (timers)
     time_limit_s: float | None = None  # an overall cap, if any; the run is judged stuck on ``stall_s``
     stall_s: float = 120.0  # no batch planned or committed, no driver ready, this long with work pending
+    sink: dict[str, str] | None = None  # the user's {foreach_batch, read} (harness.sss.sink), else ours
     seed: int = 0
     differential: bool = False  # also read Spark's state after every committed batch and compare each
 
@@ -149,7 +154,7 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
         kwargs["executor_python"] = "python3"
     (w / "run.json").write_text(json.dumps({"spec": json.loads(run.spec.to_json()), "master": master,
                                             "cluster_kwargs": kwargs, "trigger_ms": run.trigger_ms,
-                                            "state_every_batch": run.differential,
+                                            "state_every_batch": run.differential, "sink": run.sink,
                                             "python_fault_file": str(w / ARMED) if any(
                                                 f.kind == PYTHON_WORKER for f in run.faults) else None}))  # fmt: skip
     t0 = time.monotonic()
@@ -218,6 +223,7 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
         return run.time_limit_s is not None and time.monotonic() - t0 > run.time_limit_s
 
     stalled: list[str] = []
+    sink_armed: list[SssFault] = []  # armed in the sink's wrapper, not yet reached
     # with no timers, Spark runs no batch without input: there is no tail to wait for
     tail_ms = run.tail_ms if run.spec.timers_on else 0
     pending = sorted(run.faults, key=lambda f: f.after_batches)
@@ -243,6 +249,23 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
             if not held and written < len(run.inputs) and consumed >= written:
                 _write_csv(w / "input" / f"part-{written:05d}.csv", run.inputs[written], columns)
                 written += 1
+            if pending and pending[0].at and len(done) >= pending[0].after_batches:
+                fault = pending.pop(0)  # placed by the sink's wrapper in the next batch that reaches it
+                arm_sink(w, fault.at)
+                sink_armed.append(fault)
+                emit("fault_armed", kind=fault.kind, at=fault.at, batch=_next_batch(checkpoint),
+                     trigger=f"{fault.after_batches} batches committed")  # fmt: skip
+                continue
+            if sink_armed and (hit := sink_hit(w)) is not None:
+                fault = dataclasses.replace(sink_armed.pop(0), at="")
+                trigger = f"{hit[1]} of batch {hit[0]}"
+                if fault.kind == "kill_driver":
+                    driver, _ = _restart(fault, driver, checkpoint, scope, rng, emit, start, hit[0], trigger)
+                else:
+                    driver, _ = _inject(fault, driver, checkpoint, scope, rng, emit, start, heals, docker, link,
+                                        trigger=trigger)  # fmt: skip
+                    (w / SINK_RELEASE).write_text("")
+                continue
             if pending and len(done) >= pending[0].after_batches and _can_strike(pending[0], checkpoint):
                 fault = pending.pop(0)
                 driver, struck = _inject(
@@ -252,7 +275,11 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
                     pending.insert(0, dataclasses.replace(fault, after_batches=len(done) + 1))
                 continue
             if pending and written == len(run.inputs) and _finished(checkpoint, written, tail_ms):
-                if pending[0].kind in DAMAGE_CLASSES:
+                if pending[0].at:
+                    emit("fault_skipped", kind=pending[0].kind, batch=_next_batch(checkpoint),
+                         why=f"no batch reached the sink after {pending[0].after_batches} batches committed")  # fmt: skip
+                    pending.pop(0)
+                elif pending[0].kind in DAMAGE_CLASSES:
                     emit("fault_skipped", kind=pending[0].kind, batch=_next_batch(checkpoint),
                          why="no file a restart would read was ever there to damage")  # fmt: skip
                     pending.pop(0)
@@ -280,6 +307,10 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
                 break
             time.sleep(0.1)
         _python_kills(w, emit, events)
+        for fault in sink_armed:
+            emit("fault_skipped", kind=fault.kind, batch=_next_batch(checkpoint),
+                 why=f"no batch reached the sink's {fault.at} after it was armed")  # fmt: skip
+        (w / SINK_ARMED).unlink(missing_ok=True)
         if (w / ARMED).exists():
             (w / ARMED).unlink()
             emit("fault_skipped", kind=PYTHON_WORKER, batch=_next_batch(checkpoint),

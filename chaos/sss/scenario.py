@@ -35,7 +35,7 @@ from chaos.errors import InputError
 from chaos.sss.cluster_faults import WORKER_FAULTS
 from chaos.sss.damage import DAMAGE_CLASSES
 from chaos.trigger import Duration, Strict, parse_duration_ms
-from harness.sss.spec import DEFAULT_MASTER, SpecError, SssSpec
+from harness.sss.spec import DEFAULT_MASTER, SpecError, SssSpec, load_function
 
 __all__ = [
     "SssScenario",
@@ -120,9 +120,13 @@ class SssFaultEntry(Strict):
     stream: Literal["upstream", "downstream"] = "downstream"
     # kill_python_worker: the task's Python worker, or the pyspark.daemon that forked it (all its workers)
     process: Literal["worker", "daemon"] = "worker"
+    # kill_driver / kill_executor inside the sink window of the batch after ``after_batches`` (harness.sss.sink)
+    at: Literal["during_sink_write", "after_sink_write"] | None = None
 
     @model_validator(mode="after")
     def _toxic(self) -> SssFaultEntry:
+        if self.at is not None and self.kind not in ("kill_driver", "kill_executor"):
+            raise ValueError("@at@ only kill_driver and kill_executor strike inside the sink window (at)")
         if self.kind not in PYTHON_FAULTS and self.process != "worker":
             raise ValueError("@process@ only kill_python_worker takes process")
         from chaos.faults.network import TOXICS
@@ -148,6 +152,15 @@ class SssFaultEntry(Strict):
         return parse_duration_ms(v)
 
 
+class SssSink(Strict):
+    """The user's own sink: ``foreach_batch`` (``module:function``: ``fn(df, batch_id, path)`` or a factory
+    ``fn(path)``) writes each micro-batch; ``read`` (``module:function``: ``read(spark, path)``) returns
+    what it holds, which the exactly-once check judges."""
+
+    foreach_batch: str
+    read: str
+
+
 class SssScenario(Strict):
     """A Structured Streaming query under chaos (``engine: sss``)."""
 
@@ -158,6 +171,7 @@ class SssScenario(Strict):
     query: SssQuery
     input: SssInput
     faults: list[SssFaultEntry] = Field(default_factory=list)
+    sink: SssSink | None = None  # the user's foreachBatch sink; statechaos's exactly-once one if unset
     expect: Literal["pass", "refused", "caught"] = "pass"
     trigger: Duration = 1_000
     tail: Duration = 0  # keep running this long past the last input's batch (timers, timeouts)
@@ -311,6 +325,13 @@ def parse_sss_scenario(data: dict[str, Any], path: str, base_dir: Path | None) -
     except SpecError as e:
         field, _, msg = str(e).partition(": ")
         raise SssScenarioError(path, [(("query", field), msg)]) from None
+    for field_name in ("foreach_batch", "read") if sc.sink else ():
+        try:
+            fn = load_function(getattr(sc.sink, field_name))
+        except SpecError as e:
+            raise SssScenarioError(path, [(("sink", field_name), str(e).partition(": ")[2])]) from None
+        if not callable(fn):
+            raise SssScenarioError(path, [(("sink", field_name), "is not a function")])
     try:
         load_inputs(sc)
     except ValueError as e:

@@ -23,6 +23,7 @@ from typing import Any
 
 from harness.sss.checkpoint_log import committed_batches
 from harness.sss.errors import spark_error_gist
+from harness.sss.sink import chaos_sink, user_sink
 from harness.sss.spec import APPLY, SssSpec, load_function
 from harness.sss.state_vars import StateVar, discover_state_vars
 from harness.sss.values import canon, canon_row
@@ -113,6 +114,16 @@ def dump_state(spark: Any, workdir: Path, spec: SssSpec, name: str, batch: int |
     tmp.rename(state_dir / f"{name}.json")
 
 
+def read_sink(spark: Any, read: str, workdir: Path) -> None:
+    """What the user's ``read(spark, path)`` returns for the sink folder, canonical, to
+    ``sink-read.json`` (the exactly-once oracle's input)."""
+    got = load_function(read)(spark, str(workdir / "sink"))
+    rows = got.collect() if hasattr(got, "collect") else list(got)
+    tmp = workdir / ".sink-read.json.tmp"
+    tmp.write_text(json.dumps([canon_row(r) for r in rows]))
+    tmp.rename(workdir / "sink-read.json")
+
+
 def _sink(output: Path) -> Any:
     def write_batch(df: Any, batch_id: int) -> None:
         rows = [canon_row(r) for r in df.collect()]
@@ -161,6 +172,7 @@ def run(workdir: Path) -> int:
     (starts / str(start_no)).write_text(str(os.getpid()))
     output = workdir / "output"
     output.mkdir(exist_ok=True)
+    (workdir / "sink").mkdir(exist_ok=True)  # the user's sink's folder (sink.foreach_batch)
     kwargs = dict(cfg.get("cluster_kwargs") or {})  # a docker stack's: driver address, executors' Python
     conf = {**spark_conf(), **kwargs.pop("extra_conf", {})}
     cluster = SparkCluster(cfg["master"], extra_conf=conf, app_name=f"statechaos-sss-{start_no}", **kwargs)
@@ -177,9 +189,11 @@ def run(workdir: Path) -> int:
             .option("maxFilesPerTrigger", 1)
             .csv(str(workdir / "input"))
         )
+        sink = cfg.get("sink") or {}
+        write = user_sink(sink["foreach_batch"], workdir / "sink") if sink else _sink(output)
         query = (
             _query(spark, spec, stream, cfg.get("python_fault_file"))
-            .foreachBatch(_sink(output))
+            .foreachBatch(chaos_sink(write, workdir))
             .option("checkpointLocation", str(workdir / "checkpoint"))
             .trigger(processingTime=f"{cfg['trigger_ms']} milliseconds")
             .start()
@@ -191,6 +205,8 @@ def run(workdir: Path) -> int:
                 return EXIT_QUERY_FAILED
             time.sleep(0.05)
         query.stop()
+        if sink:
+            read_sink(spark, sink["read"], workdir)
         dump_state(spark, workdir, spec, f"final-{start_no}")
         if cfg.get("state_every_batch"):  # differential mode: the state after every committed batch
             for b in committed_batches(workdir / "checkpoint"):
