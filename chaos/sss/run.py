@@ -250,8 +250,8 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
                 _write_csv(w / "input" / f"part-{written:05d}.csv", run.inputs[written], columns)
                 written += 1
             if pending and pending[0].at and len(done) >= pending[0].after_batches:
-                fault = pending.pop(0)  # placed by the sink's wrapper in the next batch that reaches it
-                arm_sink(w, fault.at)
+                fault = pending.pop(0)  # placed by the sink's wrapper in the batch that reads the next file
+                arm_sink(w, fault.at, written)  # the batch that reads the next file (held until now)
                 sink_armed.append(fault)
                 emit("fault_armed", kind=fault.kind, at=fault.at, batch=_next_batch(checkpoint),
                      trigger=f"{fault.after_batches} batches committed")  # fmt: skip

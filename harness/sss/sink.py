@@ -9,8 +9,9 @@ micro-batch, placed by the wrapper and never by timing:
 
 Either way the wrapper writes ``sink-fault.hit`` (the batch id) and waits: the orchestrator kills the
 driver there (or strikes an executor, then writes ``sink-fault.release``). The orchestrator arms the
-fault by writing ``sink-fault.armed`` before the batch gets its input; the first batch that reaches the
-sink takes it by an atomic rename, so it strikes once whatever the machine's speed.
+fault by writing ``sink-fault.armed`` before the batch gets its input; the first batch that has read
+that input (its offset log entry says so; a timers-only batch before it is left alone) takes it by an
+atomic rename, so it strikes once, in that batch, whatever the machine's speed.
 
 The user's function is named ``module:function``: either ``fn(df, batch_id, path)``, or a factory
 ``fn(path)`` returning the ``foreachBatch`` function; ``path`` is the sink's folder in the run
@@ -27,6 +28,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from harness.sss.checkpoint_log import read_offsets
 
 __all__ = ["SINK_AT", "ARMED", "HIT", "RELEASE", "user_sink", "chaos_sink", "arm_sink", "sink_hit"]
 
@@ -63,10 +66,22 @@ def user_sink(path: str, sink_dir: Path) -> Callable[[Any, int], None]:
     raise SpecError(f"sink.foreach_batch: {path} must take (df, batch_id, path), or be a factory taking (path)")
 
 
-def arm_sink(workdir: Path, at: str) -> None:
+def arm_sink(workdir: Path, at: str, from_file: int = 0) -> None:
+    """Arm ``at`` for the first batch that reads input file ``from_file`` (its file-source log offset)
+    or a later one: a batch without new input (timers only) that runs before it is left alone."""
     tmp = workdir / f".{ARMED}.tmp"
-    tmp.write_text(at)
+    tmp.write_text(f"{at} {from_file}")
     tmp.rename(workdir / ARMED)
+
+
+def _armed_for(workdir: Path, batch_id: int) -> bool:
+    """Whether the armed fault is for this batch: it has read the file it was armed for."""
+    try:
+        at_file = int((workdir / ARMED).read_text().split()[1])
+    except (FileNotFoundError, IndexError, ValueError):
+        return False
+    offsets = {b.batch: b.source_offset for b in read_offsets(workdir / "checkpoint")}
+    return offsets.get(batch_id, -1) >= at_file
 
 
 def sink_hit(workdir: Path) -> tuple[int, str] | None:
@@ -89,11 +104,13 @@ def chaos_sink(fn: Callable[[Any, int], None], workdir: Path) -> Callable[[Any, 
         armed = workdir / ARMED
         mine = workdir / f"{ARMED}.taken"
         try:
+            if not _armed_for(workdir, batch_id):
+                raise FileNotFoundError
             os.rename(armed, mine)
         except FileNotFoundError:
             fn(df, batch_id)
             return
-        at = mine.read_text().strip()
+        at = mine.read_text().split()[0]
         if at == "during_sink_write":
             with _after_first_action(lambda: _strike(workdir, batch_id, at)) as struck:
                 fn(df, batch_id)

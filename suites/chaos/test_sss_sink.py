@@ -20,26 +20,38 @@ def _wait_for(path: Path) -> None:
         time.sleep(0.01)
 
 
+def _offsets(tmp: Path, *log_offsets: int) -> None:
+    """The offset log: batch b read up to file-source log offset ``log_offsets[b]``."""
+    (tmp / "checkpoint" / "offsets").mkdir(parents=True, exist_ok=True)
+    for b, off in enumerate(log_offsets):
+        (tmp / "checkpoint" / "offsets" / str(b)).write_text(
+            f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":{b},"conf":{{}}}}\n{{"logOffset":{off}}}')  # fmt: skip
+
+
 def test_after_sink_write_strikes_between_the_write_and_the_return(tmp_path: Path) -> None:
     written: list[int] = []
+    _offsets(tmp_path, 0, 0, 1, 1)  # batch 1 ran on timers only; batch 2 read file 1
     write = chaos_sink(lambda df, b: written.append(b), tmp_path)
     write(None, 0)  # nothing armed: straight through
     assert written == [0] and sink_hit(tmp_path) is None
-    arm_sink(tmp_path, "after_sink_write")
-    t = threading.Thread(target=write, args=(None, 1))
+    arm_sink(tmp_path, "after_sink_write", 1)
+    write(None, 1)  # a timers-only batch before the file it was armed for: left alone
+    assert written == [0, 1] and sink_hit(tmp_path) is None
+    t = threading.Thread(target=write, args=(None, 2))
     t.start()
     _wait_for(tmp_path / HIT)
-    assert written == [0, 1] and t.is_alive()  # the user's write returned; the batch has not
-    assert sink_hit(tmp_path) == (1, "after_sink_write") and sink_hit(tmp_path) is None
+    assert written == [0, 1, 2] and t.is_alive()  # the user's write returned; the batch has not
+    assert sink_hit(tmp_path) == (2, "after_sink_write") and sink_hit(tmp_path) is None
     (tmp_path / RELEASE).write_text("")
     t.join()
-    write(None, 2)  # struck once: the next batch is not held
-    assert written == [0, 1, 2]
+    write(None, 3)  # struck once: the next batch is not held
+    assert written == [0, 1, 2, 3]
 
 
 def test_during_sink_write_without_a_dataframe_action_says_where_it_struck(tmp_path: Path) -> None:
+    _offsets(tmp_path, 0, 1, 2, 3, 4)
     write = chaos_sink(lambda df, b: None, tmp_path)
-    arm_sink(tmp_path, "during_sink_write")
+    arm_sink(tmp_path, "during_sink_write", 4)
     t = threading.Thread(target=write, args=(None, 4))
     t.start()
     _wait_for(tmp_path / HIT)
