@@ -20,7 +20,8 @@ from harness.sss.spec import APIS, DEFAULT_MASTER, TIMEOUTS
 __all__ = ["add_sss_parser"]
 
 # network faults take a toxic and its attributes: scenario files (engine: sss) have the fields for them
-FAULT_KINDS = ("kill_executor", "pause_executor", "kill_driver", *DAMAGE_CLASSES, *WORKER_FAULTS)  # fmt: skip
+FAULT_KINDS = ("kill_executor", "pause_executor", "kill_driver", "kill_python_worker", *DAMAGE_CLASSES,
+               *WORKER_FAULTS)  # fmt: skip
 
 
 class _BadInput(ValueError):
@@ -36,6 +37,16 @@ def _fault(text: str) -> Any:
             f"{text!r}: want KIND@BATCHES with KIND one of {', '.join(FAULT_KINDS)}"
         )
     return SssFault(kind, int(after))
+
+
+def _processor_arg(text: str) -> tuple[str, Any]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.isidentifier():
+        raise argparse.ArgumentTypeError(f"{text!r}: want NAME=VALUE")
+    try:
+        return name, json.loads(value)
+    except ValueError:
+        return name, value
 
 
 def _inputs(folder: Path, columns: list[str]) -> list[list[dict[str, Any]]]:
@@ -63,7 +74,8 @@ def _cmd_sss(args: argparse.Namespace) -> int:
 
     try:
         spec = SssSpec(args.processor, args.key, args.input_schema, args.output_schema, api=args.api,
-                       state_schema=args.state_schema, timeout=args.timeout, output_mode=args.output_mode)  # fmt: skip
+                       state_schema=args.state_schema, timeout=args.timeout, output_mode=args.output_mode,
+                       time_mode=args.time_mode, processor_args=dict(args.processor_arg))  # fmt: skip
         spec.validate()
         inputs = _inputs(Path(args.input), spec.input_columns())
         workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="statechaos-sss-"))
@@ -71,6 +83,7 @@ def _cmd_sss(args: argparse.Namespace) -> int:
             raise _BadInput(f"--workdir {workdir}: not empty (a query's checkpoint must start fresh)")
         out = run_sss(SssRun(spec, inputs, workdir, list(args.fault), master=args.master,
                              trigger_ms=args.trigger_ms, tail_ms=args.tail_ms, seed=args.seed,
+                             stall_s=args.stall_timeout,
                              differential=args.differential))  # fmt: skip
     except (SpecError, _BadInput, SparkEnvironmentError) as e:
         print(f"error: {e}")
@@ -79,7 +92,7 @@ def _cmd_sss(args: argparse.Namespace) -> int:
     print(f"run directory: {workdir} (history.jsonl, output/, state/, checkpoint/)")
     if args.json:
         Path(args.json).write_text(json.dumps({
-            "verdict": out.verdict, "violations": out.check.violations,
+            "verdict": out.verdict, "violations": out.check.violations, "processor_errors": out.processor_errors,
             "refused": out.check.refused + out.failures, "events": out.events, "starts": out.starts,
         }, indent=2, default=str))  # fmt: skip
     return 0 if out.verdict == "pass" else 1
@@ -100,6 +113,10 @@ def add_sss_parser(sub: Any) -> None:
     s.add_argument("--timeout", choices=TIMEOUTS, default=TIMEOUTS[0],
                    help="applyInPandasWithState: the GroupState timeout")  # fmt: skip
     s.add_argument("--output-mode", choices=("Update", "Append"), default="Update")
+    s.add_argument("--time-mode", choices=("ProcessingTime", "None"), default="ProcessingTime",
+                   help="transformWithState: the query's time mode (None: no timers)")  # fmt: skip
+    s.add_argument("--processor-arg", action="append", type=_processor_arg, default=[], metavar="NAME=VALUE",
+                   help="a keyword argument of the processor's constructor (VALUE as JSON, else a string)")  # fmt: skip
     s.add_argument("--key", required=True, help="grouping key column")
     s.add_argument("--input-schema", required=True, help='DDL, e.g. "user string, item string, qty long"')
     s.add_argument("--output-schema", required=True, help="DDL of the processor's output rows")
@@ -113,6 +130,8 @@ def add_sss_parser(sub: Any) -> None:
         "--tail-ms", type=int, default=0, help="keep running this long past the last input (timers)"
     )
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--stall-timeout", type=float, default=120.0, metavar="SECONDS",
+                   help="stuck when no micro-batch is planned or committed this long while input or timers are pending")  # fmt: skip
     s.add_argument("--differential", action="store_true",
                    help="compare Spark's state with the model's after every committed batch, not only at restarts")  # fmt: skip
     s.add_argument("--workdir", help="run directory (default: a new temporary one)")

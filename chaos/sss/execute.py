@@ -32,9 +32,11 @@ def execute_sss(sc: SssScenario, run_dir: Path) -> tuple[list[dict[str, Any]], d
         inputs = load_inputs(sc)
         run = SssRun(
             sc.spec(), inputs, run_dir,
-            [SssFault(f.kind, f.after_batches, f.duration / 1000, f.toxic or "", dict(f.attributes), f.stream)
+            [SssFault(f.kind, f.after_batches, f.duration / 1000, f.toxic or "", dict(f.attributes), f.stream,
+                      f.process, f.at or "")
              for f in sc.faults],
             master=sc.master, trigger_ms=sc.trigger, tail_ms=sc.tail, time_limit_s=sc.timeout_s, seed=sc.seed,
+            stall_s=sc.stall_timeout / 1000, sink=sc.sink.model_dump() if sc.sink else None,
             differential=sc.differential,
         )  # fmt: skip
     except (SpecError, ValueError) as e:
@@ -52,7 +54,8 @@ def verdicts_of(sc: SssScenario, out: SssOutcome) -> list[Verdict]:
     refusals = out.check.refused + out.failures
     schedule = _schedule(sc, out)
     if sc.expect != "pass":
-        found = [f"refused: {r}" for r in refusals] + [f"violation: {v}" for v in out.check.violations]
+        found = [f"your processor raised {e}" for e in out.processor_errors]
+        found += [f"refused: {r}" for r in refusals] + [f"violation: {v}" for v in out.check.violations]
         expected = Verdict(
             "expected_verdict", out.verdict == sc.expect,
             f"the run ended in verdict {out.verdict!r}, as expected" if out.verdict == sc.expect
@@ -62,9 +65,10 @@ def verdicts_of(sc: SssScenario, out: SssOutcome) -> list[Verdict]:
         return [expected, schedule]
     output = [v for v in out.check.violations if any(s in v for s in _OUTPUT)]
     live = [v for v in out.check.violations if v.startswith("liveness:")]
-    state = [v for v in out.check.violations if v not in output and v not in live]
+    metadata = [v for v in out.check.violations if "state-metadata" in v]
+    state = [v for v in out.check.violations if v not in output and v not in live and v not in metadata]
     if out.verdict == "stuck":
-        live.append("the run hit its time limit before every input file was committed")
+        live.append(out.stuck_reason or "the run stopped progressing")
     output_verdict, state_verdict = (
         Verdict.of(
             "exactly_once",
@@ -83,14 +87,28 @@ def verdicts_of(sc: SssScenario, out: SssOutcome) -> list[Verdict]:
         output_verdict = Verdict.unknown("exactly_once", "no batch wrote output to compare")
     if not out.check.states_checked and not state:
         state_verdict = Verdict.unknown("restored_state", "Spark's state was never read")
+    metadata_verdict = Verdict.of(
+        "state_metadata", metadata,
+        f"Spark's state-metadata matched the processor's declared state variables in {out.check.metadata_checked} state reads",
+        "{n} differences between Spark's state-metadata and the processor's declared state variables",
+    )  # fmt: skip
+    if not out.check.metadata_checked and not metadata:
+        metadata_verdict = Verdict.unknown(
+            "state_metadata", f"Spark's state-metadata source named no operator of the query in "
+            f"{out.check.states_checked} state reads")  # fmt: skip
+    ran = Verdict.of("query_ran", refusals, f"Spark ran the query through {out.starts} driver starts",
+                     "Spark refused {n} times (failed query or unreadable state)")  # fmt: skip
+    if out.processor_errors:  # the user's code failed, not Spark and not statechaos: say so first
+        ran = Verdict("query_ran", False, f"your processor raised {out.processor_errors[0]}",
+                      [f"your processor raised {e}" for e in out.processor_errors] + refusals)  # fmt: skip
     return [
         output_verdict,
         state_verdict,
+        metadata_verdict,
         Verdict.of("liveness", live, "every input file was committed", "{n} liveness problems"),
-        Verdict.of("query_ran", refusals, f"Spark ran the query through {out.starts} driver starts",
-                   "Spark refused {n} times (failed query or unreadable state)"),
+        ran,
         schedule,
-    ]  # fmt: skip
+    ]
 
 
 def _schedule(sc: SssScenario, out: SssOutcome) -> Verdict:

@@ -39,9 +39,16 @@ from harness.sss.checkpoint_log import committed_batches, read_offsets, source_f
 from harness.sss.driver import EXIT_NO_SPARK
 from harness.sss.errors import spark_error_gist
 from harness.sss.oracles import SssCheck, check_run
+from harness.sss.python_faults import ARMED, arm, fired
+from harness.sss.sink import ARMED as SINK_ARMED
+from harness.sss.sink import RELEASE as SINK_RELEASE
+from harness.sss.sink import arm_sink, sink_hit
 from harness.sss.spec import DEFAULT_MASTER, SssSpec
+from harness.sss.user_error import raised_in_spark
 
-__all__ = ["SssFault", "SssRun", "SssOutcome", "run_sss"]
+__all__ = ["SssFault", "SssRun", "SssOutcome", "run_sss", "PYTHON_WORKER"]
+
+PYTHON_WORKER = "kill_python_worker"
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,8 @@ class SssFault:
     toxic: str = ""
     attributes: dict[str, Any] = field(default_factory=dict)
     stream: str = "downstream"
+    process: str = "worker"  # kill_python_worker: the task's Python ``worker`` or its ``daemon``
+    at: str = ""  # kill_driver/kill_executor: during_sink_write or after_sink_write (harness.sss.sink)
 
 
 @dataclass
@@ -73,7 +82,9 @@ class SssRun:
     master: str = DEFAULT_MASTER  # or "docker", or a spark:// URL
     trigger_ms: int = 1000
     tail_ms: int = 0  # keep running until a batch this long after the last input's batch (timers)
-    time_limit_s: float = 300.0
+    time_limit_s: float | None = None  # an overall cap, if any; the run is judged stuck on ``stall_s``
+    stall_s: float = 120.0  # no batch planned or committed, no driver ready, this long with work pending
+    sink: dict[str, str] | None = None  # the user's {foreach_batch, read} (harness.sss.sink), else ours
     seed: int = 0
     differential: bool = False  # also read Spark's state after every committed batch and compare each
 
@@ -81,17 +92,22 @@ class SssRun:
 @dataclass
 class SssOutcome:
     """``verdict``: ``pass`` (oracles content), ``refused`` (Spark failed the query or would not read
-    its state), ``caught`` (an oracle found wrong output or state), ``stuck`` (no progress)."""
+    its state), ``caught`` (an oracle found wrong output or state), ``stuck`` (no progress),
+    ``processor_raised`` (the user's processor raised, in Spark or in the model's fault-free run:
+    ``processor_errors`` say where)."""
 
     verdict: str
     check: SssCheck
     events: list[dict[str, Any]]
     starts: int
     failures: list[str]
+    processor_errors: list[str] = field(default_factory=list)
+    stuck_reason: str = ""  # what stopped progressing (verdict stuck)
 
     def summary(self) -> str:
         lines = [f"verdict: {self.verdict} ({self.starts} driver starts, {self.check.batches_checked} "
                  f"batches and {self.check.states_checked} restored states checked)"]  # fmt: skip
+        lines += [f"  your processor raised {e}" for e in self.processor_errors]
         lines += [f"  refused: {r}" for r in self.check.refused + self.failures]
         lines += [f"  violation: {v}" for v in self.check.violations]
         return "\n".join(lines)
@@ -138,11 +154,14 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
         kwargs["executor_python"] = "python3"
     (w / "run.json").write_text(json.dumps({"spec": json.loads(run.spec.to_json()), "master": master,
                                             "cluster_kwargs": kwargs, "trigger_ms": run.trigger_ms,
-                                            "state_every_batch": run.differential}))  # fmt: skip
+                                            "state_every_batch": run.differential, "sink": run.sink,
+                                            "python_fault_file": str(w / ARMED) if any(
+                                                f.kind == PYTHON_WORKER for f in run.faults) else None}))  # fmt: skip
     t0 = time.monotonic()
     history = HistoryWriter(w / "history.jsonl", clock=lambda: int((time.monotonic() - t0) * 1000))
     events: list[dict[str, Any]] = []
     failures: list[str] = []
+    raised = Raised(run.spec.processor)
     rng = random.Random(run.seed)
     columns = run.spec.input_columns()
     checkpoint = w / "checkpoint"
@@ -150,6 +169,7 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
     scope = RunScope(f"sss-{w.name}", pids=lambda: driver.executor_pids() if driver else [], paths=[checkpoint],
                      compose_project=docker.stack.project if docker else None)  # fmt: skip
 
+    progress = [time.monotonic()]  # when the run last moved: an event (batch, fault, driver start)
     fault_ids = itertools.count()
     open_faults: dict[int, int] = {}  # id(injector) -> fault_id of its fault_start
 
@@ -164,6 +184,8 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
             fields = {"fault_id": open_faults.pop(id(_inj), None), **fields}
         events.append({"type": type_, **fields})
         history.emit(type_, **fields)
+        history.flush()  # a long run can be followed as it goes
+        progress[0] = time.monotonic()
 
     def start() -> DriverProcess | None:
         n = (
@@ -174,27 +196,36 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
         d = DriverProcess(w)
         emit("driver_start", start=n, next_batch=_next_batch(checkpoint))
         if n:
+            done = committed_batches(checkpoint)
             emit(
                 "job_restart",
                 attempt=n,
                 reason="driver restarted from the checkpoint location",
-                checkpoint_id=None,
+                checkpoint_id=f"commits/{max(done)}" if done else "none (no batch committed)",
             )
-        while time.monotonic() - t0 < run.time_limit_s:
+        while time.monotonic() - progress[0] < run.stall_s and not over_time():
             if (w / "starts" / f"{n}.ready").exists():
                 return d
             if d.proc.poll() == EXIT_NO_SPARK:
                 d.kill()
                 raise SparkEnvironmentError(_failure(w, "the query's driver could not start Spark"))
             if d.proc.poll() is not None:
-                failures.append(_failure(w, f"driver start {n} exited {d.proc.returncode}"))
+                failures.append(_failure(w, f"driver start {n} exited {d.proc.returncode}", raised))
                 emit("driver_failed", start=n, returncode=d.proc.returncode)
                 d.kill()
                 return None
             time.sleep(0.1)
+        stalled.append(f"driver start {n} was not running its query after {run.stall_s:.0f} s")
         d.kill()
         return None
 
+    def over_time() -> bool:
+        return run.time_limit_s is not None and time.monotonic() - t0 > run.time_limit_s
+
+    stalled: list[str] = []
+    sink_armed: list[SssFault] = []  # armed in the sink's wrapper, not yet reached
+    # with no timers, Spark runs no batch without input: there is no tail to wait for
+    tail_ms = run.tail_ms if run.spec.timers_on else 0
     pending = sorted(run.faults, key=lambda f: f.after_batches)
     heals: list[tuple[float, Injector]] = []  # (when, paused injector to resume)
     written = 0
@@ -206,7 +237,7 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
             done = committed_batches(checkpoint)
             seen = _progress(checkpoint, seen, emit)
             if driver.proc.poll() is not None:
-                failures.append(_failure(w, f"driver exited {driver.proc.returncode} during the run"))
+                failures.append(_failure(w, f"driver exited {driver.proc.returncode} during the run", raised))
                 emit("driver_failed", returncode=driver.proc.returncode, next_batch=_next_batch(checkpoint))
                 driver.kill()
                 driver = None
@@ -218,6 +249,23 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
             if not held and written < len(run.inputs) and consumed >= written:
                 _write_csv(w / "input" / f"part-{written:05d}.csv", run.inputs[written], columns)
                 written += 1
+            if pending and pending[0].at and len(done) >= pending[0].after_batches:
+                fault = pending.pop(0)  # placed by the sink's wrapper in the batch that reads the next file
+                arm_sink(w, fault.at, written)  # the batch that reads the next file (held until now)
+                sink_armed.append(fault)
+                emit("fault_armed", kind=fault.kind, at=fault.at, batch=_next_batch(checkpoint),
+                     trigger=f"{fault.after_batches} batches committed")  # fmt: skip
+                continue
+            if sink_armed and (hit := sink_hit(w)) is not None:
+                fault = dataclasses.replace(sink_armed.pop(0), at="")
+                trigger = f"{hit[1]} of batch {hit[0]}"
+                if fault.kind == "kill_driver":
+                    driver, _ = _restart(fault, driver, checkpoint, scope, rng, emit, start, hit[0], trigger)
+                else:
+                    driver, _ = _inject(fault, driver, checkpoint, scope, rng, emit, start, heals, docker, link,
+                                        trigger=trigger)  # fmt: skip
+                    (w / SINK_RELEASE).write_text("")
+                continue
             if pending and len(done) >= pending[0].after_batches and _can_strike(pending[0], checkpoint):
                 fault = pending.pop(0)
                 driver, struck = _inject(
@@ -226,11 +274,21 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
                 if not struck:  # the file it needed went away meanwhile (a snapshot was uploaded): later
                     pending.insert(0, dataclasses.replace(fault, after_batches=len(done) + 1))
                 continue
-            if pending and written == len(run.inputs) and _finished(checkpoint, written, run.tail_ms):
-                emit("fault_skipped", kind=pending[0].kind, batch=_next_batch(checkpoint),
-                     why="no file a restart would read was ever there to damage")  # fmt: skip
-                pending.pop(0)
+            if pending and written == len(run.inputs) and _finished(checkpoint, written, tail_ms):
+                if pending[0].at:
+                    emit("fault_skipped", kind=pending[0].kind, batch=_next_batch(checkpoint),
+                         why=f"no batch reached the sink after {pending[0].after_batches} batches committed")  # fmt: skip
+                    pending.pop(0)
+                elif pending[0].kind in DAMAGE_CLASSES:
+                    emit("fault_skipped", kind=pending[0].kind, batch=_next_batch(checkpoint),
+                         why="no file a restart would read was ever there to damage")  # fmt: skip
+                    pending.pop(0)
+                else:  # every input committed, nothing due: strike now, on an idle query
+                    fault = dataclasses.replace(pending.pop(0), after_batches=len(done))
+                    driver, _ = _inject(fault, driver, checkpoint, scope, rng, emit, start, heals, docker, link,
+                                        trigger="every input committed (the query is idle)")  # fmt: skip
                 continue
+            _python_kills(w, emit, events)
             for due, inj in [h for h in heals if h[0] <= time.monotonic()]:
                 inj.stop()
                 heals.remove((due, inj))
@@ -239,19 +297,29 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
                 not pending
                 and not heals
                 and written == len(run.inputs)
-                and _finished(checkpoint, written, run.tail_ms)
+                and _finished(checkpoint, written, tail_ms)
             ):
                 break
-            if time.monotonic() - t0 > run.time_limit_s:
+            if time.monotonic() - progress[0] > run.stall_s or over_time():
                 stuck = True
-                emit("time_limit", committed=len(done))
+                stalled.append(_stall(checkpoint, written, len(run.inputs), tail_ms, run.stall_s, over_time()))
+                emit("time_limit", committed=len(done), why=stalled[-1])
                 break
             time.sleep(0.1)
+        _python_kills(w, emit, events)
+        for fault in sink_armed:
+            emit("fault_skipped", kind=fault.kind, batch=_next_batch(checkpoint),
+                 why=f"no batch reached the sink's {fault.at} after it was armed")  # fmt: skip
+        (w / SINK_ARMED).unlink(missing_ok=True)
+        if (w / ARMED).exists():
+            (w / ARMED).unlink()
+            emit("fault_skipped", kind=PYTHON_WORKER, batch=_next_batch(checkpoint),
+                 why="no call of the processor came after it was armed (no batch with input or timers)")  # fmt: skip
         if driver is not None:
             rc = driver.stop(w, timeout_s=300 if run.differential else 120)
             emit("driver_stop", returncode=rc)
             if rc not in (0,):
-                failures.append(_failure(w, f"driver stop returned {rc}"))
+                failures.append(_failure(w, f"driver stop returned {rc}", raised))
     finally:
         for _, inj in heals:
             inj.stop()
@@ -259,16 +327,32 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
             driver.kill()
         history.close()
     check = check_run(w, run.spec, written)
-    if failures or check.refused:
+    processor_errors = [f"in Spark: {e}" for e in raised.errors] + check.processor_errors
+    if processor_errors:
+        verdict = "processor_raised"
+    elif failures or check.refused:
         verdict = "refused"
-    elif check.violations:
+    elif [v for v in check.violations if not v.startswith("liveness:")] or (check.violations and not stalled):
         verdict = "caught"
-    elif stuck:
+    elif stuck or stalled:  # unread input of a run that stopped progressing: stuck, not a wrong result
         verdict = "stuck"
     else:
         verdict = "pass"
     starts = sum(1 for p in (w / "starts").glob("[0-9]*") if p.name.isdigit())
-    return SssOutcome(verdict, check, events, starts, failures)
+    return SssOutcome(verdict, check, events, starts, failures, processor_errors, "; ".join(stalled))
+
+
+def _python_kills(w: Path, emit: Any, events: list[dict[str, Any]]) -> None:
+    """History events for the armed Python worker kills that fired (or could not) since the last look;
+    each names the batch it was armed for (the batch whose first processor call took it)."""
+    for f in fired(w):
+        armed = [e for e in events if e["type"] == "fault_armed"]
+        batch = armed[-1]["batch"] if armed else None
+        if "why" in f:
+            emit("fault_skipped", kind=PYTHON_WORKER, batch=batch, why=f["why"])
+        else:
+            emit("fault_start", kind=PYTHON_WORKER, batch=batch, process=f["process"],
+                 target=f"python {f['process']} pid {f['pid']}", trigger="first processor call after it was armed")  # fmt: skip
 
 
 def _next_batch(checkpoint: Path) -> int:
@@ -276,13 +360,37 @@ def _next_batch(checkpoint: Path) -> int:
     return max(done) + 1 if done else 0
 
 
-def _failure(w: Path, what: str) -> str:
+def _failure(w: Path, what: str, raised: Raised | None = None) -> str:
+    """What the driver's ``failure.txt`` says, in one line; when Spark's error is the user's processor
+    raising (its file in the Python worker's traceback), also added to ``raised``."""
     f = w / "failure.txt"
     text = f.read_text().strip() if f.exists() else ""
     with contextlib.suppress(FileNotFoundError):
         f.rename(w / f"failure-{time.monotonic_ns()}.txt")
     gist = spark_error_gist(text)
-    return f"{what}: {gist}" if gist else what
+    line = f"{what}: {gist}" if gist else what
+    if raised is not None and (where := raised_in_spark(text, raised.processor)):
+        raised.errors.append(f"{where} (Spark: {gist})")
+    return line
+
+
+@dataclass
+class Raised:
+    """The user's processor raising inside Spark, as the driver's failures show it."""
+
+    processor: str
+    errors: list[str] = field(default_factory=list)
+
+
+def _stall(checkpoint: Path, written: int, files: int, tail_ms: int, bound_s: float, capped: bool) -> str:
+    """What stopped progressing, in words, for the stuck verdict."""
+    done = set(committed_batches(checkpoint))
+    offsets = {b.batch: b.source_offset for b in read_offsets(checkpoint)}
+    read = max((offsets.get(b, -1) for b in done), default=-1) + 1
+    when = "the run reached its time limit" if capped else f"no micro-batch was planned or committed for {bound_s:.0f} s"
+    if read < files:
+        return f"{when} while {files - read} of {files} input files were not committed ({len(done)} batches committed)"
+    return f"{when} while the tail of {tail_ms} ms past the last input (timers) was not reached"
 
 
 def _finished(checkpoint: Path, files: int, tail_ms: int) -> bool:
@@ -317,10 +425,14 @@ def _progress(checkpoint: Path, seen: tuple[int, int], emit: Any) -> tuple[int, 
 
 def _inject(fault: SssFault, driver: DriverProcess, checkpoint: Path, scope: RunScope, rng: random.Random,
             emit: Any, start: Any, heals: list[tuple[float, Injector]], docker: Any,
-            link: Any = None) -> tuple[DriverProcess | None, bool]:  # fmt: skip
+            link: Any = None, trigger: str = "") -> tuple[DriverProcess | None, bool]:  # fmt: skip
     """Strike ``fault``; the driver to go on with, and whether the fault struck."""
     batch = _next_batch(checkpoint)
-    trigger = f"{fault.after_batches} batches committed"
+    trigger = trigger or f"{fault.after_batches} batches committed"
+    if fault.kind == PYTHON_WORKER:  # in band: the next processor call kills its own worker/daemon
+        arm(checkpoint.parent, fault.process)
+        emit("fault_armed", kind=fault.kind, process=fault.process, batch=batch, trigger=trigger)
+        return driver, True
     inj: Injector
     if fault.kind in CLUSTER_FAULTS and (
         docker is not None or fault.kind not in ("kill_executor", "pause_executor")

@@ -35,7 +35,7 @@ from chaos.errors import InputError
 from chaos.sss.cluster_faults import WORKER_FAULTS
 from chaos.sss.damage import DAMAGE_CLASSES
 from chaos.trigger import Duration, Strict, parse_duration_ms
-from harness.sss.spec import DEFAULT_MASTER, SpecError, SssSpec
+from harness.sss.spec import DEFAULT_MASTER, SpecError, SssSpec, load_function
 
 __all__ = [
     "SssScenario",
@@ -72,7 +72,9 @@ def _problems(e: ValidationError) -> list[tuple[tuple[Any, ...], str]]:
 
 LOCAL_FAULTS = ("kill_executor", "pause_executor")
 DOCKER_FAULTS = (*WORKER_FAULTS, "network")
-SSS_FAULT_KINDS = (*LOCAL_FAULTS, *DOCKER_FAULTS, "kill_driver", *DAMAGE_CLASSES)
+# in band through the run directory, which every executor sees at the same path (harness.sss.python_faults)
+PYTHON_FAULTS = ("kill_python_worker",)
+SSS_FAULT_KINDS = (*LOCAL_FAULTS, *DOCKER_FAULTS, "kill_driver", *PYTHON_FAULTS, *DAMAGE_CLASSES)
 DEFAULT_LOCAL = DEFAULT_MASTER
 
 
@@ -86,6 +88,7 @@ class SssQuery(Strict):
     state_schema: str = ""
     timeout: Literal["NoTimeout", "ProcessingTimeTimeout"] = "NoTimeout"
     output_mode: Literal["Update", "Append"] = "Update"
+    processor_args: dict[str, Any] = Field(default_factory=dict)  # keyword arguments of the processor
 
     def spec(self) -> SssSpec:
         return SssSpec(**self.model_dump())
@@ -115,9 +118,17 @@ class SssFaultEntry(Strict):
     toxic: str | None = None
     attributes: dict[str, Any] = Field(default_factory=dict)
     stream: Literal["upstream", "downstream"] = "downstream"
+    # kill_python_worker: the task's Python worker, or the pyspark.daemon that forked it (all its workers)
+    process: Literal["worker", "daemon"] = "worker"
+    # kill_driver / kill_executor inside the sink window of the batch after ``after_batches`` (harness.sss.sink)
+    at: Literal["during_sink_write", "after_sink_write"] | None = None
 
     @model_validator(mode="after")
     def _toxic(self) -> SssFaultEntry:
+        if self.at is not None and self.kind not in ("kill_driver", "kill_executor"):
+            raise ValueError("@at@ only kill_driver and kill_executor strike inside the sink window (at)")
+        if self.kind not in PYTHON_FAULTS and self.process != "worker":
+            raise ValueError("@process@ only kill_python_worker takes process")
         from chaos.faults.network import TOXICS
 
         if self.kind == "network" and self.toxic not in TOXICS:
@@ -141,6 +152,15 @@ class SssFaultEntry(Strict):
         return parse_duration_ms(v)
 
 
+class SssSink(Strict):
+    """The user's own sink: ``foreach_batch`` (``module:function``: ``fn(df, batch_id, path)`` or a factory
+    ``fn(path)``) writes each micro-batch; ``read`` (``module:function``: ``read(spark, path)``) returns
+    what it holds, which the exactly-once check judges."""
+
+    foreach_batch: str
+    read: str
+
+
 class SssScenario(Strict):
     """A Structured Streaming query under chaos (``engine: sss``)."""
 
@@ -151,15 +171,19 @@ class SssScenario(Strict):
     query: SssQuery
     input: SssInput
     faults: list[SssFaultEntry] = Field(default_factory=list)
+    sink: SssSink | None = None  # the user's foreachBatch sink; statechaos's exactly-once one if unset
     expect: Literal["pass", "refused", "caught"] = "pass"
     trigger: Duration = 1_000
     tail: Duration = 0  # keep running this long past the last input's batch (timers, timeouts)
     differential: bool = False
     seed: int = 0
-    timeout_s: Annotated[float, Field(gt=0)] = 420
+    timeout_s: Annotated[float | None, Field(gt=0)] = None  # an overall cap on the run, if set
+    # no micro-batch planned or committed (nor a driver ready) this long while input or timers are
+    # pending: the run is stuck, and its liveness verdict says what stopped
+    stall_timeout: Duration = 120_000
     _base_dir: Path | None = PrivateAttr(default=None)
 
-    @field_validator("trigger", "tail", mode="before")
+    @field_validator("trigger", "tail", "stall_timeout", mode="before")
     @classmethod
     def _ms(cls, v: Any) -> Any:
         return parse_duration_ms(v)
@@ -234,7 +258,7 @@ class SssScenario(Strict):
         """The checks this scenario's run reports (chaos.sss.execute)."""
         if self.expect != "pass":
             return ["expected_verdict", "fault_schedule"]
-        return ["exactly_once", "restored_state", "liveness", "query_ran", "fault_schedule"]
+        return ["exactly_once", "restored_state", "state_metadata", "liveness", "query_ran", "fault_schedule"]
 
 
 def is_sss(obj: Any) -> bool:
@@ -301,6 +325,13 @@ def parse_sss_scenario(data: dict[str, Any], path: str, base_dir: Path | None) -
     except SpecError as e:
         field, _, msg = str(e).partition(": ")
         raise SssScenarioError(path, [(("query", field), msg)]) from None
+    for field_name in ("foreach_batch", "read") if sc.sink else ():
+        try:
+            fn = load_function(getattr(sc.sink, field_name))
+        except SpecError as e:
+            raise SssScenarioError(path, [(("sink", field_name), str(e).partition(": ")[2])]) from None
+        if not callable(fn):
+            raise SssScenarioError(path, [(("sink", field_name), "is not a function")])
     try:
         load_inputs(sc)
     except ValueError as e:

@@ -23,8 +23,10 @@ from typing import Any
 
 from harness.sss.checkpoint_log import committed_batches
 from harness.sss.errors import spark_error_gist
-from harness.sss.spec import APPLY, SssSpec, load_function, load_processor
+from harness.sss.sink import chaos_sink, user_sink
+from harness.sss.spec import APPLY, SssSpec, load_function
 from harness.sss.state_vars import StateVar, discover_state_vars
+from harness.sss.values import canon, canon_row
 
 __all__ = ["ROCKSDB", "spark_conf", "main"]
 
@@ -55,8 +57,7 @@ def read_state(spark: Any, checkpoint: Path, batch_id: int, var: StateVar) -> li
         .option("batchId", batch_id)
         .option("stateVarName", var.name)
     )
-    rows = reader.load().collect()
-    return [_plain(r.asDict(recursive=True)) for r in rows]
+    return [_state_row(r) for r in reader.load().collect()]
 
 
 def read_timers(spark: Any, checkpoint: Path, batch_id: int) -> list[dict[str, Any]]:
@@ -66,15 +67,21 @@ def read_timers(spark: Any, checkpoint: Path, batch_id: int) -> list[dict[str, A
         .option("batchId", batch_id)
         .option("readRegisteredTimers", "true")
     )
-    return [_plain(r.asDict(recursive=True)) for r in reader.load().collect()]
+    return [_state_row(r) for r in reader.load().collect()]
 
 
-def _plain(d: Any) -> Any:
-    if isinstance(d, dict):
-        return {k: _plain(v) for k, v in d.items()}
-    if isinstance(d, list | tuple):
-        return [_plain(v) for v in d]
-    return d
+def _state_row(row: Any) -> dict[str, Any]:
+    """A state data source row with its values canonical (:mod:`harness.sss.values`); a struct with a
+    TTL (``value``, ``ttlExpirationMs``) and apply's ``groupState``/``timeoutTimestamp`` keep their
+    field names, which the oracles read."""
+    out: dict[str, Any] = {}
+    for k, v in row.asDict(recursive=False).items():
+        fields = set(v.__fields__) if hasattr(v, "__fields__") else set()
+        if fields in ({"value", "ttlExpirationMs"}, {"groupState", "timeoutTimestamp"}):
+            out[k] = {f: canon(x) for f, x in v.asDict(recursive=False).items()}
+        else:
+            out[k] = canon(v)
+    return out
 
 
 def dump_state(spark: Any, workdir: Path, spec: SssSpec, name: str, batch: int | None = None) -> None:
@@ -89,12 +96,12 @@ def dump_state(spark: Any, workdir: Path, spec: SssSpec, name: str, batch: int |
     out: dict[str, Any] = {"batch": batch, "vars": {}, "timers": None, "metadata": None, "error": None}
     try:
         meta = spark.read.format("state-metadata").load(str(checkpoint)).collect()
-        out["metadata"] = [_plain(r.asDict(recursive=True)) for r in meta]
+        out["metadata"] = [canon_row(r) for r in meta]
         if spec.api == APPLY:  # one state row per key: {key, value: {groupState, timeoutTimestamp}}
             reader = spark.read.format("statestore").option("path", str(checkpoint)).option("batchId", batch)
-            out["group_state"] = [_plain(r.asDict(recursive=True)) for r in reader.load().collect()]
+            out["group_state"] = [_state_row(r) for r in reader.load().collect()]
         else:
-            for var in discover_state_vars(load_processor(spec.processor)):
+            for var in discover_state_vars(spec.new_processor()):
                 out["vars"][var.name] = read_state(spark, checkpoint, batch, var)
             if spec.time_mode != "None":
                 out["timers"] = read_timers(spark, checkpoint, batch)
@@ -107,9 +114,19 @@ def dump_state(spark: Any, workdir: Path, spec: SssSpec, name: str, batch: int |
     tmp.rename(state_dir / f"{name}.json")
 
 
+def read_sink(spark: Any, read: str, workdir: Path) -> None:
+    """What the user's ``read(spark, path)`` returns for the sink folder, canonical, to
+    ``sink-read.json`` (the exactly-once oracle's input)."""
+    got = load_function(read)(spark, str(workdir / "sink"))
+    rows = got.collect() if hasattr(got, "collect") else list(got)
+    tmp = workdir / ".sink-read.json.tmp"
+    tmp.write_text(json.dumps([canon_row(r) for r in rows]))
+    tmp.rename(workdir / "sink-read.json")
+
+
 def _sink(output: Path) -> Any:
     def write_batch(df: Any, batch_id: int) -> None:
-        rows = [_plain(r.asDict(recursive=True)) for r in df.collect()]
+        rows = [canon_row(r) for r in df.collect()]
         tmp = output / f".batch-{batch_id}.json.tmp"
         tmp.write_text(json.dumps(rows, default=str))
         os.replace(tmp, output / f"batch-{batch_id}.json")  # idempotent by batch id
@@ -117,20 +134,29 @@ def _sink(output: Path) -> Any:
     return write_batch
 
 
-def _query(spark: Any, spec: SssSpec, source: Any) -> Any:
+def _query(spark: Any, spec: SssSpec, source: Any, armed: str | None = None) -> Any:
     """The stateful query over ``source``, as a stream writer in the spec's output mode. The user's
     module is pickled by value, so executors that cannot import it (containers, a remote cluster)
-    run it too."""
+    run it too. ``armed``: the file through which Python worker kills reach the processor's calls
+    (:mod:`harness.sss.python_faults`)."""
     from pyspark import cloudpickle
+
+    from harness.sss import python_faults
 
     module = sys.modules[load_function(spec.processor).__module__]
     cloudpickle.register_pickle_by_value(module)
     grouped = source.groupBy(spec.key)
+    if armed:
+        cloudpickle.register_pickle_by_value(python_faults)
     if spec.api == APPLY:
-        df = grouped.applyInPandasWithState(load_function(spec.processor), spec.output_schema, spec.state_schema,
+        func = load_function(spec.processor)
+        func = python_faults.faulting_function(func, armed) if armed else func
+        df = grouped.applyInPandasWithState(func, spec.output_schema, spec.state_schema,
                                             spec.output_mode, spec.timeout)  # fmt: skip
         return df.writeStream.outputMode(spec.output_mode.lower())
-    df = grouped.transformWithStateInPandas(load_processor(spec.processor), spec.output_schema, spec.output_mode,
+    processor = spec.new_processor()
+    processor = python_faults.FaultingProcessor(processor, armed) if armed else processor
+    df = grouped.transformWithStateInPandas(processor, spec.output_schema, spec.output_mode,
                                             spec.time_mode)  # fmt: skip
     return df.writeStream
 
@@ -146,6 +172,7 @@ def run(workdir: Path) -> int:
     (starts / str(start_no)).write_text(str(os.getpid()))
     output = workdir / "output"
     output.mkdir(exist_ok=True)
+    (workdir / "sink").mkdir(exist_ok=True)  # the user's sink's folder (sink.foreach_batch)
     kwargs = dict(cfg.get("cluster_kwargs") or {})  # a docker stack's: driver address, executors' Python
     conf = {**spark_conf(), **kwargs.pop("extra_conf", {})}
     cluster = SparkCluster(cfg["master"], extra_conf=conf, app_name=f"statechaos-sss-{start_no}", **kwargs)
@@ -162,9 +189,11 @@ def run(workdir: Path) -> int:
             .option("maxFilesPerTrigger", 1)
             .csv(str(workdir / "input"))
         )
+        sink = cfg.get("sink") or {}
+        write = user_sink(sink["foreach_batch"], workdir / "sink") if sink else _sink(output)
         query = (
-            _query(spark, spec, stream)
-            .foreachBatch(_sink(output))
+            _query(spark, spec, stream, cfg.get("python_fault_file"))
+            .foreachBatch(chaos_sink(write, workdir))
             .option("checkpointLocation", str(workdir / "checkpoint"))
             .trigger(processingTime=f"{cfg['trigger_ms']} milliseconds")
             .start()
@@ -176,6 +205,8 @@ def run(workdir: Path) -> int:
                 return EXIT_QUERY_FAILED
             time.sleep(0.05)
         query.stop()
+        if sink:
+            read_sink(spark, sink["read"], workdir)
         dump_state(spark, workdir, spec, f"final-{start_no}")
         if cfg.get("state_every_batch"):  # differential mode: the state after every committed batch
             for b in committed_batches(workdir / "checkpoint"):

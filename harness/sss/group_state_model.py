@@ -24,6 +24,7 @@ from typing import Any
 
 from harness.sss.model import MAX_PARALLELISM, StateImage, frame, rows_of
 from harness.sss.spec import SssSpec, load_function
+from harness.sss.values import freeze
 from reference_impl.keygroups import KeyGroupRange
 from reference_impl.state.descriptors import ValueStateDescriptor
 from reference_impl.state.handles import VOID_NAMESPACE
@@ -31,6 +32,11 @@ from reference_impl.state.heap_backend import HeapKeyedStateBackend
 from reference_impl.time import ManualClock
 
 __all__ = ["GroupStateModel", "GROUP_STATE", "NO_TIMESTAMP"]
+
+
+def _struct(d: Any) -> tuple[Any, ...]:
+    """A struct of a state dump (canonical: a list; a dict in older dumps), hashable."""
+    return tuple(freeze(x) for x in (d.values() if isinstance(d, dict) else d))
 
 NO_TIMESTAMP = -1  # GroupStateImpl.NO_TIMESTAMP
 GROUP_STATE = "group_state"  # the name the model's image (and the oracle's report) uses
@@ -105,9 +111,9 @@ class GroupStateModel:
         model's form."""
         entries: dict[tuple[Any, ...], tuple[Any, int | None]] = {}
         for r in dump.get("group_state") or []:
-            key = tuple(r["key"].values()) if isinstance(r["key"], dict) else (r["key"],)
+            key = _struct(r["key"])
             v = r["value"]
             gs = v.get("groupState")
-            value = tuple(gs.values()) if isinstance(gs, dict) else None
+            value = None if gs is None else _struct(gs)
             entries[(key, None)] = (value, int(v.get("timeoutTimestamp", NO_TIMESTAMP)))
         return {GROUP_STATE: entries}

@@ -22,7 +22,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from harness.sss.spec import SssSpec, load_processor
+from harness.sss.spec import SssSpec
 from harness.sss.state_vars import StateVar
 from reference_impl.keygroups import KeyGroupRange
 from reference_impl.snapshot import TtlValue
@@ -169,7 +169,15 @@ class _Handle:
         return iter(sorted(self._m.timers[self._m.backend.get_current_key()]))
 
     def deleteIfExists(self, stateName: str) -> None:  # noqa: N802, N803
-        raise NotImplementedError("deleteIfExists is not modelled yet")
+        """Drop the variable and every key's value of it (Spark removes its column family); a name
+        never declared is a no-op."""
+        var = self._m.vars.pop(stateName, None)
+        if var is None:
+            return
+        backend = self._m.backend
+        for key in list(backend.get_keys(stateName)):
+            backend.set_current_key(key)
+            backend.get_state(_descriptor(var)).clear()
 
 
 class ProcessorModel:
@@ -183,7 +191,7 @@ class ProcessorModel:
         )
         self.vars: dict[str, StateVar] = {}
         self.timers: dict[tuple[Any, ...], set[int]] = defaultdict(set)
-        self.processor = load_processor(spec.processor)
+        self.processor = spec.new_processor()
         self.processor.init(_Handle(self))
 
     def run_batch(self, timestamp_ms: int, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -24,6 +24,8 @@ from harness.sss.checkpoint_log import committed_batches, read_offsets, source_f
 from harness.sss.group_state_model import GroupStateModel
 from harness.sss.model import ProcessorModel, StateImage
 from harness.sss.spec import APPLY, SssSpec
+from harness.sss.user_error import raised_here
+from harness.sss.values import canon, canon_row, freeze
 
 __all__ = ["SssCheck", "check_run", "batch_inputs", "spark_state_image", "model_for"]
 
@@ -39,12 +41,14 @@ class SssCheck:
 
     violations: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
+    processor_errors: list[str] = field(default_factory=list)  # the user's processor raised in the model
     batches_checked: int = 0
     states_checked: int = 0
+    metadata_checked: int = 0  # state reads whose state-metadata named the query's operator
 
     @property
     def ok(self) -> bool:
-        return not self.violations and not self.refused
+        return not self.violations and not self.refused and not self.processor_errors
 
 
 def _read_csv(path: Path, spec: SssSpec) -> list[dict[str, Any]]:
@@ -74,7 +78,17 @@ def batch_inputs(workdir: Path, spec: SssSpec) -> list[tuple[int, int, list[dict
 
 
 def _tuple(d: Any) -> tuple[Any, ...]:
-    return tuple(d.values()) if isinstance(d, dict) else (d,)
+    """A struct as read from a state dump (canonical: a list; a dict in older dumps) as a tuple."""
+    if isinstance(d, dict) and set(d) != {"$map"}:
+        return tuple(freeze(v) for v in d.values())
+    return freeze(d) if isinstance(d, list) else (freeze(d),)
+
+
+def canonical_image(image: StateImage) -> StateImage:
+    """The model's state with its values in the canonical form Spark's side is read in."""
+    return {name: {(freeze(canon(k)), uk if isinstance(uk, int) or uk is None else freeze(canon(uk))):
+                   (None if v is None else freeze(canon(v)), exp) for (k, uk), (v, exp) in entries.items()}
+            for name, entries in image.items()}  # fmt: skip
 
 
 def _value(v: Any) -> tuple[tuple[Any, ...], int | None]:
@@ -141,10 +155,48 @@ def _canon(rows: list[dict[str, Any]]) -> Counter[str]:
     return Counter(json.dumps(r, sort_keys=True) for r in rows)
 
 
+def _uses_user_sink(workdir: Path) -> bool:
+    try:
+        return bool(json.loads((workdir / "run.json").read_text()).get("sink"))
+    except FileNotFoundError:
+        return False
+
+
+def _judge_sink(workdir: Path, committed: set[int], expected: dict[int, Counter[str]], result: SssCheck) -> None:
+    """Exactly-once through the user's sink: what its ``read`` returned after the run holds every row the
+    model emits for the committed batches, each exactly once. The batch after the last committed one
+    may have reached the sink before the final stop (its commit was never written): its rows are
+    allowed all present or all absent."""
+    path = workdir / "sink-read.json"
+    if not path.exists():
+        return  # never read (the driver did not stop cleanly): nothing to judge, not a pass
+    got = _canon(json.loads(path.read_text()))
+    want: Counter[str] = Counter()
+    for b in sorted(committed):
+        want += expected.get(b, Counter())
+    after = max(committed, default=-1) + 1
+    if got == want or (after in expected and got == want + expected[after]):
+        result.batches_checked += len(committed)
+        return
+    extra, missing = got - want, want - got
+    dup = sorted(f"{r} x{n}" for r, n in extra.items() if r in want)
+    result.violations.append(
+        f"the sink's output differs from the model's over {len(committed)} committed batches: "
+        f"{sum(extra.values())} rows too many (of them written again: {dup[:3]}), "
+        f"{sum(missing.values())} missing {sorted(missing.elements())[:3]}"
+    )
+
+
 def check_run(workdir: Path, spec: SssSpec, files_written: int) -> SssCheck:
     """Run the model over the offset log's batches and compare output and every state dump."""
     result = SssCheck()
-    model = model_for(spec)
+    try:
+        model = model_for(spec)
+    except Exception as e:
+        if (where := raised_here(e, spec.processor)) is None:
+            raise  # statechaos's own error, not the processor's
+        result.processor_errors.append(f"in the model's fault-free run, building it: {where}")
+        return result
     committed = set(committed_batches(workdir / "checkpoint"))
     dumps: dict[int, list[tuple[str, dict[str, Any]]]] = {}
     for path in sorted((workdir / "state").glob("*.json")):
@@ -153,12 +205,23 @@ def check_run(workdir: Path, spec: SssSpec, files_written: int) -> SssCheck:
             result.refused.append(f"{path.name}: state data source refused batch {d['batch']}: {d['error']}")
         else:
             dumps.setdefault(int(d["batch"]), []).append((path.name, d))
+    user_sink = _uses_user_sink(workdir)
+    expected_by_batch: dict[int, Counter[str]] = {}
     for batch, ts, rows in batch_inputs(workdir, spec):
-        expected = model.run_batch(ts, rows)
+        try:
+            expected = model.run_batch(ts, rows)
+        except Exception as e:
+            if (where := raised_here(e, spec.processor)) is None:
+                raise
+            result.processor_errors.append(f"in the model's fault-free run of batch {batch}: {where}")
+            break  # later batches build on a state the processor never finished
         out_file = workdir / "output" / f"batch-{batch}.json"
-        if out_file.exists():
+        expected_by_batch[batch] = _canon([canon_row(r) for r in expected])
+        if user_sink:
+            pass  # judged as a whole on what the user's read returns (below)
+        elif out_file.exists():
             got = _canon(json.loads(out_file.read_text()))
-            want = _canon(expected)
+            want = _canon([canon_row(r) for r in expected])
             if got != want:
                 extra, missing = got - want, want - got
                 result.violations.append(
@@ -170,18 +233,23 @@ def check_run(workdir: Path, spec: SssSpec, files_written: int) -> SssCheck:
             result.violations.append(f"batch {batch} committed but its output is missing (lost output)")
         for name, dump in dumps.get(batch, []):
             spark_image = spark_state_image(dump, model)
-            model_image = model.state()
+            model_image = canonical_image(model.state())
             for var in sorted(set(spark_image) | set(model_image)):
                 result.violations += [f"{name} (batch {batch}): {m}" for m in
                                       _diff(var, spark_image.get(var, {}), model_image.get(var, {}))]  # fmt: skip
             if dump.get("timers") is not None:
                 spark_timers = {(_tuple(t["key"]), int(t["expiration_timestamp_ms"])) for t in dump["timers"]}
-                if spark_timers != model.timer_image():
+                model_timers = {(freeze(canon(k)), t) for k, t in model.timer_image()}
+                if spark_timers != model_timers:
                     result.violations.append(
-                        f"{name} (batch {batch}): timers spark {sorted(spark_timers)} != model {sorted(model.timer_image())}"
+                        f"{name} (batch {batch}): timers spark {sorted(spark_timers)} != model {sorted(model_timers)}"
                     )
-            result.violations += [f"{name}: {v}" for v in _metadata_mismatches(dump, batch, model)]
+            if any(m.get("operatorId") == 0 for m in dump.get("metadata") or []):
+                result.metadata_checked += 1
+                result.violations += [f"{name}: {v}" for v in _metadata_mismatches(dump, batch, model)]
             result.states_checked += 1
+    if user_sink:
+        _judge_sink(workdir, committed, expected_by_batch, result)
     read = 0
     if committed:
         offsets = {b.batch: b.source_offset for b in read_offsets(workdir / "checkpoint")}

@@ -5,11 +5,14 @@ its grouping key, and its input, output and state schemas (DDL strings, as Spark
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import os
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from harness.sss.state_vars import discover_state_vars
 
 __all__ = ["SssSpec", "SpecError", "APIS", "TIMEOUTS", "DEFAULT_MASTER", "load_processor", "load_function"]
 
@@ -29,7 +32,8 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class SssSpec:
-    """``processor`` is ``module:Class`` (a StatefulProcessor subclass, built with no arguments) for
+    """``processor`` is ``module:Class`` (a StatefulProcessor subclass, built with ``processor_args``
+    as keyword arguments) or ``module:function`` (a factory returning one, called the same way) for
     ``api`` transformWithState, ``module:function`` (``func(key, pdfs, state)``) for
     applyInPandasWithState, which also names its ``state_schema``, ``timeout`` and ``output_mode``."""
 
@@ -42,6 +46,11 @@ class SssSpec:
     state_schema: str = ""
     timeout: str = "NoTimeout"
     output_mode: str = "Update"
+    processor_args: dict[str, Any] = field(default_factory=dict)
+
+    def new_processor(self) -> Any:
+        """A fresh instance of the query's StatefulProcessor (``processor`` built with ``processor_args``)."""
+        return load_processor(self.processor, self.processor_args)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -68,7 +77,12 @@ class SssSpec:
         if self.api == TRANSFORM:
             if self.time_mode not in ("ProcessingTime", "None"):
                 raise SpecError(f"time_mode: {self.time_mode!r} is not supported (ProcessingTime or None)")
-            load_processor(self.processor)
+            processor = self.new_processor()
+            refuse_unjudgeable(processor, self.processor)
+            try:
+                discover_state_vars(processor)
+            except Exception as e:
+                raise SpecError(f"processor: {self.processor}.init raised {type(e).__name__}: {e}") from None
             return
         if not self.state_schema.strip():
             raise SpecError("state_schema: applyInPandasWithState needs the DDL of its state")
@@ -78,9 +92,58 @@ class SssSpec:
             raise SpecError(f"processor: {self.processor!r} is not a function")
 
 
-def load_processor(path: str) -> Any:
-    """A fresh instance of the processor class named ``module:Class``; SpecError naming what failed."""
-    return load_function(path)()
+def load_processor(path: str, args: dict[str, Any] | None = None) -> Any:
+    """A fresh instance of the processor named ``module:Class`` (or made by the factory
+    ``module:function``) with ``args``; SpecError naming what is missing or failed."""
+    make = load_function(path)
+    args = dict(args or {})
+    try:
+        inspect.signature(make).bind(**args)
+    except TypeError as e:
+        need = _required(make)
+        hint = f" (it takes {', '.join(need)})" if need else ""
+        raise SpecError(f"processor_args: {path} cannot be built with {args or 'no arguments'}{hint}: {e}; "
+                        "give its arguments as query.processor_args, or name a factory module:function") from None  # fmt: skip
+    except ValueError:  # no signature to check (a builtin): let the call say
+        pass
+    try:
+        made = make(**args)
+    except Exception as e:
+        raise SpecError(f"processor: {path}(**{args}) raised {type(e).__name__}: {e}") from None
+    if not callable(getattr(made, "handleInputRows", None)):
+        raise SpecError(f"processor: {path} made a {type(made).__name__}, not a StatefulProcessor")
+    return made
+
+
+def _required(make: Any) -> list[str]:
+    try:
+        params = inspect.signature(make).parameters.values()
+    except ValueError:
+        return []
+    return [p.name for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+# the StatefulProcessor methods statechaos cannot exercise or judge, and why
+UNJUDGEABLE = {
+    "handleInitialState": "statechaos starts the query without an initial state, so Spark would never "
+    "call it and nothing of it would be checked",
+}
+
+
+def refuse_unjudgeable(processor: Any, path: str) -> None:
+    """SpecError naming the first API of :data:`UNJUDGEABLE` the processor overrides (file and line),
+    so a run is refused at ``validate`` rather than judged without it."""
+    from pyspark.sql.streaming import StatefulProcessor
+
+    for name, why in UNJUDGEABLE.items():
+        mine = getattr(type(processor), name, None)
+        if mine is None or mine is getattr(StatefulProcessor, name, None):
+            continue
+        try:
+            where = f"{inspect.getsourcefile(mine)}:{inspect.getsourcelines(mine)[1]}"
+        except (OSError, TypeError):
+            where = path
+        raise SpecError(f"processor: {path} defines {name} ({where}): not supported: {why}")
 
 
 def load_function(path: str) -> Any:

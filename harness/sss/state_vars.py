@@ -31,6 +31,9 @@ class _RecordingHandle:
     ) -> None:  # noqa: N802, N803
         self.vars.append(StateVar(stateName, "map", ttlDurationMs))
 
+    def deleteIfExists(self, stateName: str) -> None:  # noqa: N802, N803
+        self.vars = [v for v in self.vars if v.name != stateName]
+
     def __getattr__(self, name: str) -> Any:
         return lambda *a, **k: None  # timers and the rest: nothing to record
 

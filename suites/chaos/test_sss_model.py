@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 
 import pytest
+from pyspark.sql.streaming import StatefulProcessor
 
 from chaos.injectors.base import InjectorError
 from chaos.scope import RunScope
@@ -198,3 +199,178 @@ def test_cli_rejects_bad_input_with_file_and_line(tmp_path: Path, capsys: pytest
     assert "processor: module 'nomodule' cannot be imported" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main([*args, "--fault", "explode@1"])
+
+
+def test_values_compare_by_value_not_python_type() -> None:
+    """Spark's collect gives datetime/Decimal('2.50')/bytearray/Row; the model's processor gives
+    pd.Timestamp, numpy scalars, Decimal('2.5'), bytes and tuples: one canonical form for both."""
+    import datetime as dt
+    from decimal import Decimal
+
+    import numpy as np
+    import pandas as pd
+    from pyspark.sql import Row
+
+    from harness.sss.values import canon, canon_row, freeze
+
+    when = dt.datetime(2026, 11, 26, 19, 10, 55, 585000)
+    assert canon(when) == canon(pd.Timestamp(when)) == canon(np.datetime64(when)) == "2026-11-26 19:10:55.585000"
+    assert canon(Decimal("2.50")) == canon(Decimal("2.5")) == "2.5" and canon(Decimal("100")) == "100"
+    assert canon(bytearray(b"ab")) == canon(b"ab") == "0x6162"
+    assert canon(dt.date(2026, 1, 2)) == "2026-01-02" and canon(np.int64(3)) == 3
+    assert freeze(canon(Row(a=when, b=[Decimal("1.0")]))) == freeze(canon((pd.Timestamp(when), np.array([Decimal("1")]))))
+    assert freeze(canon({"k": when})) == freeze(canon({"k": pd.Timestamp(when)}))
+    assert canon_row(Row(user="a", at=when)) == canon_row({"user": "a", "at": pd.Timestamp(when)})
+    assert canon(when) != canon(when + dt.timedelta(microseconds=1))
+
+
+def test_typed_state_of_spark_equals_the_model() -> None:
+    """The reported false alarm: a ListState of TimestampType read back from Spark (as the driver dumps
+    it) against the model's datetime values; and a real difference still shows."""
+    import datetime as dt
+    from decimal import Decimal
+
+    from pyspark.sql import Row
+
+    from examples.sss.typed_state import SPEC, _ts
+    from harness.sss.driver import _state_row
+    from harness.sss.oracles import canonical_image
+
+    m = ProcessorModel(SssSpec(**SPEC))
+    m.run_batch(1_000, [{"user": "a", "item": "i1", "qty": 2, "at": 5}])
+    when = _ts(5)
+    raw = {  # what the state data source's collect() returns for the same state
+        "seen": [Row(key=Row(user="a"), list_element=Row(at=when, price=Decimal("0.50"), tag=bytearray(b"i1")),
+                     partition_id=0)],
+        "last": [Row(key=Row(user="a"), value=Row(day=dt.date(2026, 1, 1), items=["i1"], spent=Decimal("0.50")),
+                     partition_id=0)],
+        "first_at": [Row(key=Row(user="a"), user_map_key=Row(item="i1"), user_map_value=Row(at=when),
+                         partition_id=0)],
+    }  # fmt: skip
+    dump = json.loads(json.dumps({"vars": {n: [_state_row(r) for r in rows] for n, rows in raw.items()}}))
+    assert spark_state_image(dump, m) == canonical_image(m.state())
+    dump["vars"]["seen"][0]["list_element"][1] = "0.51"
+    assert spark_state_image(dump, m) != canonical_image(m.state())
+
+
+class WithInitialState(StatefulProcessor):  # a processor whose handleInitialState would never run
+    def init(self, handle: object) -> None:
+        self.v = handle.getValueState("v", "n long")  # type: ignore[attr-defined]
+
+    def handleInputRows(self, key, rows, timerValues):  # noqa: ANN001, ANN201, N802, N803
+        yield from ()
+
+    def handleInitialState(self, key, initialState, timerValues) -> None:  # noqa: ANN001, N802, N803
+        self.v.update((1,))
+
+
+def test_processor_args_or_a_factory_build_the_processor() -> None:
+    spec = SssSpec("examples.sss.topk:TopK", "user", CART.input_schema, "user string, rank long, qty long",
+                   time_mode="None", processor_args={"k": 2})  # fmt: skip
+    spec.validate()
+    m = ProcessorModel(spec)
+    out = m.run_batch(0, [_row("a", "x", 5), _row("a", "y", 7), _row("a", "z", 1)])
+    assert [(r["rank"], r["qty"]) for r in out] == [(1, 7), (2, 5)]
+    assert SssSpec.from_json(spec.to_json()) == spec
+    SssSpec("examples.sss.topk:top3", "user", CART.input_schema, "user string", time_mode="None").validate()
+    no_args = SssSpec("examples.sss.topk:TopK", "user", CART.input_schema, "user string", time_mode="None")
+    with pytest.raises(SpecError, match=r"processor_args: examples.sss.topk:TopK cannot be built with no arguments \(it takes k\)"):
+        no_args.validate()
+    with pytest.raises(SpecError, match="processor_args: .* cannot be built with {'n': 1}"):
+        SssSpec(**{**no_args.__dict__, "processor_args": {"n": 1}}).validate()
+
+
+def test_delete_if_exists_drops_the_variable() -> None:
+    from harness.sss.model import _Handle
+
+    spec = SssSpec("examples.sss.topk:top3", "user", CART.input_schema, "user string", time_mode="None")
+    m = ProcessorModel(spec)
+    assert list(m.vars) == ["top"] and discover_state_vars(spec.new_processor()) == [StateVar("top", "list", None)]
+    handle = _Handle(m)
+    old = handle.getValueState("largest", "qty long")
+    m.backend.set_current_key(("a",))
+    old.update((9,))
+    m.run_batch(0, [_row("a", "x", 5)])
+    assert "largest" in m.state()
+    handle.deleteIfExists("largest")
+    assert "largest" not in m.state() and list(m.backend.get_keys("largest")) == []
+    handle.deleteIfExists("never-declared")
+
+
+def test_apis_statechaos_cannot_judge_are_refused_at_validate() -> None:
+    spec = SssSpec("suites.chaos.test_sss_model:WithInitialState", "user", CART.input_schema, "user string")
+    with pytest.raises(SpecError, match=r"processor: .* defines handleInitialState \(.*test_sss_model.py:\d+\): not supported"):
+        spec.validate()
+
+
+class RaisesOnBigOrders(StatefulProcessor):  # the user's assertion fails on the second file's rows
+    def init(self, handle: object) -> None:
+        self.n = handle.getValueState("n", "n long")  # type: ignore[attr-defined]
+
+    def handleInputRows(self, key, rows, timerValues):  # noqa: ANN001, ANN201, N802, N803
+        import pandas as pd
+
+        for pdf in rows:
+            assert int(pdf["qty"].max()) < 50, f"order too big for {key[0]}"
+        self.n.update((1,))
+        yield pd.DataFrame({"user": [key[0]]})
+
+
+def test_a_processor_that_raises_is_reported_as_the_users_not_as_a_bug(tmp_path: Path) -> None:
+    from harness.sss.oracles import check_run
+    from harness.sss.user_error import raised_in_spark
+
+    cp = _checkpoint(tmp_path)
+    (tmp_path / "input").mkdir()
+    (tmp_path / "input" / "part-0.csv").write_text("a,x,1\n")
+    (tmp_path / "input" / "part-1.csv").write_text("a,x,99\n")
+    path = "suites.chaos.test_sss_model:RaisesOnBigOrders"
+    spec = SssSpec(path, "user", CART.input_schema, "user string", time_mode="None")
+    spec.validate()
+    check = check_run(tmp_path, spec, 2)
+    here = str(Path(__file__).resolve())
+    [err] = check.processor_errors
+    assert err.startswith(f"in the model's fault-free run of batch 1: {here}:")
+    assert "in handleInputRows: AssertionError: order too big for a" in err and not check.ok
+    # Spark's failure (a PythonException holding the Python worker's traceback) names the same place
+    spark = (f"org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+             f'  File "/venv/pyspark/worker.py", line 12, in main\n'
+             f'  File "{here}", line 7, in handleInputRows\n    assert int(...)\n'
+             f"AssertionError: order too big for a\n\n\tat org.apache.spark.api.python.BasePythonRunner")  # fmt: skip
+    assert raised_in_spark(spark, path) == f"{here}:7 in handleInputRows: AssertionError: order too big for a"
+    assert raised_in_spark("org.apache.spark.SparkException: [CANNOT_LOAD_STATE_STORE] x", path) is None
+    # an error outside the user's file stays statechaos's own (it propagates: a bug, not a verdict)
+    (cp / "offsets" / "1").write_text("v1\n{}\n{}")
+    with pytest.raises(KeyError):
+        check_run(tmp_path, spec, 2)
+
+
+def test_state_metadata_is_counted_only_when_spark_named_the_operator(tmp_path: Path) -> None:
+    from harness.sss.oracles import check_run
+
+    _checkpoint(tmp_path)
+    (tmp_path / "input").mkdir()
+    for b in (0, 1):
+        (tmp_path / "input" / f"part-{b}.csv").write_text("a,x,1\n")
+    spec = SssSpec("examples.sss.topk:top3", "user", CART.input_schema, "user string", time_mode="None")
+    variables = [{"stateName": "top", "stateVariableType": "ListState", "ttlEnabled": False}]
+    meta = {"operatorId": 0, "minBatchId": 0, "maxBatchId": 1,
+            "operatorProperties": json.dumps({"stateVariables": variables})}  # fmt: skip
+    (tmp_path / "state").mkdir()
+    dump = {"batch": 1, "vars": {"top": [{"key": ["a"], "list_element": [1], "partition_id": 0},
+                                         {"key": ["a"], "list_element": [1], "partition_id": 0}]},
+            "timers": None, "metadata": [], "error": None}  # fmt: skip
+    (tmp_path / "state" / "final-0.json").write_text(json.dumps(dump))
+    def meta_violations(check: object) -> list[str]:
+        return [v for v in check.violations if "state-metadata" in v]  # type: ignore[attr-defined]
+
+    check = check_run(tmp_path, spec, 2)
+    assert check.states_checked == 1 and check.metadata_checked == 0 and meta_violations(check) == []
+    (tmp_path / "state" / "final-0.json").write_text(json.dumps({**dump, "metadata": [meta]}))
+    check = check_run(tmp_path, spec, 2)
+    assert check.metadata_checked == 1 and meta_violations(check) == []
+    variables.append({"stateName": "largest", "stateVariableType": "ValueState", "ttlEnabled": False})
+    meta["operatorProperties"] = json.dumps({"stateVariables": variables})
+    (tmp_path / "state" / "final-0.json").write_text(json.dumps({**dump, "metadata": [meta]}))
+    [v] = meta_violations(check_run(tmp_path, spec, 2))
+    assert v.startswith("final-0.json: state-metadata declares [('largest', 'value', False), ('top', 'list', False)]")

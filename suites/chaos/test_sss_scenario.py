@@ -107,7 +107,8 @@ def test_sss_scenarios_validate_and_list_from_the_command_line(capsys: pytest.Ca
     assert "(sss)" in out
     sc = load_scenario(GROUPSTATE)
     assert isinstance(sc, SssScenario) and sc.spec().api == "applyInPandasWithState"
-    assert sc.checks() == ["exactly_once", "restored_state", "liveness", "query_ran", "fault_schedule"]
+    assert sc.checks() == ["exactly_once", "restored_state", "state_metadata", "liveness", "query_ran",
+                           "fault_schedule"]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -151,7 +152,7 @@ def test_sss_scenario_overrides_keep_it_valid() -> None:
 def _outcome(
     verdict: str, violations: list[str] = (), refused: list[str] = (), events: Any = None
 ) -> SssOutcome:
-    check = SssCheck(list(violations), list(refused), batches_checked=4, states_checked=2)
+    check = SssCheck(list(violations), list(refused), batches_checked=4, states_checked=2, metadata_checked=2)
     events = events if events is not None else [{"type": "fault_start", "kind": "kill_executor", "batch": 2},
                                                 {"type": "fault_start", "kind": "kill_driver", "batch": 4}]  # fmt: skip
     return SssOutcome(verdict, check, events, 2, [])
@@ -164,8 +165,8 @@ def test_outcome_becomes_the_usual_verdicts() -> None:
     bad = _outcome("caught", ["batch 2 output differs from the model: ...", "start-1.json (batch 3): total[...]",
                               "liveness: committed batches read 3 of 4 input files"])  # fmt: skip
     got = {v.oracle: str(v.status) for v in verdicts_of(sc, bad)}
-    assert got == {"exactly_once": "fails", "restored_state": "fails", "liveness": "fails", "query_ran": "holds",
-                   "fault_schedule": "holds"}  # fmt: skip
+    assert got == {"exactly_once": "fails", "restored_state": "fails", "state_metadata": "holds", "liveness": "fails",
+                   "query_ran": "holds", "fault_schedule": "holds"}  # fmt: skip
     skipped = _outcome(
         "pass", events=[{"type": "fault_skipped", "kind": "kill_executor", "batch": 2, "why": "x"}]
     )
@@ -234,3 +235,65 @@ def test_sss_run_goes_through_the_runner_summary_and_allure(tmp_path: Path, monk
     write_allure_results([outcome], tmp_path / "allure")
     result = json.loads(next((tmp_path / "allure").glob("*-result.json")).read_text())
     assert result["status"] == "passed" and result["name"] == "cart-sss-local"
+
+
+def test_processor_args_and_time_mode_from_a_scenario_and_the_command_line(
+    tmp_path: Path, capsys: Any, monkeypatch: Any
+) -> None:
+    """A constructor that needs arguments: exit 2 with a message naming the field, no TypeError;
+    ``processor_args`` (scenario) or ``--processor-arg`` (command line) build it."""
+    text = LOCAL.read_text().replace("examples.sss.cart:CartTotals", "examples.sss.topk:TopK")
+    text = text.replace("time_mode: ProcessingTime", "time_mode: None")
+    (tmp_path / "topk.yaml").write_text(text)
+    with pytest.raises(ScenarioError, match=r":8: query.processor_args: examples.sss.topk:TopK cannot be built with no"):
+        load_scenario(tmp_path / "topk.yaml")
+    assert main(["validate", str(tmp_path / "topk.yaml")]) == 2
+    (tmp_path / "topk.yaml").write_text(text.replace("  time_mode: None", "  time_mode: None\n  processor_args: {k: 2}"))
+    sc = load_scenario(tmp_path / "topk.yaml")
+    assert sc.spec().processor_args == {"k": 2} and sc.spec().time_mode == "None"
+
+    import chaos.sss.run as run_mod
+
+    seen: list[Any] = []
+    monkeypatch.setattr(run_mod, "run_sss", lambda run: seen.append(run) or _outcome("pass"))
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.csv").write_text("u1,i1,2\n")
+    args = ["sss", "examples.sss.topk:TopK", "--key", "user", "--input-schema", "user string, item string, qty long",
+            "--output-schema", "user string, rank long, qty long", "--input", str(tmp_path / "in"),
+            "--workdir", str(tmp_path / "w")]  # fmt: skip
+    assert main([*args, "--time-mode", "None"]) == 2
+    assert "processor_args: examples.sss.topk:TopK cannot be built with no arguments (it takes k)" in capsys.readouterr().out
+    assert main([*args, "--time-mode", "None", "--processor-arg", "k=3"]) == 0
+    assert seen[0].spec.processor_args == {"k": 3} and seen[0].spec.time_mode == "None"
+
+
+def test_processor_raised_is_its_own_finding() -> None:
+    sc = load_scenario(LOCAL)
+    out = _outcome("processor_raised")
+    out.processor_errors = ["in Spark: /u/mine.py:7 in handleInputRows: AssertionError: x (Spark: ...)"]
+    ran = {v.oracle: v for v in verdicts_of(sc, out)}["query_ran"]
+    assert not ran.passed and ran.summary.startswith("your processor raised in Spark: /u/mine.py:7")
+    assert "your processor raised in Spark" in out.summary()
+
+
+def test_state_metadata_is_its_own_check_and_never_vacuous() -> None:
+    sc = load_scenario(LOCAL)
+    differs = _outcome("caught", ["final-1.json: state-metadata declares [('n', 'value', False)], the processor []"])
+    got = {v.oracle: str(v.status) for v in verdicts_of(sc, differs)}
+    assert got["state_metadata"] == "fails" and got["restored_state"] == "holds"
+    never = _outcome("pass")
+    never.check.metadata_checked = 0
+    metadata = {v.oracle: v for v in verdicts_of(sc, never)}["state_metadata"]
+    assert str(metadata.status) == "unknown" and "named no operator" in metadata.summary
+
+
+def test_kill_python_worker_takes_a_process(tmp_path: Path) -> None:
+    text = LOCAL.read_text().replace("{kind: kill_executor, after_batches: 2}",
+                                     "{kind: kill_python_worker, after_batches: 2, process: daemon}")  # fmt: skip
+    (tmp_path / "py.yaml").write_text(text)
+    sc = load_scenario(tmp_path / "py.yaml")
+    assert [(f.kind, f.process) for f in sc.faults][0] == ("kill_python_worker", "daemon")
+    (tmp_path / "bad.yaml").write_text(LOCAL.read_text().replace(
+        "{kind: kill_driver, after_batches: 4}", "{kind: kill_driver, after_batches: 4, process: daemon}"))  # fmt: skip
+    with pytest.raises(ScenarioError, match=r"bad.yaml:19: faults\[1\].process: only kill_python_worker takes process"):
+        load_scenario(tmp_path / "bad.yaml")

@@ -111,3 +111,65 @@ def test_groupstate_in_a_python_global_is_caught(run_scenario: Any) -> None:
     )
     failed = {v["oracle"] for v in outcome.failed_checks}
     assert "exactly_once" in failed, outcome.verdicts
+
+
+def test_typed_state_python_worker_kills_and_an_idle_restart_pass(tmp_path: Path) -> None:
+    """Issue #33 on Spark: a ListState of timestamps (and dates, decimals, binary, arrays) is no false
+    alarm; a Python worker and then its pyspark.daemon are killed inside batches 1 and 2 (the task is
+    retried on the same executor); a driver kill after every input committed (time mode None, so no
+    batch runs without input) is an idle restart, not a stall; state-metadata is really compared."""
+    from examples.sss.typed_state import SPEC, make_inputs
+
+    faults = [SssFault("kill_python_worker", 1), SssFault("kill_python_worker", 2, process="daemon"),
+              SssFault("kill_driver", 4)]  # fmt: skip
+    out = run_sss(SssRun(SssSpec(**SPEC), make_inputs(4), tmp_path, faults, tail_ms=3_000))
+    assert out.verdict == "pass", out.summary()
+    struck = [(e["kind"], e["batch"], e.get("process")) for e in out.events if e["type"] == "fault_start"]
+    assert struck == [("kill_python_worker", 1, "worker"), ("kill_python_worker", 2, "daemon"),
+                      ("kill_driver", 4, None)]  # fmt: skip
+    assert out.check.metadata_checked >= 2 and out.check.states_checked >= 2
+    assert "Python worker exited unexpectedly" in (tmp_path / "driver.log").read_text()  # a task retry
+    restart = next(e for e in out.events if e["type"] == "job_restart")
+    assert restart["checkpoint_id"] == "commits/3"
+
+
+RAISER = """
+import pandas as pd
+from pyspark.sql.streaming import StatefulProcessor
+
+
+class Raiser(StatefulProcessor):
+    def init(self, handle):
+        self.n = handle.getValueState("n", "n long")
+
+    def handleInputRows(self, key, rows, timerValues):
+        n = (self.n.get()[0] if self.n.exists() else 0) + sum(len(p) for p in rows)
+        assert n < 2, f"too many rows for {key[0]}"
+        self.n.update((n,))
+        yield pd.DataFrame({"user": [key[0]], "n": [n]})
+"""
+
+
+def test_a_processor_that_raises_is_reported_as_yours(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "raiser_mod.py").write_text(RAISER)
+    monkeypatch.syspath_prepend(str(tmp_path))  # the driver's PYTHONPATH takes this process's path
+    spec = SssSpec("raiser_mod:Raiser", "user", "user string, qty long", "user string, n long", time_mode="None")
+    out = run_sss(SssRun(spec, [[{"user": "a", "qty": 1}]] * 2, tmp_path / "run", []))
+    assert out.verdict == "processor_raised", out.summary()
+    mine = str((tmp_path / "raiser_mod.py").resolve())
+    assert any(e.startswith(f"in Spark: {mine}:12 in handleInputRows: AssertionError: too many rows for a")
+               for e in out.processor_errors), out.summary()  # fmt: skip
+
+
+def test_own_sink_idempotent_passes_and_plain_append_is_caught(tmp_path: Path) -> None:
+    """The user's foreachBatch through a driver kill after its write of batch 2 and before Spark's
+    commit: the idempotent sink passes, the plain append is caught with batch 2's rows twice."""
+    from chaos.scenario import load_scenario
+    from chaos.sss.execute import execute_sss
+
+    root = Path(__file__).resolve().parents[2] / "examples" / "sss"
+    good, stats = execute_sss(load_scenario(root / "sink-by-batch-local.yaml"), tmp_path / "good")
+    assert stats["verdict"] == "pass" and all(v["passed"] for v in good), good
+    bad, stats = execute_sss(load_scenario(root / "sink-append-local.yaml"), tmp_path / "bad")
+    assert stats["verdict"] == "caught" and all(v["passed"] for v in bad), bad
+    assert "rows too many (of them written again" in json.dumps(bad)

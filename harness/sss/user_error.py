@@ -1,0 +1,66 @@
+"""Telling the user's processor raising apart from a statechaos bug: an exception whose traceback
+passes through the user's module (the file that defines the processor or function) is the user's,
+reported as "your processor raised" with that file and line; anything else is statechaos's own.
+
+Two places see it: the model's fault-free run of the processor (a Python traceback here) and Spark's
+failed query (a ``PythonException`` whose text holds the worker's Python traceback)."""
+
+from __future__ import annotations
+
+import inspect
+import re
+import sys
+import traceback
+from pathlib import Path
+
+__all__ = ["user_file", "raised_here", "raised_in_spark"]
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+_EXC = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)|AssertionError)(?::\s?(.*))?$")
+
+
+def user_file(path: str) -> str | None:
+    """The source file of the module ``path`` (``module:name``) names, resolved; None if unknown."""
+    module = sys.modules.get(path.partition(":")[0])
+    try:
+        found = inspect.getsourcefile(module) if module is not None else None
+    except TypeError:
+        return None
+    return str(Path(found).resolve()) if found else None
+
+
+def raised_here(e: BaseException, path: str) -> str | None:
+    """``"FILE:LINE in FUNC: Type: message"`` when ``e``'s traceback passes through the user's module
+    (the deepest such frame), else None (not the user's: statechaos's own or the environment's)."""
+    mine = user_file(path)
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if mine and _same(f.filename, mine)]
+    if not frames:
+        return None
+    f = frames[-1]
+    return f"{f.filename}:{f.lineno} in {f.name}: {type(e).__name__}: {e}".rstrip(": ")
+
+
+def raised_in_spark(text: str, path: str) -> str | None:
+    """The same from the text of Spark's failure: the deepest frame of the user's file in the Python
+    worker's traceback, and the exception line that ends that traceback; None if it holds none."""
+    mine = user_file(path)
+    if not mine:
+        return None
+    lines = text.splitlines()
+    hit = None
+    for i, ln in enumerate(lines):
+        m = _FRAME.search(ln)
+        if m and _same(m.group(1), mine):
+            hit = (i, m)
+    if hit is None:
+        return None
+    i, m = hit
+    exc = next((ln.strip() for ln in lines[i + 1 :] if _EXC.match(ln.strip())), "")
+    return f"{m.group(1)}:{m.group(2)} in {m.group(3)}: {exc}".rstrip(": ")
+
+
+def _same(a: str, b: str) -> bool:
+    try:
+        return Path(a).resolve() == Path(b)
+    except OSError:
+        return False

@@ -1,0 +1,172 @@
+"""The Structured Streaming run loop (:func:`chaos.sss.run.run_sss`) without Spark: a stand-in driver
+process plays the query (it writes the offset, source and commit logs and the sink's output for each
+input file, with the model's rows), so what the loop decides (an idle restart, a stall, the history
+as it goes) is checked in a second."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import chaos.sss.run as run_mod
+from chaos.sss.run import SssFault, SssRun, run_sss
+from harness.sss.model import ProcessorModel
+from harness.sss.oracles import batch_inputs
+from harness.sss.spec import SssSpec
+from harness.sss.values import canon_row
+
+SPEC = SssSpec("examples.sss.topk:top3", "user", "user string, item string, qty long",
+               "user string, rank long, qty long", time_mode="None")  # fmt: skip
+INPUTS = [[{"user": "a", "item": "x", "qty": q}, {"user": "b", "item": "y", "qty": q + 1}] for q in (1, 5, 3)]
+
+
+class _Proc:
+    def __init__(self) -> None:
+        self.returncode: int | None = None
+        self.pid = 0
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        return self.returncode
+
+
+def fake_driver(
+    commit_at_most: int = 99, seen_history: list[str] | None = None, on_batch: Any = None
+) -> Any:
+    """A DriverProcess stand-in: one batch per input file (the model computes its output), up to
+    ``commit_at_most`` batches in the whole run; it records the history file's text at each batch."""
+    model: list[ProcessorModel] = []
+
+    class FakeDriver:
+        def __init__(self, w: Path) -> None:
+            self.w, self.proc, self.alive = w, _Proc(), True
+            starts = w / "starts"
+            starts.mkdir(exist_ok=True)
+            self.n = sum(1 for p in starts.iterdir() if p.name.isdigit())
+            (starts / str(self.n)).write_text("0")
+            threading.Thread(target=self._loop, daemon=True).start()
+
+        def _loop(self) -> None:
+            cp = self.w / "checkpoint"
+            for d in ("offsets", "commits", "sources/0"):
+                (cp / d).mkdir(parents=True, exist_ok=True)
+            (self.w / "output").mkdir(exist_ok=True)
+            (self.w / "starts" / f"{self.n}.ready").write_text("q")
+            while self.alive:
+                if (self.w / "stop").exists():
+                    self.proc.returncode = 0
+                    return
+                done = len(list((cp / "commits").iterdir()))
+                files = sorted(p.name for p in (self.w / "input").glob("part-*.csv"))
+                if done < len(files) and done < commit_at_most:
+                    b = done
+                    (cp / "sources" / "0" / str(b)).write_text(
+                        f'v1\n{{"path":"file:///x/{files[b]}","timestamp":1,"batchId":{b}}}')  # fmt: skip
+                    (cp / "offsets" / str(b)).write_text(
+                        f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":{1000 * (b + 1)},"conf":{{}}}}\n{{"logOffset":{b}}}')  # fmt: skip
+                    if not model:
+                        model.append(ProcessorModel(SPEC))
+                    _, ts, rows = batch_inputs(self.w, SPEC)[b]
+                    out = [canon_row(r) for r in model[0].run_batch(ts, rows)]
+                    (self.w / "output" / f"batch-{b}.json").write_text(json.dumps(out))
+                    if on_batch is not None:
+                        on_batch(self.w, b)
+                    if seen_history is not None:
+                        seen_history.append((self.w / "history.jsonl").read_text())
+                    (cp / "commits" / str(b)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+                time.sleep(0.02)
+
+        def executor_pids(self) -> list[int]:
+            return []
+
+        def kill(self) -> None:
+            self.alive = False
+            self.proc.returncode = -9
+
+        def stop(self, w: Path, timeout_s: float) -> int | None:
+            (w / "stop").write_text("")
+            deadline = time.monotonic() + timeout_s
+            while self.proc.returncode is None and time.monotonic() < deadline:
+                time.sleep(0.02)
+            self.alive = False
+            (w / "stop").unlink(missing_ok=True)
+            return self.proc.returncode
+
+    return FakeDriver
+
+
+def test_a_driver_kill_on_an_idle_query_is_not_stuck(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No timers (time mode None) and a tail: Spark runs no batch without input, so there is nothing
+    to wait for; a kill_driver due after the last batch strikes on the idle query, and the run ends
+    as soon as the restarted driver runs its query (the restart line names the last commit)."""
+    seen: list[str] = []
+    monkeypatch.setattr(run_mod, "DriverProcess", fake_driver(seen_history=seen))
+    out = run_sss(SssRun(SPEC, INPUTS, tmp_path, [SssFault("kill_driver", 3)], tail_ms=3_000, stall_s=30))
+    assert out.verdict == "pass", out.summary()
+    kill = next(e for e in out.events if e["type"] == "fault_start")
+    assert kill["kind"] == "kill_driver" and out.starts == 2
+    restart = next(e for e in out.events if e["type"] == "job_restart")
+    assert restart["checkpoint_id"] == "commits/2"
+    # the history is on disk as the run goes: batch 1 saw batch 0's events
+    assert '"batch_committed"' in seen[1] and '"driver_start"' in seen[0]
+
+
+def test_no_progress_with_input_pending_is_stuck_naming_what_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(run_mod, "DriverProcess", fake_driver(commit_at_most=1))
+    out = run_sss(SssRun(SPEC, INPUTS, tmp_path, [], stall_s=1.0))
+    assert out.verdict == "stuck", out.summary()
+    assert out.stuck_reason == ("no micro-batch was planned or committed for 1 s while 2 of 3 input files "
+                                "were not committed (1 batches committed)")  # fmt: skip
+
+
+def _call_in_child(armed: str) -> int:
+    """One processor call in a forked child (as a Python worker is forked by pyspark.daemon); its
+    exit code (-9: the armed kill fired on it)."""
+    import multiprocessing
+
+    from harness.sss.python_faults import _maybe_fire
+
+    p = multiprocessing.get_context("fork").Process(target=_maybe_fire, args=(armed,))
+    p.start()
+    p.join()
+    return int(p.exitcode or 0)
+
+
+def test_an_armed_python_worker_kill_fires_once_on_the_next_call(tmp_path: Path) -> None:
+    from harness.sss.python_faults import ARMED, arm, fired
+
+    armed = str(tmp_path / ARMED)
+    assert _call_in_child(armed) == 0 and fired(tmp_path) == []  # nothing armed: the call runs
+    arm(tmp_path, "worker")
+    assert _call_in_child(armed) == -9  # the first call kills its own worker ...
+    [kill] = fired(tmp_path)
+    assert kill["process"] == "worker" and kill["pid"] > 0
+    assert _call_in_child(armed) == 0 and fired(tmp_path) == []  # ... the retried task runs normally
+    arm(tmp_path, "daemon")  # this child was not forked by a pyspark.daemon: said, not guessed
+    assert _call_in_child(armed) == 0
+    assert fired(tmp_path) == [{"why": "the Python worker was not forked by a pyspark.daemon"}]
+
+
+def test_kill_python_worker_strikes_the_batch_after_its_trigger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Armed once 2 batches committed, before batch 2 gets its input: batch 2's first processor
+    call kills its worker (the stand-in driver makes each batch's call in a forked child)."""
+    from harness.sss.python_faults import ARMED
+
+    calls: list[int] = []
+    # each batch's processor call, before the stand-in commits it
+    seen = fake_driver(on_batch=lambda w, b: calls.append(_call_in_child(str(w / ARMED))))
+    monkeypatch.setattr(run_mod, "DriverProcess", seen)
+    out = run_sss(SssRun(SPEC, INPUTS, tmp_path, [SssFault("kill_python_worker", 2)], stall_s=30))
+    assert out.verdict == "pass", out.summary()
+    assert calls == [0, 0, -9]
+    [kill] = [e for e in out.events if e["type"] == "fault_start"]
+    assert kill["kind"] == "kill_python_worker" and kill["batch"] == 2 and kill["target"].startswith("python worker pid")
