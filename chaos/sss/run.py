@@ -39,6 +39,7 @@ from harness.sss.checkpoint_log import committed_batches, read_offsets, source_f
 from harness.sss.driver import EXIT_NO_SPARK
 from harness.sss.errors import spark_error_gist
 from harness.sss.oracles import SssCheck, check_run
+from harness.sss.query import QuerySpec
 from harness.sss.spec import DEFAULT_MASTER, SssSpec
 
 __all__ = ["SssFault", "SssRun", "SssOutcome", "run_sss"]
@@ -66,8 +67,9 @@ class SssFault:
 
 @dataclass
 class SssRun:
-    spec: SssSpec
-    inputs: list[list[dict[str, Any]]]  # one CSV file per element, appended in order
+    spec: SssSpec | QuerySpec  # a processor/function against the model, or a user's query against the replay
+    # one CSV file per element, appended in order; for a QuerySpec each element maps input name -> rows
+    inputs: list[list[dict[str, Any]]] | list[dict[str, list[dict[str, Any]]]]
     workdir: Path
     faults: list[SssFault] = field(default_factory=list)
     master: str = DEFAULT_MASTER  # or "docker", or a spark:// URL
@@ -94,6 +96,9 @@ class SssOutcome:
                  f"batches and {self.check.states_checked} restored states checked)"]  # fmt: skip
         lines += [f"  refused: {r}" for r in self.check.refused + self.failures]
         lines += [f"  violation: {v}" for v in self.check.violations]
+        lines += [f"  unknown: {u}" for u in getattr(self.check, "unknown", [])]
+        if getattr(self.check, "replay_note", ""):
+            lines.append(f"  replay: {self.check.replay_note}")
         return "\n".join(lines)
 
 
@@ -101,6 +106,24 @@ def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> No
     tmp = path.parent / f".{path.name}.tmp"
     tmp.write_text("".join(",".join(str(r[c]) for c in columns) + "\n" for r in rows))
     tmp.rename(path)
+
+
+def _write_input(w: Path, spec: SssSpec | QuerySpec, n: int, step: Any) -> None:
+    """Input step ``n``: one CSV file (a user's query: one per input, in ``input/<name>/``)."""
+    if isinstance(spec, SssSpec):
+        _write_csv(w / "input" / f"part-{n:05d}.csv", step, spec.input_columns())
+        return
+    for name in spec.inputs:
+        (w / "input" / name).mkdir(parents=True, exist_ok=True)
+        rows = step.get(name, []) if spec.several else step
+        _write_csv(w / "input" / name / f"part-{n:05d}.csv", rows, spec.columns(name))
+
+
+def _consumed(checkpoint: Path, spec: SssSpec | QuerySpec) -> int:
+    """How many input steps every source has planned into a batch."""
+    if isinstance(spec, SssSpec):
+        return sum(len(v) for v in source_files(checkpoint).values())
+    return min(sum(len(v) for v in source_files(checkpoint, s).values()) for s in range(len(spec.inputs)))
 
 
 def run_sss(run: SssRun) -> SssOutcome:
@@ -136,7 +159,8 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
         # Python: a name both resolve on their PATH (the image's venv leads the containers' PATH, this
         # interpreter's folder the driver's), not the image's absolute path
         kwargs["executor_python"] = "python3"
-    (w / "run.json").write_text(json.dumps({"spec": json.loads(run.spec.to_json()), "master": master,
+    what = "query" if isinstance(run.spec, QuerySpec) else "spec"
+    (w / "run.json").write_text(json.dumps({what: json.loads(run.spec.to_json()), "master": master,
                                             "cluster_kwargs": kwargs, "trigger_ms": run.trigger_ms,
                                             "state_every_batch": run.differential}))  # fmt: skip
     t0 = time.monotonic()
@@ -144,7 +168,6 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
     events: list[dict[str, Any]] = []
     failures: list[str] = []
     rng = random.Random(run.seed)
-    columns = run.spec.input_columns()
     checkpoint = w / "checkpoint"
     driver: DriverProcess | None = None
     scope = RunScope(f"sss-{w.name}", pids=lambda: driver.executor_pids() if driver else [], paths=[checkpoint],
@@ -171,7 +194,7 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
             if (w / "starts").exists()
             else 0
         )
-        d = DriverProcess(w)
+        d = DriverProcess(w, "harness.sss.query_driver" if isinstance(run.spec, QuerySpec) else "harness.sss.driver")
         emit("driver_start", start=n, next_batch=_next_batch(checkpoint))
         if n:
             emit(
@@ -200,23 +223,26 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
     written = 0
     stuck = False
     seen: tuple[int, int] = (-1, -1)  # the newest planned and committed batch already in the history
+    last_change = time.monotonic()  # when ``seen`` last moved
     try:
         driver = start()
         while driver is not None:
             done = committed_batches(checkpoint)
-            seen = _progress(checkpoint, seen, emit)
+            before, seen = seen, _progress(checkpoint, seen, emit)
+            if seen != before:
+                last_change = time.monotonic()
             if driver.proc.poll() is not None:
                 failures.append(_failure(w, f"driver exited {driver.proc.returncode} during the run"))
                 emit("driver_failed", returncode=driver.proc.returncode, next_batch=_next_batch(checkpoint))
                 driver.kill()
                 driver = None
                 break
-            consumed = sum(len(v) for v in source_files(checkpoint).values())
+            consumed = _consumed(checkpoint, run.spec)
             # a due fault strikes before the next batch gets input, so batch ``after_batches`` runs
             # under it however fast the machine finished the ones before (``seen[0]``: newest planned)
             held = bool(pending) and seen[0] + 1 >= pending[0].after_batches
             if not held and written < len(run.inputs) and consumed >= written:
-                _write_csv(w / "input" / f"part-{written:05d}.csv", run.inputs[written], columns)
+                _write_input(w, run.spec, written, run.inputs[written])
                 written += 1
             if pending and len(done) >= pending[0].after_batches and _can_strike(pending[0], checkpoint):
                 fault = pending.pop(0)
@@ -240,6 +266,7 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
                 and not heals
                 and written == len(run.inputs)
                 and _finished(checkpoint, written, run.tail_ms)
+                and (isinstance(run.spec, SssSpec) or _idle(seen, last_change, run.trigger_ms))
             ):
                 break
             if time.monotonic() - t0 > run.time_limit_s:
@@ -258,13 +285,20 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
         if driver is not None and driver.proc.poll() is None:
             driver.kill()
         history.close()
-    check = check_run(w, run.spec, written)
+    if isinstance(run.spec, QuerySpec):
+        from harness.sss.replay_oracle import check_replay
+
+        check: SssCheck = check_replay(w, run.spec, written)
+    else:
+        check = check_run(w, run.spec, written)
     if failures or check.refused:
         verdict = "refused"
     elif check.violations:
         verdict = "caught"
     elif stuck:
         verdict = "stuck"
+    elif getattr(check, "unknown", None):
+        verdict = "unknown"
     else:
         verdict = "pass"
     starts = sum(1 for p in (w / "starts").glob("[0-9]*") if p.name.isdigit())
@@ -289,8 +323,15 @@ def _finished(checkpoint: Path, files: int, tail_ms: int) -> bool:
     """All ``files`` read by committed batches, and a committed batch ``tail_ms`` after that one."""
     done = set(committed_batches(checkpoint))
     offsets = [b for b in read_offsets(checkpoint) if b.batch in done]
-    read_at = next((b for b in offsets if b.source_offset >= files - 1), None)
+    read_at = next((b for b in offsets if min(b.source_offsets or (b.source_offset,)) >= files - 1), None)
     return read_at is not None and offsets[-1].timestamp_ms >= read_at.timestamp_ms + tail_ms
+
+
+def _idle(seen: tuple[int, int], last_change: float, trigger_ms: int) -> bool:
+    """A user's query is done once every planned batch committed and three triggers passed with no
+    new batch: an event-time query runs no-data batches while its watermark still moves (windows
+    close, state is evicted), and those belong to the run."""
+    return seen[0] == seen[1] and time.monotonic() - last_change > 3 * trigger_ms / 1000
 
 
 def _can_strike(fault: SssFault, checkpoint: Path) -> bool:
