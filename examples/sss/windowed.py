@@ -26,7 +26,7 @@ def build(spark: Any, events: Any) -> Any:
 
 
 @F.udf(LongType())
-def _running_count(user: str) -> int:
+def _running_count(user):  # noqa: ANN001, ANN202 - type hints would make pyspark guess a pandas UDF
     import sys
 
     seen = sys.__dict__.setdefault("_windowed_seen", {})  # one Python worker's memory, not Spark's state
@@ -50,3 +50,19 @@ def make_inputs(files: int = 6, users: int = 3) -> list[list[dict[str, Any]]]:
         out.append([{"user": f"u{u}", "ts": f"2026-01-01 00:00:{(4 * i + u) % 60:02d}"[:19], "n": i + u}
                     for u in range(users)])  # fmt: skip
     return out
+
+
+def build_random(spark: Any, events: Any) -> Any:
+    """Deliberately non-deterministic: each window's clicks get a random score. Never a finding: the
+    replay runs twice, the two differ, and the verdict is ``unknown``, naming the column."""
+    return (
+        events.withWatermark("ts", "5 seconds")
+        .withColumn("score", F.rand())
+        .groupBy(F.window("ts", "10 seconds"), "user")
+        .agg(F.count("*").alias("clicks"), F.sum("score").alias("score"))
+    )
+
+
+def build_unbounded(spark: Any, events: Any) -> Any:
+    """Not a query Spark runs in append mode: an aggregation with no watermark (``validate`` refuses it)."""
+    return events.groupBy("user").count()
