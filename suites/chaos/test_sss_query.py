@@ -46,12 +46,18 @@ def test_several_inputs_reach_the_builder_by_name() -> None:
     ("change", "line", "field"),
     [
         (("output_mode: append", "output_mode: Update"), 6, "query.output_mode"),
-        (("  builder: examples.sss.windowed:build\n", "  builder: examples.sss.windowed:nope\n"), 4, "query.builder"),
+        (
+            ("  builder: examples.sss.windowed:build\n", "  builder: examples.sss.windowed:nope\n"),
+            4,
+            "query.builder",
+        ),
         (("  output_mode: append\n", "  output_mode: append\n  key: user\n"), 7, "query.key"),
         (("  input_schema: user string, ts timestamp, n long\n", ""), None, "query.input_schema"),
     ],
 )
-def test_bad_builder_query_names_file_line_and_field(change: tuple[str, str], line: int | None, field: str) -> None:
+def test_bad_builder_query_names_file_line_and_field(
+    change: tuple[str, str], line: int | None, field: str
+) -> None:
     with pytest.raises(ScenarioError) as e:
         parse_scenario(WINDOWED.replace(*change), "w.yaml", ROOT)
     text = str(e.value)
@@ -68,8 +74,14 @@ def test_output_diff_is_a_multiset_comparison_with_both_sides() -> None:
 
 
 def test_two_replays_that_differ_name_the_batch_and_the_column() -> None:
-    a = {"outputs": {"3": [{"user": "u", "score": 0.1}]}, "state": {"3": {"op0/default": [{"key": 1, "v": 2}]}}}
-    b = {"outputs": {"3": [{"user": "u", "score": 0.7}]}, "state": {"3": {"op0/default": [{"key": 1, "v": 2}]}}}
+    a = {
+        "outputs": {"3": [{"user": "u", "score": 0.1}]},
+        "state": {"3": {"op0/default": [{"key": 1, "v": 2}]}},
+    }
+    b = {
+        "outputs": {"3": [{"user": "u", "score": 0.7}]},
+        "state": {"3": {"op0/default": [{"key": 1, "v": 2}]}},
+    }
     assert replay_differences(a, a) == []
     assert replay_differences(a, b) == ["batch 3 output, column score"]
 
@@ -113,8 +125,12 @@ def _outcome(check: ReplayCheck) -> SssOutcome:
 
 def test_non_determinism_is_unknown_never_a_failure() -> None:
     sc = SssScenario.model_validate(
-        {"name": "w", "engine": "sss", "query": {"builder": "examples.sss.windowed:build",
-         "input_schema": "user string"}, "input": {"folder": "x"}}  # fmt: skip
+        {
+            "name": "w",
+            "engine": "sss",
+            "query": {"builder": "examples.sss.windowed:build", "input_schema": "user string"},
+            "input": {"folder": "x"},
+        }  # fmt: skip
     )
     check = ReplayCheck(unknown=["non-deterministic: ... differ at batch 2 output, column score"])
     verdicts = {v.oracle: status_of(v.to_dict()) for v in verdicts_of(sc, _outcome(check))}
@@ -122,3 +138,18 @@ def test_non_determinism_is_unknown_never_a_failure() -> None:
     check = ReplayCheck(batches_checked=3, states_checked=2, replay_note="cached (abc…)")
     out = {v.oracle: v for v in verdicts_of(sc, _outcome(check))}
     assert status_of(out["exactly_once"].to_dict()) == "holds" and "cached" in out["exactly_once"].summary
+
+
+def test_sss_command_takes_a_builder_and_refuses_a_processor_output_mode(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from chaos.cli import main
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.csv").write_text("u0,2026-01-01 00:00:00,1\n")
+    args = ["sss", "--builder", "examples.sss.windowed:build", "--input-schema", "user string, ts timestamp, n long",
+            "--input", str(tmp_path / "in")]  # fmt: skip
+    assert main([*args, "--output-mode", "Update"]) == 2
+    assert "append, update or complete" in capsys.readouterr().out
+    assert main([*args, "examples.sss.cart:CartTotals"]) == 2
+    assert "not both" in capsys.readouterr().out
