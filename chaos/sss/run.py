@@ -83,7 +83,8 @@ class SssRun:
 @dataclass
 class SssOutcome:
     """``verdict``: ``pass`` (oracles content), ``refused`` (Spark failed the query or would not read
-    its state), ``caught`` (an oracle found wrong output or state), ``stuck`` (no progress)."""
+    its state), ``caught`` (an oracle found wrong output or state), ``stuck`` (no progress),
+    ``unknown`` (a user's query whose fault-free replays disagree: non-determinism, never a finding)."""
 
     verdict: str
     check: SssCheck

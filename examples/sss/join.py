@@ -3,15 +3,15 @@ same user in the 5 s before it (event time). Spark keeps both sides' rows in joi
 data source reads them with ``joinSide: left`` / ``right``) and evicts them as the watermarks pass.
 
 ``build`` takes ``{"clicks": df, "views": df}``; ``make_inputs`` gives per micro-batch one file of
-each. ``build_leaky`` is its broken twin: it drops a view a Python worker believes it has already
-joined, from a set kept in the worker's memory instead of the state store."""
+each. ``build_leaky`` is its broken twin: it numbers each user's clicks with a counter kept in the
+Python worker's memory instead of the state store."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from pyspark.sql import functions as F
-from pyspark.sql.types import BooleanType
+from pyspark.sql.types import LongType
 
 INPUTS = {"clicks": "user string, cts timestamp, page string", "views": "vuser string, vts timestamp, ad string"}
 
@@ -27,19 +27,18 @@ def build(spark: Any, inputs: dict[str, Any]) -> Any:
     return _join(inputs["clicks"], inputs["views"])
 
 
-@F.udf(BooleanType())
-def _first_time(user, ad):  # noqa: ANN001, ANN202 - type hints would make pyspark guess a pandas UDF
+@F.udf(LongType())
+def _nth_click(user):  # noqa: ANN001, ANN202 - type hints would make pyspark guess a pandas UDF
     import sys
 
-    seen = sys.__dict__.setdefault("_join_seen", set())  # one Python worker's memory, not Spark's state
-    new = (user, ad) not in seen
-    seen.add((user, ad))
-    return new
+    seen = sys.__dict__.setdefault("_join_seen", {})  # one Python worker's memory, not Spark's state
+    seen[user] = seen.get(user, 0) + 1
+    return seen[user]
 
 
 def build_leaky(spark: Any, inputs: dict[str, Any]) -> Any:
-    """The broken twin: views deduplicated by a set in the Python worker, not by Spark's state."""
-    return _join(inputs["clicks"], inputs["views"].filter(_first_time("vuser", "ad")))
+    """The broken twin: each click numbered per user by a counter in the Python worker, not in state."""
+    return _join(inputs["clicks"].withColumn("nth", _nth_click("user")), inputs["views"])
 
 
 def make_inputs(files: int = 6, users: int = 2) -> list[dict[str, list[dict[str, Any]]]]:

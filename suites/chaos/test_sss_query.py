@@ -153,3 +153,12 @@ def test_sss_command_takes_a_builder_and_refuses_a_processor_output_mode(
     assert "append, update or complete" in capsys.readouterr().out
     assert main([*args, "examples.sss.cart:CartTotals"]) == 2
     assert "not both" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["windowed", "windowed-leaky", "join", "join-leaky", "sessions", "dedup"])
+def test_every_bring_your_query_example_parses_with_its_input(name: str) -> None:
+    path = ROOT / "examples" / "sss" / f"{name}-local.yaml"
+    sc = parse_scenario(path.read_text(), str(path), path.parent)
+    from chaos.sss.scenario import load_inputs
+
+    assert isinstance(sc.spec(), QuerySpec) and len(load_inputs(sc)) >= 5

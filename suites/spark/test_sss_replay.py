@@ -82,3 +82,11 @@ def test_validate_refuses_a_plan_spark_would_not_run(tmp_path: Path, capsys: Any
     assert main(["validate", str(bad)]) == 2
     out = capsys.readouterr().out
     assert "bad.yaml:9: query.output_mode" in out and "STREAMING_OUTPUT_MODE" in out, out
+
+
+def test_stream_stream_join_passes_kills_with_both_sides_state_compared(run_scenario: Any) -> None:
+    outcome = run_scenario(SSS / "join-local.yaml")
+    assert outcome.passed, [(v["oracle"], v["summary"], v["details"][:3]) for v in outcome.failed_checks]
+    state = json.loads((Path(outcome.run_dir) / "replay" / "result.json").read_text())["chaos_state"]
+    final = state[max(state, key=int)]
+    assert final.get("op0/left") and final.get("op0/right"), sorted(final)
