@@ -83,15 +83,15 @@ def verdicts_of(sc: SssScenario, out: SssOutcome) -> list[Verdict]:
             "{n} differences between Spark's restored state and the " + ref,
         ),
     )
+    if not out.check.batches_checked and not output:
+        output_verdict = Verdict.unknown("exactly_once", "no batch wrote output to compare")
+    if not out.check.states_checked and not state:
+        state_verdict = Verdict.unknown("restored_state", "Spark's state was never read")
     unknown = getattr(out.check, "unknown", [])
     if unknown and not output and not state:  # the replay could not decide: never a finding
         reason = "; ".join(unknown[:3])
         output_verdict = Verdict.unknown("exactly_once", reason)
         state_verdict = Verdict.unknown("restored_state", reason)
-    if not out.check.batches_checked and not output:
-        output_verdict = Verdict.unknown("exactly_once", "no batch wrote output to compare")
-    if not out.check.states_checked and not state:
-        state_verdict = Verdict.unknown("restored_state", "Spark's state was never read")
     return [
         output_verdict,
         state_verdict,

@@ -135,6 +135,8 @@ def test_non_determinism_is_unknown_never_a_failure() -> None:
     check = ReplayCheck(unknown=["non-deterministic: ... differ at batch 2 output, column score"])
     verdicts = {v.oracle: status_of(v.to_dict()) for v in verdicts_of(sc, _outcome(check))}
     assert verdicts["exactly_once"] == "unknown" and verdicts["restored_state"] == "unknown"
+    summaries = [v.summary for v in verdicts_of(sc, _outcome(check)) if v.oracle == "exactly_once"]
+    assert "column score" in summaries[0], summaries
     check = ReplayCheck(batches_checked=3, states_checked=2, replay_note="cached (abc…)")
     out = {v.oracle: v for v in verdicts_of(sc, _outcome(check))}
     assert status_of(out["exactly_once"].to_dict()) == "holds" and "cached" in out["exactly_once"].summary
