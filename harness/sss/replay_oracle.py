@@ -105,9 +105,21 @@ def output_diff(got: list[dict[str, Any]], want: list[dict[str, Any]], limit: in
             f"{len(missing)} missing {missing[:limit]}{more(missing)}")  # fmt: skip
 
 
+def _flat(row: Any, prefix: str = "") -> dict[str, Any]:
+    """A row with nested structs as dotted columns (``value.sum``), so a difference names the field."""
+    if not isinstance(row, dict):
+        return {prefix or "value": row}
+    out: dict[str, Any] = {}
+    for k, v in row.items():
+        name = f"{prefix}.{k}" if prefix else str(k)
+        out.update(_flat(v, name) if isinstance(v, dict) else {name: v})
+    return out
+
+
 def _columns(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[str]:
-    """The columns the difference between ``a`` and ``b`` lies in: those whose removal makes them
-    equal, else those whose values differ as multisets."""
+    """The columns (nested fields dotted) the difference between ``a`` and ``b`` lies in: those whose
+    removal makes them equal, else those whose values differ as multisets."""
+    a, b = [_flat(r) for r in a], [_flat(r) for r in b]
     cols = sorted({c for r in a + b for c in r})
     alone = [c for c in cols if _canon([{k: v for k, v in r.items() if k != c} for r in a])
              == _canon([{k: v for k, v in r.items() if k != c} for r in b])]  # fmt: skip

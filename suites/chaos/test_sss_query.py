@@ -84,6 +84,9 @@ def test_two_replays_that_differ_name_the_batch_and_the_column() -> None:
     }
     assert replay_differences(a, a) == []
     assert replay_differences(a, b) == ["batch 3 output, column score"]
+    c = {"outputs": {}, "state": {"3": {"op0/default": [{"key": 1, "value": {"n": 1, "sum": 0.5}}]}}}
+    d = {"outputs": {}, "state": {"3": {"op0/default": [{"key": 1, "value": {"n": 1, "sum": 0.9}}]}}}
+    assert replay_differences(c, d) == ["batch 3 state op0/default, column value.sum"]
 
 
 def test_canonical_clock_rewrites_only_the_batch_timestamp() -> None:

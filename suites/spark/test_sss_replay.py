@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from chaos.cli import main
 from harness.oracles.verdict import status_of
 from harness.spark.cluster import SparkEnvironmentError, check_java
 
@@ -72,16 +71,25 @@ def test_a_non_deterministic_query_is_unknown_never_caught(run_scenario: Any) ->
     status = {v["oracle"]: status_of(v) for v in outcome.verdicts}
     assert status["exactly_once"] == "unknown" and status["restored_state"] == "unknown", outcome.verdicts
     assert "fails" not in status.values(), outcome.verdicts
-    assert "column score" in next(v["summary"] for v in outcome.verdicts if v["oracle"] == "exactly_once")
+    summary = next(v["summary"] for v in outcome.verdicts if v["oracle"] == "exactly_once")
+    assert "non-deterministic" in summary and "score" in summary, summary  # the column, or the state field
 
 
-def test_validate_refuses_a_plan_spark_would_not_run(tmp_path: Path, capsys: Any) -> None:
+def test_validate_refuses_a_plan_spark_would_not_run(tmp_path: Path) -> None:
+    from chaos.scenario import ScenarioError, load_scenario
+    from chaos.sss.scenario import ANALYSE_PLANS
+
     bad = tmp_path / "bad.yaml"
     bad.write_text((SSS / "windowed-local.yaml").read_text().replace(
         "examples.sss.windowed:build", "examples.sss.windowed:build_unbounded"))  # fmt: skip
-    assert main(["validate", str(bad)]) == 2
-    out = capsys.readouterr().out
-    assert "bad.yaml:9: query.output_mode" in out and "STREAMING_OUTPUT_MODE" in out, out
+    load_scenario(bad)  # without the plan built (run, list): the builder imports, the fields are right
+    token = ANALYSE_PLANS.set(True)  # as statechaos validate does
+    try:
+        with pytest.raises(ScenarioError) as e:
+            load_scenario(bad)
+    finally:
+        ANALYSE_PLANS.reset(token)
+    assert "bad.yaml:9: query.output_mode" in str(e.value) and "STREAMING_OUTPUT_MODE" in str(e.value), e.value
 
 
 def test_stream_stream_join_passes_kills_with_both_sides_state_compared(run_scenario: Any) -> None:
