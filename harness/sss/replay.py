@@ -47,7 +47,8 @@ def _stores(spark: Any, checkpoint: Path) -> list[dict[str, Any]]:
         elif "transformWithState" in name and m.get("operatorProperties"):
             props = json.loads(m["operatorProperties"])
             reads = [(f"op{op}/{v['stateName']}", {"operatorId": op, "stateVarName": v["stateName"]})
-                     for v in props.get("stateVariables", [])]  # fmt: skip
+                     for v in props.get("stateVariables", [])
+                     if not v["stateName"].startswith("$")]  # fmt: skip  ($: Spark's own, e.g. timers)
             if props.get("timeMode", "NoTime") not in ("NoTime", "None"):
                 reads.append((f"op{op}/$timers", {"operatorId": op, "readRegisteredTimers": "true"}))
         else:

@@ -160,7 +160,7 @@ def test_sss_command_takes_a_builder_and_refuses_a_processor_output_mode(
     assert "not both" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("name", ["windowed", "windowed-leaky", "join", "join-leaky", "sessions", "dedup"])
+@pytest.mark.parametrize("name", ["windowed", "windowed-leaky", "join", "join-leaky", "sessions", "dedup", "tws-eventtime", "tws-eventtime-leaky"])
 def test_every_bring_your_query_example_parses_with_its_input(name: str) -> None:
     path = ROOT / "examples" / "sss" / f"{name}-local.yaml"
     sc = parse_scenario(path.read_text(), str(path), path.parent)
