@@ -202,8 +202,12 @@ def check_replay(workdir: Path, spec: QuerySpec, files_written: int, timeout_s: 
     cached = next((p for k in (clock_free, clocked) if (p := cache / f"{k}.json").exists()), None)
     state_batches = _state_batches(workdir, committed)
     t0 = time.monotonic()
-    result = _run_replay(workdir, spec, committed, state_batches, [] if cached else ["recorded", "canonical", "recorded"],
-                         timeout_s)  # fmt: skip
+    try:
+        result = _run_replay(workdir, spec, committed, state_batches,
+                             [] if cached else ["recorded", "canonical", "recorded"], timeout_s)  # fmt: skip
+    except (RuntimeError, subprocess.TimeoutExpired) as e:  # nothing to judge against: not a finding
+        check.unknown.append(f"the fault-free replay could not be had: {e}")
+        return check
     if cached is not None:
         reference = json.loads(cached.read_text())
         check.replay_note = f"cached ({cached.name[:12]}…, state reads {time.monotonic() - t0:.1f} s)"

@@ -167,3 +167,21 @@ def test_every_bring_your_query_example_parses_with_its_input(name: str) -> None
     from chaos.sss.scenario import load_inputs
 
     assert isinstance(sc.spec(), QuerySpec) and len(load_inputs(sc)) >= 5
+
+
+def test_a_replay_that_cannot_run_is_unknown_not_a_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replay that wrote no result (Spark could not start, a crash) leaves nothing to judge against."""
+    import harness.sss.replay_oracle as oracle
+
+    _checkpoint(tmp_path, 1)
+
+    def fail(*_: object, **__: object) -> None:
+        raise RuntimeError("the replay wrote no result (see replay.log)")
+
+    monkeypatch.setattr(oracle, "_run_replay", fail)
+    monkeypatch.setenv("STATECHAOS_REPLAY_CACHE", str(tmp_path / "cache"))
+    spec = QuerySpec("examples.sss.windowed:build", {"a": "a string, n long", "b": "b string, n long"}, "append")
+    check = oracle.check_replay(tmp_path, spec, 1)
+    assert not check.violations and check.unknown == [
+        "the fault-free replay could not be had: the replay wrote no result (see replay.log)"
+    ]
