@@ -80,18 +80,19 @@ def load_builder(path: str) -> Any:
         raise SpecError("builder: " + str(e).removeprefix("processor: ")) from None
 
 
-def source_frames(spark: Any, spec: QuerySpec, input_root: Path) -> Any:
-    """The file source(s): ``input_root/<name>/``, CSV with the input's schema, one file per trigger
-    (the orchestrator decides when each file appears; a replay is fed by the offset log instead)."""
+def source_frames(spark: Any, spec: QuerySpec, input_root: Path, folders: dict[str, Path] | None = None) -> Any:
+    """The file source(s): ``input_root/<name>/`` (or ``folders[name]``), CSV with the input's schema,
+    one file per trigger (the orchestrator decides when each file appears; a replay is fed by the
+    offset log instead)."""
     frames = {}
     for name, schema in spec.inputs.items():
-        folder = input_root / name
+        folder = (folders or {}).get(name) or input_root / name
         folder.mkdir(parents=True, exist_ok=True)
         frames[name] = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).csv(str(folder))
     return frames if spec.several else next(iter(frames.values()))
 
 
-def build_query(spark: Any, spec: QuerySpec, input_root: Path) -> Any:
+def build_query(spark: Any, spec: QuerySpec, input_root: Path, folders: dict[str, Path] | None = None) -> Any:
     """The user's streaming DataFrame over statechaos's source(s); SpecError naming the builder when
     it raises or returns something else. The builder's module is pickled by value, so executors that
     cannot import it run its UDFs too."""
@@ -102,7 +103,7 @@ def build_query(spark: Any, spec: QuerySpec, input_root: Path) -> Any:
     if module is not None and fn.__module__ != "__main__":
         cloudpickle.register_pickle_by_value(module)
     try:
-        df = fn(spark, source_frames(spark, spec, input_root))
+        df = fn(spark, source_frames(spark, spec, input_root, folders))
     except Exception as e:
         where = _user_frame(e)
         raise SpecError(f"builder: {spec.builder} raised {type(e).__name__}: {_first_line(e)}{where}") from e

@@ -80,6 +80,20 @@ def rewrite_timestamp(entry: str, timestamp_ms: int) -> str:
     return "\n".join(lines)
 
 
+def _recorded_folders(chaos: Path, spec: QuerySpec) -> dict[str, Path] | None:
+    """One input's folder as the chaos run's file-source log records it (a processor-path run keeps
+    its files in ``input/``, a builder's in ``input/<name>/``): Spark wants a logged file under the
+    source's path."""
+    if spec.several:
+        return None
+    from harness.sss.checkpoint_log import source_files
+
+    paths = [p for names in source_files(chaos / "checkpoint", 0, full=True).values() for p in names]
+    if not paths:
+        return None
+    return {next(iter(spec.inputs)): Path(paths[0].removeprefix("file:")).parent}
+
+
 def _replay(spark: Any, spec: QuerySpec, chaos: Path, out: Path, batches: list[int], clock: str) -> dict[str, Any]:
     """One replay of ``batches`` in ``out``; ``clock``: ``recorded`` (the chaos run's batch
     timestamps) or ``canonical`` (:data:`CANONICAL_T0` + 1 s per batch)."""
@@ -92,7 +106,7 @@ def _replay(spark: Any, spec: QuerySpec, chaos: Path, out: Path, batches: list[i
         shutil.copytree(chaos / "checkpoint" / "sources", cp / "sources")
     output = out / "output"
     output.mkdir()
-    df = build_query(spark, spec, chaos / "input")
+    df = build_query(spark, spec, chaos / "input", _recorded_folders(chaos, spec))
     state: dict[str, Any] = {}
     for i, b in enumerate(batches):
         entry = (chaos / "checkpoint" / "offsets" / str(b)).read_text()

@@ -181,7 +181,9 @@ def _run_replay(workdir: Path, spec: QuerySpec, batches: list[int], state_batche
         raise RuntimeError(f"the replay wrote no result (see {rdir / 'replay.log'})")
     result = json.loads(path.read_text())
     if result.get("error"):
-        raise RuntimeError(f"the replay failed: {result['error'].strip().splitlines()[-1]} (see {rdir / 'replay.log'})")
+        from harness.sss.errors import spark_error_gist
+
+        raise RuntimeError(f"the replay failed: {spark_error_gist(result['error'])} (see {rdir / 'replay.log'})")
     return result
 
 
