@@ -34,6 +34,9 @@ err = Console(stderr=True, highlight=False)
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from chaos.sss.scenario import ANALYSE_PLANS  # a builder's query: its plan is built, not run
+
+    ANALYSE_PLANS.set(True)
     scenarios = load_scenarios(args.paths)
     for path, sc in scenarios:
         console.print(f"[green]ok[/green] {path}: {sc.name} ({sc.cluster}, {len(sc.faults)} faults)")

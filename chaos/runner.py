@@ -294,6 +294,8 @@ def _summary(outcomes: list[ScenarioOutcome], console: Console) -> None:
         table.add_row(o.name, o.cluster, str(o.seed), checks, result, f"{o.seconds:.1f}")
     console.print(table)
     for o in outcomes:
+        if o.stats.get("replay"):  # a Structured Streaming query judged against its replay
+            console.print(f"\n{o.name}: replay: {o.stats['replay']}", soft_wrap=True, markup=False)
         if o.passed:
             console.print(f"\n[bold]{o.name}[/bold]: run directory {o.run_dir}", soft_wrap=True)
             for line in story(Path(o.run_dir)):

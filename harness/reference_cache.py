@@ -34,7 +34,7 @@ from typing import Any
 
 from harness.job import JobGraph
 
-__all__ = ["reference_key", "cached", "cache_dir", "clear_memory"]
+__all__ = ["reference_key", "cached", "cache_dir", "clear_memory", "runtime_digest"]
 
 _MEMORY: OrderedDict[str, tuple[list[Any], list[Any]]] = OrderedDict()
 _MEMORY_ENTRIES = 4  # the last few jobs (an explore session uses one)
@@ -72,7 +72,7 @@ def _module_digest(name: str) -> str | None:
 
 
 @lru_cache(maxsize=1)
-def _runtime_digest() -> str:
+def runtime_digest() -> str:
     """The runtime's own code: a change to it may change any reference."""
     import harness
     import reference_impl
@@ -120,7 +120,7 @@ def reference_key(ref: str, factory: Any, args: dict[str, Any], graph: JobGraph)
             "args": args,
             "max_parallelism": graph.max_parallelism,
             "modules": digests,
-            "runtime": _runtime_digest(),
+            "runtime": runtime_digest(),
             "input": describe(),
         }
         # an object's address in a repr (a generator's callable object) says nothing about the input

@@ -1,4 +1,4 @@
-"""``statechaos sss``: run a user's StatefulProcessor as a Structured Streaming query under faults.
+"""``statechaos sss``: run a user's StatefulProcessor, or a query (``--builder``), under faults.
 
 Exit codes as the rest of the CLI: 0 the verdict is ``pass``; 1 any other verdict (refused, caught,
 stuck), with the summary; 2 bad input or environment, one message, no traceback.
@@ -73,9 +73,25 @@ def _cmd_sss(args: argparse.Namespace) -> int:
     from harness.sss.spec import SpecError, SssSpec
 
     try:
-        spec = SssSpec(args.processor, args.key, args.input_schema, args.output_schema, api=args.api,
-                       state_schema=args.state_schema, timeout=args.timeout, output_mode=args.output_mode,
-                       time_mode=args.time_mode, processor_args=dict(args.processor_arg))  # fmt: skip
+        spec: Any
+        if (args.processor is None) == (args.builder is None):
+            raise _BadInput("give a processor (module:Class) or --builder module:function, not both")
+        if args.builder is not None:  # your query, judged against its fault-free replay
+            from harness.sss.query import DEFAULT_INPUT, QuerySpec
+
+            mode = args.output_mode or "append"
+            if mode not in ("append", "update", "complete"):
+                raise _BadInput("--output-mode: a builder's query takes append, update or complete")
+            if args.processor_arg:
+                raise _BadInput("--processor-arg: a builder's query takes no processor arguments")
+            spec = QuerySpec(args.builder, {DEFAULT_INPUT: args.input_schema}, mode)
+        else:
+            if not args.key or not args.output_schema:
+                raise _BadInput("a processor needs --key and --output-schema")
+            mode = (args.output_mode or "Update").capitalize()
+            spec = SssSpec(args.processor, args.key, args.input_schema, args.output_schema, api=args.api,
+                           state_schema=args.state_schema, timeout=args.timeout, output_mode=mode,
+                           time_mode=args.time_mode, processor_args=dict(args.processor_arg))  # fmt: skip
         spec.validate()
         inputs = _inputs(Path(args.input), spec.input_columns())
         workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="statechaos-sss-"))
@@ -94,6 +110,7 @@ def _cmd_sss(args: argparse.Namespace) -> int:
         Path(args.json).write_text(json.dumps({
             "verdict": out.verdict, "violations": out.check.violations, "processor_errors": out.processor_errors,
             "refused": out.check.refused + out.failures, "events": out.events, "starts": out.starts,
+            "unknown": getattr(out.check, "unknown", []), "replay": getattr(out.check, "replay_note", ""),
         }, indent=2, default=str))  # fmt: skip
     return 0 if out.verdict == "pass" else 1
 
@@ -103,23 +120,26 @@ def add_sss_parser(sub: Any) -> None:
         "sss", help="run a Structured Streaming StatefulProcessor under faults against the reference model"
     )
     s.add_argument(
-        "processor",
+        "processor", nargs="?",
         help="module:Class of a StatefulProcessor, or module:function (--api applyInPandasWithState)",
-    )
+    )  # fmt: skip
+    s.add_argument("--builder", metavar="MODULE:FUNCTION",
+                   help="your query: build(spark, events) -> a streaming DataFrame, judged against its replay")  # fmt: skip
     s.add_argument(
         "--api", choices=APIS, default=APIS[0]
     )
     s.add_argument("--state-schema", default="", help="applyInPandasWithState: DDL of the GroupState")
     s.add_argument("--timeout", choices=TIMEOUTS, default=TIMEOUTS[0],
                    help="applyInPandasWithState: the GroupState timeout")  # fmt: skip
-    s.add_argument("--output-mode", choices=("Update", "Append"), default="Update")
+    s.add_argument("--output-mode", choices=("Update", "Append", "append", "update", "complete"), default=None,
+                   help="a processor's Update or Append; a builder's append, update or complete")  # fmt: skip
     s.add_argument("--time-mode", choices=("ProcessingTime", "None"), default="ProcessingTime",
                    help="transformWithState: the query's time mode (None: no timers)")  # fmt: skip
     s.add_argument("--processor-arg", action="append", type=_processor_arg, default=[], metavar="NAME=VALUE",
                    help="a keyword argument of the processor's constructor (VALUE as JSON, else a string)")  # fmt: skip
-    s.add_argument("--key", required=True, help="grouping key column")
+    s.add_argument("--key", help="a processor's grouping key column")
     s.add_argument("--input-schema", required=True, help='DDL, e.g. "user string, item string, qty long"')
-    s.add_argument("--output-schema", required=True, help="DDL of the processor's output rows")
+    s.add_argument("--output-schema", help="DDL of the processor's output rows")
     s.add_argument("--input", required=True, help="folder of CSV files, one per micro-batch, in name order")
     s.add_argument("--fault", action="append", type=_fault, default=[], metavar="KIND@BATCHES",
                    help=f"strike once BATCHES micro-batches committed; KIND: {', '.join(FAULT_KINDS)}")  # fmt: skip

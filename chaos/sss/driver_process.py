@@ -18,10 +18,11 @@ _EXECUTOR = "CoarseGrainedExecutorBackend"
 
 
 class DriverProcess:
-    """``python -m harness.sss.driver WORKDIR`` in its own session (process group), with the import
+    """``python -m harness.sss.driver WORKDIR`` (or ``module``: harness.sss.query_driver for a user's
+    query) in its own session (process group), with the import
     path and ``PATH`` the query needs; killed as a whole, as losing the driver host would."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, module: str = "harness.sss.driver") -> None:
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])
         # the project, the working directory and this process's import path, where the processor's
@@ -34,7 +35,7 @@ class DriverProcess:
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         self.log = open(workdir / "driver.log", "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "harness.sss.driver", str(workdir)],
+            [sys.executable, "-m", module, str(workdir)],
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
         )  # fmt: skip
 

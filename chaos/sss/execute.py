@@ -23,7 +23,7 @@ from harness.sss.spec import SpecError
 
 __all__ = ["execute_sss", "verdicts_of"]
 
-_OUTPUT = ("output differs from the model", "its output is missing")
+_OUTPUT = ("output differs from the model", "output differs from the replay", "its output is missing")
 
 
 def execute_sss(sc: SssScenario, run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -47,6 +47,8 @@ def execute_sss(sc: SssScenario, run_dir: Path) -> tuple[list[dict[str, Any]], d
         raise InputError(f"scenario {sc.name!r}: {e}") from None
     stats = {"verdict": out.verdict, "driver_starts": out.starts, "batches_checked": out.check.batches_checked,
              "states_checked": out.check.states_checked, "input_files": len(inputs)}  # fmt: skip
+    if getattr(out.check, "replay_note", ""):
+        stats["replay"] = out.check.replay_note
     return [v.to_dict() for v in verdicts_of(sc, out)], stats
 
 
@@ -69,30 +71,38 @@ def verdicts_of(sc: SssScenario, out: SssOutcome) -> list[Verdict]:
     state = [v for v in out.check.violations if v not in output and v not in live and v not in metadata]
     if out.verdict == "stuck":
         live.append(out.stuck_reason or "the run stopped progressing")
+    note = getattr(out.check, "replay_note", "")
+    ref = f"fault-free replay's (replay: {note})" if note else "model's"
     output_verdict, state_verdict = (
         Verdict.of(
             "exactly_once",
             output,
-            f"{out.check.batches_checked} batches' output equals the model's",
-            "{n} batches' output differs from the model's",
+            f"{out.check.batches_checked} batches' output equals the {ref}",
+            "{n} batches' output differs from the " + ref,
         ),
         Verdict.of(
             "restored_state",
             state,
-            f"{out.check.states_checked} restored states equal the model's",
-            "{n} differences between Spark's restored state and the model's",
+            f"{out.check.states_checked} restored states equal the {ref}",
+            "{n} differences between Spark's restored state and the " + ref,
         ),
     )
     if not out.check.batches_checked and not output:
         output_verdict = Verdict.unknown("exactly_once", "no batch wrote output to compare")
     if not out.check.states_checked and not state:
         state_verdict = Verdict.unknown("restored_state", "Spark's state was never read")
+    unknown = getattr(out.check, "unknown", [])
+    if unknown and not output and not state:  # the replay could not decide: never a finding
+        reason = "; ".join(unknown[:3])
+        output_verdict = Verdict.unknown("exactly_once", reason)
+        state_verdict = Verdict.unknown("restored_state", reason)
+    metadata_checked = getattr(out.check, "metadata_checked", 0)
     metadata_verdict = Verdict.of(
         "state_metadata", metadata,
-        f"Spark's state-metadata matched the processor's declared state variables in {out.check.metadata_checked} state reads",
+        f"Spark's state-metadata matched the processor's declared state variables in {metadata_checked} state reads",
         "{n} differences between Spark's state-metadata and the processor's declared state variables",
     )  # fmt: skip
-    if not out.check.metadata_checked and not metadata:
+    if not metadata_checked and not metadata:
         metadata_verdict = Verdict.unknown(
             "state_metadata", f"Spark's state-metadata source named no operator of the query in "
             f"{out.check.states_checked} state reads")  # fmt: skip
@@ -104,7 +114,8 @@ def verdicts_of(sc: SssScenario, out: SssOutcome) -> list[Verdict]:
     return [
         output_verdict,
         state_verdict,
-        metadata_verdict,
+        # a builder's query declares no state variables: its stores are judged by the replay instead
+        *([metadata_verdict] if sc.query.builder is None else []),
         Verdict.of("liveness", live, "every input file was committed", "{n} liveness problems"),
         ran,
         schedule,

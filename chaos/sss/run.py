@@ -40,6 +40,7 @@ from harness.sss.driver import EXIT_NO_SPARK
 from harness.sss.errors import spark_error_gist
 from harness.sss.oracles import SssCheck, check_run
 from harness.sss.python_faults import ARMED, arm, fired
+from harness.sss.query import QuerySpec
 from harness.sss.sink import ARMED as SINK_ARMED
 from harness.sss.sink import RELEASE as SINK_RELEASE
 from harness.sss.sink import arm_sink, sink_hit
@@ -75,8 +76,9 @@ class SssFault:
 
 @dataclass
 class SssRun:
-    spec: SssSpec
-    inputs: list[list[dict[str, Any]]]  # one CSV file per element, appended in order
+    spec: SssSpec | QuerySpec  # a processor/function against the model, or a user's query against the replay
+    # one CSV file per element, appended in order; for a QuerySpec each element maps input name -> rows
+    inputs: list[list[dict[str, Any]]] | list[dict[str, list[dict[str, Any]]]]
     workdir: Path
     faults: list[SssFault] = field(default_factory=list)
     master: str = DEFAULT_MASTER  # or "docker", or a spark:// URL
@@ -94,7 +96,8 @@ class SssOutcome:
     """``verdict``: ``pass`` (oracles content), ``refused`` (Spark failed the query or would not read
     its state), ``caught`` (an oracle found wrong output or state), ``stuck`` (no progress),
     ``processor_raised`` (the user's processor raised, in Spark or in the model's fault-free run:
-    ``processor_errors`` say where)."""
+    ``processor_errors`` say where), ``unknown`` (a user's query whose fault-free replays disagree:
+    non-determinism, never a finding)."""
 
     verdict: str
     check: SssCheck
@@ -110,6 +113,9 @@ class SssOutcome:
         lines += [f"  your processor raised {e}" for e in self.processor_errors]
         lines += [f"  refused: {r}" for r in self.check.refused + self.failures]
         lines += [f"  violation: {v}" for v in self.check.violations]
+        lines += [f"  unknown: {u}" for u in getattr(self.check, "unknown", [])]
+        if getattr(self.check, "replay_note", ""):
+            lines.append(f"  replay: {self.check.replay_note}")
         return "\n".join(lines)
 
 
@@ -117,6 +123,24 @@ def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> No
     tmp = path.parent / f".{path.name}.tmp"
     tmp.write_text("".join(",".join(str(r[c]) for c in columns) + "\n" for r in rows))
     tmp.rename(path)
+
+
+def _write_input(w: Path, spec: SssSpec | QuerySpec, n: int, step: Any) -> None:
+    """Input step ``n``: one CSV file (a user's query: one per input, in ``input/<name>/``)."""
+    if isinstance(spec, SssSpec):
+        _write_csv(w / "input" / f"part-{n:05d}.csv", step, spec.input_columns())
+        return
+    for name in spec.inputs:
+        (w / "input" / name).mkdir(parents=True, exist_ok=True)
+        rows = step.get(name, []) if spec.several else step
+        _write_csv(w / "input" / name / f"part-{n:05d}.csv", rows, spec.columns(name))
+
+
+def _consumed(checkpoint: Path, spec: SssSpec | QuerySpec) -> int:
+    """How many input steps every source has planned into a batch."""
+    if isinstance(spec, SssSpec):
+        return sum(len(v) for v in source_files(checkpoint).values())
+    return min(sum(len(v) for v in source_files(checkpoint, s).values()) for s in range(len(spec.inputs)))
 
 
 def run_sss(run: SssRun) -> SssOutcome:
@@ -152,7 +176,8 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
         # Python: a name both resolve on their PATH (the image's venv leads the containers' PATH, this
         # interpreter's folder the driver's), not the image's absolute path
         kwargs["executor_python"] = "python3"
-    (w / "run.json").write_text(json.dumps({"spec": json.loads(run.spec.to_json()), "master": master,
+    what = "query" if isinstance(run.spec, QuerySpec) else "spec"
+    (w / "run.json").write_text(json.dumps({what: json.loads(run.spec.to_json()), "master": master,
                                             "cluster_kwargs": kwargs, "trigger_ms": run.trigger_ms,
                                             "state_every_batch": run.differential, "sink": run.sink,
                                             "python_fault_file": str(w / ARMED) if any(
@@ -161,9 +186,8 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
     history = HistoryWriter(w / "history.jsonl", clock=lambda: int((time.monotonic() - t0) * 1000))
     events: list[dict[str, Any]] = []
     failures: list[str] = []
-    raised = Raised(run.spec.processor)
+    raised = Raised(run.spec.builder if isinstance(run.spec, QuerySpec) else run.spec.processor)
     rng = random.Random(run.seed)
-    columns = run.spec.input_columns()
     checkpoint = w / "checkpoint"
     driver: DriverProcess | None = None
     scope = RunScope(f"sss-{w.name}", pids=lambda: driver.executor_pids() if driver else [], paths=[checkpoint],
@@ -193,7 +217,7 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
             if (w / "starts").exists()
             else 0
         )
-        d = DriverProcess(w)
+        d = DriverProcess(w, "harness.sss.query_driver" if isinstance(run.spec, QuerySpec) else "harness.sss.driver")
         emit("driver_start", start=n, next_batch=_next_batch(checkpoint))
         if n:
             done = committed_batches(checkpoint)
@@ -225,29 +249,33 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
     stalled: list[str] = []
     sink_armed: list[SssFault] = []  # armed in the sink's wrapper, not yet reached
     # with no timers, Spark runs no batch without input: there is no tail to wait for
-    tail_ms = run.tail_ms if run.spec.timers_on else 0
+    # a builder's query may hold event-time state: its tail (and the idle end below) closes windows
+    tail_ms = run.tail_ms if isinstance(run.spec, QuerySpec) or run.spec.timers_on else 0
     pending = sorted(run.faults, key=lambda f: f.after_batches)
     heals: list[tuple[float, Injector]] = []  # (when, paused injector to resume)
     written = 0
     stuck = False
     seen: tuple[int, int] = (-1, -1)  # the newest planned and committed batch already in the history
+    last_change = time.monotonic()  # when ``seen`` last moved
     try:
         driver = start()
         while driver is not None:
             done = committed_batches(checkpoint)
-            seen = _progress(checkpoint, seen, emit)
+            before, seen = seen, _progress(checkpoint, seen, emit)
+            if seen != before:
+                last_change = time.monotonic()
             if driver.proc.poll() is not None:
                 failures.append(_failure(w, f"driver exited {driver.proc.returncode} during the run", raised))
                 emit("driver_failed", returncode=driver.proc.returncode, next_batch=_next_batch(checkpoint))
                 driver.kill()
                 driver = None
                 break
-            consumed = sum(len(v) for v in source_files(checkpoint).values())
+            consumed = _consumed(checkpoint, run.spec)
             # a due fault strikes before the next batch gets input, so batch ``after_batches`` runs
             # under it however fast the machine finished the ones before (``seen[0]``: newest planned)
             held = bool(pending) and seen[0] + 1 >= pending[0].after_batches
             if not held and written < len(run.inputs) and consumed >= written:
-                _write_csv(w / "input" / f"part-{written:05d}.csv", run.inputs[written], columns)
+                _write_input(w, run.spec, written, run.inputs[written])
                 written += 1
             if pending and pending[0].at and len(done) >= pending[0].after_batches:
                 fault = pending.pop(0)  # placed by the sink's wrapper in the batch that reads the next file
@@ -298,6 +326,7 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
                 and not heals
                 and written == len(run.inputs)
                 and _finished(checkpoint, written, tail_ms)
+                and (isinstance(run.spec, SssSpec) or _idle(seen, last_change, run.trigger_ms))
             ):
                 break
             if time.monotonic() - progress[0] > run.stall_s or over_time():
@@ -326,7 +355,12 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
         if driver is not None and driver.proc.poll() is None:
             driver.kill()
         history.close()
-    check = check_run(w, run.spec, written)
+    if isinstance(run.spec, QuerySpec):
+        from harness.sss.replay_oracle import check_replay
+
+        check: SssCheck = check_replay(w, run.spec, written)
+    else:
+        check = check_run(w, run.spec, written)
     processor_errors = [f"in Spark: {e}" for e in raised.errors] + check.processor_errors
     if processor_errors:
         verdict = "processor_raised"
@@ -336,6 +370,8 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
         verdict = "caught"
     elif stuck or stalled:  # unread input of a run that stopped progressing: stuck, not a wrong result
         verdict = "stuck"
+    elif getattr(check, "unknown", None):
+        verdict = "unknown"
     else:
         verdict = "pass"
     starts = sum(1 for p in (w / "starts").glob("[0-9]*") if p.name.isdigit())
@@ -397,8 +433,15 @@ def _finished(checkpoint: Path, files: int, tail_ms: int) -> bool:
     """All ``files`` read by committed batches, and a committed batch ``tail_ms`` after that one."""
     done = set(committed_batches(checkpoint))
     offsets = [b for b in read_offsets(checkpoint) if b.batch in done]
-    read_at = next((b for b in offsets if b.source_offset >= files - 1), None)
+    read_at = next((b for b in offsets if min(b.source_offsets or (b.source_offset,)) >= files - 1), None)
     return read_at is not None and offsets[-1].timestamp_ms >= read_at.timestamp_ms + tail_ms
+
+
+def _idle(seen: tuple[int, int], last_change: float, trigger_ms: int) -> bool:
+    """A user's query is done once every planned batch committed and three triggers passed with no
+    new batch: an event-time query runs no-data batches while its watermark still moves (windows
+    close, state is evicted), and those belong to the run."""
+    return seen[0] == seen[1] and time.monotonic() - last_change > 3 * trigger_ms / 1000
 
 
 def _can_strike(fault: SssFault, checkpoint: Path) -> bool:

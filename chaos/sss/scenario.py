@@ -26,6 +26,7 @@ from __future__ import annotations
 import csv
 import importlib
 import sys
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -35,6 +36,7 @@ from chaos.errors import InputError
 from chaos.sss.cluster_faults import WORKER_FAULTS
 from chaos.sss.damage import DAMAGE_CLASSES
 from chaos.trigger import Duration, Strict, parse_duration_ms
+from harness.sss.query import DEFAULT_INPUT, QuerySpec
 from harness.sss.spec import DEFAULT_MASTER, SpecError, SssSpec, load_function
 
 __all__ = [
@@ -79,19 +81,51 @@ DEFAULT_LOCAL = DEFAULT_MASTER
 
 
 class SssQuery(Strict):
-    processor: Annotated[str, Field(min_length=3)]
+    """Either ``processor`` (a StatefulProcessor or GroupState function, judged against the model) or
+    ``builder`` (``module:function``, a user's query judged against its fault-free replay,
+    ``harness.sss.query``) with ``input_schema`` or ``inputs`` and ``output_mode``."""
+
+    processor: str | None = None
+    builder: str | None = None
+    inputs: dict[str, str] = Field(default_factory=dict)  # several inputs: name -> DDL schema
     api: Literal["transformWithState", "applyInPandasWithState"] = "transformWithState"
-    key: str
-    input_schema: str
-    output_schema: str
+    key: str = ""
+    input_schema: str = ""
+    output_schema: str = ""
     time_mode: Literal["ProcessingTime", "None"] = "ProcessingTime"
     state_schema: str = ""
     timeout: Literal["NoTimeout", "ProcessingTimeTimeout"] = "NoTimeout"
-    output_mode: Literal["Update", "Append"] = "Update"
+    output_mode: Literal["Update", "Append", "append", "update", "complete"] | None = None
     processor_args: dict[str, Any] = Field(default_factory=dict)  # keyword arguments of the processor
 
-    def spec(self) -> SssSpec:
-        return SssSpec(**self.model_dump())
+    @model_validator(mode="after")
+    def _one(self) -> SssQuery:
+        if (self.processor is None) == (self.builder is None):
+            raise ValueError("@builder@ give exactly one of builder (module:function, your query) and processor")
+        if self.builder is not None:
+            for f in ("key", "output_schema", "state_schema", "api", "time_mode", "timeout", "processor_args"):
+                if f in self.model_fields_set:
+                    raise ValueError(f"@{f}@ a builder's query takes no {f} (its DataFrame says it)")
+            if bool(self.input_schema) == bool(self.inputs):
+                raise ValueError("@input_schema@ give input_schema (one input) or inputs (several), not both or neither")
+            if self.output_mode not in (None, "append", "update", "complete"):
+                raise ValueError("@output_mode@ a builder's output mode is append, update or complete")
+            return self
+        for f in ("key", "input_schema", "output_schema"):
+            if not getattr(self, f):
+                raise ValueError(f"@{f}@ a processor's query needs {f}")
+        if self.inputs:
+            raise ValueError("@inputs@ several inputs need a builder")
+        if self.output_mode not in (None, "Update", "Append"):
+            raise ValueError("@output_mode@ a processor's output mode is Update or Append")
+        return self
+
+    def spec(self) -> SssSpec | QuerySpec:
+        if self.builder is not None:
+            inputs = dict(self.inputs) or {DEFAULT_INPUT: self.input_schema}
+            return QuerySpec(self.builder, inputs, self.output_mode or "append")
+        data = self.model_dump(exclude={"builder", "inputs", "output_mode"})
+        return SssSpec(**data, output_mode=self.output_mode or "Update")
 
 
 class SssInput(Strict):
@@ -251,14 +285,15 @@ class SssScenario(Strict):
                 f"{self.name!r} with cluster {data.get('cluster')!r}", _problems(e)
             ) from None
 
-    def spec(self) -> SssSpec:
+    def spec(self) -> SssSpec | QuerySpec:
         return self.query.spec()
 
     def checks(self) -> list[str]:
         """The checks this scenario's run reports (chaos.sss.execute)."""
         if self.expect != "pass":
             return ["expected_verdict", "fault_schedule"]
-        return ["exactly_once", "restored_state", "state_metadata", "liveness", "query_ran", "fault_schedule"]
+        metadata = ["state_metadata"] if self.query.builder is None else []  # a builder declares no variables
+        return ["exactly_once", "restored_state", *metadata, "liveness", "query_ran", "fault_schedule"]
 
 
 def is_sss(obj: Any) -> bool:
@@ -275,7 +310,12 @@ def _on_path(base_dir: Path | None) -> None:
 def load_inputs(sc: SssScenario) -> list[list[dict[str, Any]]]:
     """One list of rows per micro-batch file, from the generator or the CSV folder. ValueError naming
     the field when they cannot be had."""
-    columns = sc.spec().input_columns()
+    spec = sc.spec()
+    if isinstance(spec, QuerySpec) and spec.several:
+        if sc.input.generator is None:
+            raise ValueError("input.folder: several inputs need a generator (one {name: rows} per micro-batch)")
+        return _several_inputs(sc, spec)
+    columns = spec.input_columns()
     if sc.input.generator is not None:
         _on_path(sc.base_dir)
         module, _, name = sc.input.generator.partition(":")
@@ -312,6 +352,50 @@ def load_inputs(sc: SssScenario) -> list[list[dict[str, Any]]]:
     return out
 
 
+def _several_inputs(sc: SssScenario, spec: QuerySpec) -> list[dict[str, list[dict[str, Any]]]]:
+    _on_path(sc.base_dir)
+    module, _, name = (sc.input.generator or "").partition(":")
+    try:
+        files = getattr(importlib.import_module(module), name)(**sc.input.options)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"input.generator: {sc.input.generator!r} cannot be loaded ({e})") from None
+    except TypeError as e:
+        raise ValueError(f"input.options: {e}") from None
+    out = []
+    for i, step in enumerate(files):
+        if not isinstance(step, dict) or set(step) - set(spec.inputs):
+            raise ValueError(f"input.generator: step {i} is not a mapping of input names {sorted(spec.inputs)} to rows")
+        for n, rows in step.items():
+            for r in rows:
+                if set(r) != set(spec.columns(n)):
+                    raise ValueError(f"input.generator: step {i} input {n!r} has a row with fields {sorted(r)}, "
+                                     f"the input schema {spec.columns(n)}")  # fmt: skip
+        out.append({n: list(step.get(n, [])) for n in spec.inputs})
+    return out
+
+
+# ``statechaos validate`` sets this: a builder's plan is then built on a local Spark session
+ANALYSE_PLANS: ContextVar[bool] = ContextVar("analyse_plans", default=False)
+
+
+def _analysis_problem(spec: QuerySpec) -> tuple[str, str] | None:
+    """(field, problem) of the first thing Spark will not run in the builder's plan, or None."""
+    import json
+    import os
+    import subprocess
+
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in [root, *sys.path] if p)}
+    proc = subprocess.run([sys.executable, "-m", "harness.sss.analyse", spec.to_json()], capture_output=True,
+                          text=True, env=env, timeout=600, check=False)  # fmt: skip
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("ANALYSIS ")), None)
+    if line is None:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        return "builder", f"the plan could not be built on a local Spark session: {tail[0]}"
+    found = json.loads(line[len("ANALYSIS "):])
+    return (found["field"], found["problem"]) if found else None
+
+
 def parse_sss_scenario(data: dict[str, Any], path: str, base_dir: Path | None) -> SssScenario:
     """Validate an ``engine: sss`` mapping: the schema, the query (its processor or function loads) and
     the input (it can be had); SssScenarioError with every problem's field path."""
@@ -337,4 +421,9 @@ def parse_sss_scenario(data: dict[str, Any], path: str, base_dir: Path | None) -
     except ValueError as e:
         field, _, msg = str(e).partition(": ")
         raise SssScenarioError(path, [(tuple(field.split(".")), msg)]) from None
+    spec = sc.spec()
+    if isinstance(spec, QuerySpec) and ANALYSE_PLANS.get():
+        problem = _analysis_problem(spec)
+        if problem is not None:
+            raise SssScenarioError(path, [(("query", problem[0]), problem[1])])
     return sc

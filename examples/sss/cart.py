@@ -94,3 +94,9 @@ SPEC = {
     "input_schema": INPUT_SCHEMA,
     "output_schema": OUTPUT_SCHEMA,
 }
+
+
+def build(spark: Any, events: Any) -> Any:
+    """``CartTotals`` as a user's query (``query.builder``), judged against the fault-free replay
+    instead of the model; the sink's output mode is ``append``, as the processor path writes it."""
+    return events.groupBy(KEY).transformWithStateInPandas(CartTotals(), OUTPUT_SCHEMA, "Update", "ProcessingTime")

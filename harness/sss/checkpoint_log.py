@@ -17,6 +17,7 @@ class BatchOffsets:
     batch: int
     timestamp_ms: int
     source_offset: int  # the file source's log offset (-1: no file yet)
+    source_offsets: tuple[int, ...] = ()  # every source's, in the plan's order (several inputs)
 
 
 def _ids(folder: Path) -> list[int]:
@@ -39,16 +40,16 @@ def read_offsets(checkpoint: Path) -> list[BatchOffsets]:
         if len(lines) < 3 or not lines[0].startswith("v"):
             raise ValueError(f"{path}: not an offset log entry (want a version line, metadata, offsets)")
         meta = json.loads(lines[1])
-        source = lines[2].strip()
-        offset = -1 if source in ("", "-") else int(json.loads(source)["logOffset"])
-        out.append(BatchOffsets(n, int(meta["batchTimestampMs"]), offset))
+        offsets = tuple(-1 if s.strip() in ("", "-") else int(json.loads(s)["logOffset"]) for s in lines[2:])
+        out.append(BatchOffsets(n, int(meta["batchTimestampMs"]), offsets[0], offsets))
     return out
 
 
-def source_files(checkpoint: Path) -> dict[int, list[str]]:
-    """File source log offset -> the file names (basenames) it added, in order. Spark compacts this log
-    every 10 entries into ``N.compact`` holding every entry so far; each line names its ``batchId``."""
-    folder = checkpoint / "sources" / "0"
+def source_files(checkpoint: Path, source: int = 0, full: bool = False) -> dict[int, list[str]]:
+    """File source log offset -> the file names (basenames; ``full``: paths) it added, in order, for
+    the plan's ``source``-th source. Spark compacts this log every 10 entries into ``N.compact``
+    holding every entry so far; each line names its ``batchId``."""
+    folder = checkpoint / "sources" / str(source)
     out: dict[int, list[str]] = {}
     try:
         entries = sorted(
@@ -63,7 +64,7 @@ def source_files(checkpoint: Path) -> dict[int, list[str]]:
             if line.strip():
                 e = json.loads(line)
                 names = out.setdefault(int(e["batchId"]), [])
-                name = e["path"].rsplit("/", 1)[-1]
+                name = e["path"] if full else e["path"].rsplit("/", 1)[-1]
                 if name not in names:
                     names.append(name)
     return out

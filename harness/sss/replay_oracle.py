@@ -1,0 +1,283 @@
+"""The replay oracle: a user's query under chaos judged against a fault-free replay of the same
+recorded micro-batches (:mod:`harness.sss.replay`), with the replay cached by query and input.
+
+- **Output**, per committed batch id, as multisets: the rows the chaos run's sink holds for batch N
+  (``append``: the batch's new rows; ``update``: its upserts; ``complete``: its whole table) equal the
+  replay's rows for batch N.
+- **State**, for every stateful operator and store of the plan (join sides and transformWithState
+  variables and timers included), read with Spark's state data source from both checkpoints at the
+  same batch id: the batch each driver restart resumed from, and the last committed batch.
+- **Non-determinism is never a finding.** The replay runs twice: once on the chaos run's batch
+  timestamps, once on a canonical clock. When the two agree, the query does not depend on the clock
+  (nor on chance) over this input, and the replay is cached without the timestamps, so any seed and
+  fault schedule over the same input reuses it. When they differ, a third replay on the recorded
+  clock decides: equal to the first, the query reads the batch timestamp (processing-time timers,
+  TTL, ``current_timestamp()``) deterministically and is judged on the recorded clock; different,
+  the query is non-deterministic and the verdict is ``unknown``, naming the batch and column.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.sss.checkpoint_log import committed_batches, read_offsets, source_files
+from harness.sss.oracles import SssCheck
+from harness.sss.query import QuerySpec, builder_identity
+
+__all__ = ["ReplayCheck", "check_replay", "replay_differences", "recording", "cache_dir", "output_diff"]
+
+
+@dataclass
+class ReplayCheck(SssCheck):
+    """An :class:`SssCheck` with what the replay could not decide (``unknown``) and how it was had
+    (``replay_note``: ``cached`` or its time)."""
+
+    unknown: list[str] = field(default_factory=list)
+    replay_note: str = ""
+
+
+def cache_dir() -> Path:
+    """``$STATECHAOS_REPLAY_CACHE``, else ``$XDG_CACHE_HOME/statechaos/sss-replay`` (``~/.cache``)."""
+    env = os.environ.get("STATECHAOS_REPLAY_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "statechaos" / "sss-replay"
+
+
+def recording(workdir: Path) -> list[dict[str, Any]]:
+    """Per committed batch, in order: its id, watermark, timestamp, and per source the SHA-256 of each
+    input file it read (what decides the replay's result, with the query)."""
+    cp = workdir / "checkpoint"
+    done = set(committed_batches(cp))
+    offsets = [b for b in read_offsets(cp) if b.batch in done]
+    n_sources = max((len(b.source_offsets) for b in offsets), default=0)
+    logs = [source_files(cp, s, full=True) for s in range(n_sources)]
+    digests: dict[str, str] = {}
+    prev = [-1] * n_sources
+    out = []
+    for b in offsets:
+        entry = (cp / "offsets" / str(b.batch)).read_text().splitlines()
+        meta = json.loads(entry[1])
+        files = []
+        for s, top in enumerate(b.source_offsets):
+            names = [p for off in range(prev[s] + 1, top + 1) for p in logs[s].get(off, [])]
+            prev[s] = max(prev[s], top)
+            files.append([digests.setdefault(p, _digest(p)) for p in names])
+        out.append({"batch": b.batch, "watermark": meta.get("batchWatermarkMs", 0),
+                    "timestamp": b.timestamp_ms, "files": files})  # fmt: skip
+    return out
+
+
+def _digest(path: str) -> str:
+    return hashlib.sha256(Path(path.removeprefix("file:")).read_bytes()).hexdigest()
+
+
+def _key(*parts: Any) -> str:
+    """A replay's cache key; statechaos's own code is part of it (a change to how rows are read or
+    written may change any replay)."""
+    from harness.reference_cache import runtime_digest
+
+    return hashlib.sha256(json.dumps([runtime_digest(), *parts], sort_keys=True).encode()).hexdigest()[:32]
+
+
+# ---- comparing row multisets ----------------------------------------------------------------------
+
+
+def _canon(rows: list[dict[str, Any]]) -> Counter[str]:
+    return Counter(json.dumps(r, sort_keys=True, default=str) for r in rows)
+
+
+def output_diff(got: list[dict[str, Any]], want: list[dict[str, Any]], limit: int = 3) -> str:
+    """``""`` when equal as multisets; else the rows only in ``got`` (unexpected: extra or duplicated)
+    and only in ``want`` (missing), side by side."""
+    g, w = _canon(got), _canon(want)
+    if g == w:
+        return ""
+    extra, missing = sorted((g - w).elements()), sorted((w - g).elements())
+    more = lambda xs: f" (+{len(xs) - limit} more)" if len(xs) > limit else ""  # noqa: E731
+    return (f"{len(extra)} unexpected {extra[:limit]}{more(extra)}; "
+            f"{len(missing)} missing {missing[:limit]}{more(missing)}")  # fmt: skip
+
+
+def _flat(row: Any, prefix: str = "") -> dict[str, Any]:
+    """A row with nested structs as dotted columns (``value.sum``), so a difference names the field."""
+    if not isinstance(row, dict):
+        return {prefix or "value": row}
+    out: dict[str, Any] = {}
+    for k, v in row.items():
+        name = f"{prefix}.{k}" if prefix else str(k)
+        out.update(_flat(v, name) if isinstance(v, dict) else {name: v})
+    return out
+
+
+def _columns(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[str]:
+    """The columns (nested fields dotted) the difference between ``a`` and ``b`` lies in: those whose
+    removal makes them equal, else those whose values differ as multisets."""
+    a, b = [_flat(r) for r in a], [_flat(r) for r in b]
+    cols = sorted({c for r in a + b for c in r})
+    alone = [c for c in cols if _canon([{k: v for k, v in r.items() if k != c} for r in a])
+             == _canon([{k: v for k, v in r.items() if k != c} for r in b])]  # fmt: skip
+    if alone:
+        return alone
+    return [c for c in cols if _canon([{c: r.get(c)} for r in a]) != _canon([{c: r.get(c)} for r in b])] or cols
+
+
+def replay_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Where two replays disagree: ``batch N output column X`` / ``batch N state op0/default column X``."""
+    out = []
+    for batch in sorted(set(a["outputs"]) | set(b["outputs"]), key=int):
+        ra, rb = a["outputs"].get(batch, []), b["outputs"].get(batch, [])
+        if _canon(ra) != _canon(rb):
+            out.append(f"batch {batch} output, column {', '.join(_columns(ra, rb))}")
+    for batch in sorted(set(a["state"]) | set(b["state"]), key=int):
+        sa, sb = a["state"].get(batch, {}), b["state"].get(batch, {})
+        for store in sorted(set(sa) | set(sb)):
+            ra, rb = sa.get(store, []), sb.get(store, [])
+            if _canon(ra) != _canon(rb):
+                out.append(f"batch {batch} state {store}, column {', '.join(_columns(ra, rb))}")
+    return out
+
+
+# ---- the oracle -----------------------------------------------------------------------------------
+
+
+def _state_batches(workdir: Path, committed: list[int]) -> list[int]:
+    """The batch each driver restart resumed from (its ``driver_start`` event's ``next_batch`` - 1)
+    and the last committed batch."""
+    out = set()
+    history = workdir / "history.jsonl"
+    if history.exists():
+        for line in history.read_text().splitlines():
+            e = json.loads(line)
+            if e.get("type") == "driver_start" and e.get("start", 0) > 0 and e.get("next_batch", 0) > 0:
+                out.add(int(e["next_batch"]) - 1)
+    if committed:
+        out.add(max(committed))
+    return sorted(b for b in out if b in set(committed))
+
+
+def _run_replay(workdir: Path, spec: QuerySpec, batches: list[int], state_batches: list[int],
+                clocks: list[str], timeout_s: float) -> dict[str, Any]:  # fmt: skip
+    rdir = workdir / "replay"
+    rdir.mkdir(exist_ok=True)
+    req = {"workdir": str(workdir), "query": json.loads(spec.to_json()), "batches": batches,
+           "state_batches": state_batches, "clocks": clocks, "stop_when_equal": True,
+           "replay_dir": str(rdir), "result": str(rdir / "result.json")}  # fmt: skip
+    (rdir / "request.json").write_text(json.dumps(req))
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [root, os.getcwd(), *sys.path, env.get("PYTHONPATH", "")] if p)
+    with (rdir / "replay.log").open("ab") as log:
+        subprocess.run([sys.executable, "-m", "harness.sss.replay", str(rdir / "request.json")],
+                       stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout_s, check=False)  # fmt: skip
+    path = rdir / "result.json"
+    if not path.exists():
+        raise RuntimeError(f"the replay wrote no result (see {rdir / 'replay.log'})")
+    result = json.loads(path.read_text())
+    if result.get("error"):
+        from harness.sss.errors import spark_error_gist
+
+        raise RuntimeError(f"the replay failed: {spark_error_gist(result['error'])} (see {rdir / 'replay.log'})")
+    return result
+
+
+def check_replay(workdir: Path, spec: QuerySpec, files_written: int, timeout_s: float = 900) -> ReplayCheck:
+    """Judge the chaos run in ``workdir`` against the (cached) fault-free replay of its batches."""
+    check = ReplayCheck()
+    cp = workdir / "checkpoint"
+    committed = committed_batches(cp)
+    rec = recording(workdir)
+    _liveness(check, workdir, files_written)
+    if not committed:
+        check.unknown.append("no micro-batch committed: nothing to replay")
+        return check
+    identity = builder_identity(spec)
+    clock_free = _key("v1", identity, [(r["batch"], r["watermark"], r["files"]) for r in rec])
+    clocked = _key("v1", clock_free, [r["timestamp"] for r in rec])
+    cache = cache_dir()
+    cached = next((p for k in (clock_free, clocked) if (p := cache / f"{k}.json").exists()), None)
+    state_batches = _state_batches(workdir, committed)
+    t0 = time.monotonic()
+    try:
+        result = _run_replay(workdir, spec, committed, state_batches,
+                             [] if cached else ["recorded", "canonical", "recorded"], timeout_s)  # fmt: skip
+    except (RuntimeError, subprocess.TimeoutExpired) as e:  # nothing to judge against: not a finding
+        check.unknown.append(f"the fault-free replay could not be had: {e}")
+        return check
+    if cached is not None:
+        reference = json.loads(cached.read_text())
+        check.replay_note = f"cached ({cached.name[:12]}…, state reads {time.monotonic() - t0:.1f} s)"
+    else:
+        replays = result["replays"]
+        secs = sum(r["seconds"] for r in replays)
+        if len(replays) == 2:  # the recorded and the canonical clock agreed: clock-free and deterministic
+            reference, key = {**replays[0], "clock": "independent"}, clock_free
+        elif not (diff := replay_differences(replays[0], replays[2])):
+            reference, key = {**replays[0], "clock": "recorded"}, clocked
+        else:
+            check.unknown += [f"non-deterministic: two fault-free replays of the same batches differ at {d}"
+                              for d in diff[:5]]  # fmt: skip
+            check.replay_note = f"{len(replays)} replays, {secs:.1f} s, non-deterministic: not cached"
+            reference = None
+        if reference is not None:
+            cache.mkdir(parents=True, exist_ok=True)
+            tmp = cache / f".{key}.{os.getpid()}.tmp"
+            tmp.write_text(json.dumps(reference, default=str))
+            os.replace(tmp, cache / f"{key}.json")
+            check.replay_note = (f"{len(replays)} replays in {secs:.1f} s (clock {reference['clock']}), "
+                                 f"cached as {key[:12]}…")  # fmt: skip
+    if reference is None:
+        return check
+    _compare(check, workdir, reference, committed, result["chaos_state"])
+    return check
+
+
+def _compare(check: ReplayCheck, workdir: Path, reference: dict[str, Any], committed: list[int],
+             chaos_state: dict[str, Any]) -> None:  # fmt: skip
+    for b in committed:
+        out_file = workdir / "output" / f"batch-{b}.json"
+        want = reference["outputs"].get(str(b))
+        if out_file.exists():
+            got = json.loads(out_file.read_text())
+            diff = output_diff(got, want or [])
+            if diff:
+                check.violations.append(f"batch {b} output differs from the replay: {diff}")
+            check.batches_checked += 1
+        elif want:
+            check.violations.append(f"batch {b} committed but its output is missing (lost output): "
+                                    f"the replay wrote {len(want)} rows")  # fmt: skip
+    for b, stores in sorted(chaos_state.items(), key=lambda kv: int(kv[0])):
+        if "error" in stores and isinstance(stores["error"], str):
+            check.refused.append(f"state data source refused batch {b}: {stores['error']}")
+            continue
+        want_stores = reference["state"].get(b, {})
+        for store in sorted(set(stores) | set(want_stores)):
+            diff = output_diff(stores.get(store, []), want_stores.get(store, []))
+            if diff:
+                check.violations.append(f"state {store} at batch {b} differs from the replay's: {diff}")
+        check.states_checked += 1
+
+
+def _liveness(check: ReplayCheck, workdir: Path, files_written: int) -> None:
+    """Every input file (of every source) was read by a committed batch."""
+    cp = workdir / "checkpoint"
+    done = set(committed_batches(cp))
+    offsets = [b for b in read_offsets(cp) if b.batch in done]
+    if not offsets:
+        check.violations.append(f"liveness: no committed batch read any of {files_written} input files")
+        return
+    last = offsets[-1]
+    for s, top in enumerate(last.source_offsets):
+        read = sum(len(v) for k, v in source_files(cp, s).items() if k <= top)
+        if read < files_written:
+            check.violations.append(f"liveness: committed batches read {read} of {files_written} files of source {s}")

@@ -1,0 +1,187 @@
+"""A user's query ("bring your query", ``query.builder``) without Spark: the scenario schema and its
+``file:line: field`` errors, the replay oracle's comparisons (multisets per batch, the column two
+replays disagree on), the offset rewrite behind the canonical clock, and the replay cache's key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from chaos.scenario import ScenarioError, parse_scenario
+from chaos.sss.execute import verdicts_of
+from chaos.sss.run import SssOutcome
+from chaos.sss.scenario import SssScenario
+from harness.oracles.verdict import status_of
+from harness.sss.query import QuerySpec
+from harness.sss.replay import rewrite_timestamp
+from harness.sss.replay_oracle import ReplayCheck, output_diff, recording, replay_differences
+
+ROOT = Path(__file__).resolve().parents[2]
+WINDOWED = """name: w
+engine: sss
+query:
+  builder: examples.sss.windowed:build
+  input_schema: user string, ts timestamp, n long
+  output_mode: append
+input: {generator: "examples.sss.windowed:make_inputs", options: {files: 2}}
+"""
+
+
+def test_builder_scenario_gives_a_query_spec() -> None:
+    sc = parse_scenario(WINDOWED, "w.yaml", ROOT)
+    spec = sc.spec()
+    assert isinstance(spec, QuerySpec)
+    assert spec.inputs == {"events": "user string, ts timestamp, n long"} and spec.output_mode == "append"
+
+
+def test_several_inputs_reach_the_builder_by_name() -> None:
+    sc = parse_scenario((ROOT / "examples/sss/join-local.yaml").read_text(), "join.yaml", ROOT)
+    spec = sc.spec()
+    assert isinstance(spec, QuerySpec) and spec.several and set(spec.inputs) == {"clicks", "views"}
+
+
+@pytest.mark.parametrize(
+    ("change", "line", "field"),
+    [
+        (("output_mode: append", "output_mode: Update"), 6, "query.output_mode"),
+        (
+            ("  builder: examples.sss.windowed:build\n", "  builder: examples.sss.windowed:nope\n"),
+            4,
+            "query.builder",
+        ),
+        (("  output_mode: append\n", "  output_mode: append\n  key: user\n"), 7, "query.key"),
+        (("  input_schema: user string, ts timestamp, n long\n", ""), None, "query.input_schema"),
+    ],
+)
+def test_bad_builder_query_names_file_line_and_field(
+    change: tuple[str, str], line: int | None, field: str
+) -> None:
+    with pytest.raises(ScenarioError) as e:
+        parse_scenario(WINDOWED.replace(*change), "w.yaml", ROOT)
+    text = str(e.value)
+    assert field in text, text
+    if line is not None:
+        assert f"w.yaml:{line}:" in text, text
+
+
+def test_output_diff_is_a_multiset_comparison_with_both_sides() -> None:
+    a = [{"k": 1}, {"k": 2}]
+    assert output_diff(list(reversed(a)), a) == ""
+    diff = output_diff([{"k": 1}, {"k": 1}, {"k": 2}], a)  # a duplicated row: not exactly once
+    assert diff.startswith("1 unexpected") and '{"k": 1}' in diff and "0 missing" in diff
+
+
+def test_two_replays_that_differ_name_the_batch_and_the_column() -> None:
+    a = {
+        "outputs": {"3": [{"user": "u", "score": 0.1}]},
+        "state": {"3": {"op0/default": [{"key": 1, "v": 2}]}},
+    }
+    b = {
+        "outputs": {"3": [{"user": "u", "score": 0.7}]},
+        "state": {"3": {"op0/default": [{"key": 1, "v": 2}]}},
+    }
+    assert replay_differences(a, a) == []
+    assert replay_differences(a, b) == ["batch 3 output, column score"]
+    c = {"outputs": {}, "state": {"3": {"op0/default": [{"key": 1, "value": {"n": 1, "sum": 0.5}}]}}}
+    d = {"outputs": {}, "state": {"3": {"op0/default": [{"key": 1, "value": {"n": 1, "sum": 0.9}}]}}}
+    assert replay_differences(c, d) == ["batch 3 state op0/default, column value.sum"]
+
+
+def test_canonical_clock_rewrites_only_the_batch_timestamp() -> None:
+    entry = 'v1\n{"batchWatermarkMs":5,"batchTimestampMs":99,"conf":{"a":"b"}}\n{"logOffset":0}'
+    out = rewrite_timestamp(entry, 1000).split("\n")
+    assert json.loads(out[1]) == {"batchWatermarkMs": 5, "batchTimestampMs": 1000, "conf": {"a": "b"}}
+    assert out[0] == "v1" and out[2] == '{"logOffset":0}'
+
+
+def _checkpoint(root: Path, stamp: int) -> None:
+    """A two-source checkpoint with one committed batch reading one file of each."""
+    cp = root / "checkpoint"
+    for s, name in enumerate(("a", "b")):
+        (root / "input" / name).mkdir(parents=True)
+        f = root / "input" / name / "part-00000.csv"
+        f.write_text(f"{name},1\n")
+        (cp / "sources" / str(s)).mkdir(parents=True)
+        (cp / "sources" / str(s) / "0").write_text(f'v1\n{{"path":"file://{f}","batchId":0}}\n')
+    (cp / "offsets").mkdir()
+    (cp / "commits").mkdir()
+    (cp / "offsets" / "0").write_text(
+        f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":{stamp}}}\n{{"logOffset":0}}\n{{"logOffset":0}}'
+    )
+    (cp / "commits" / "0").write_text("v1\n{}")
+
+
+def test_recording_names_each_batchs_files_by_content_not_by_run(tmp_path: Path) -> None:
+    _checkpoint(tmp_path / "one", 1)
+    _checkpoint(tmp_path / "two", 2)
+    one, two = recording(tmp_path / "one"), recording(tmp_path / "two")
+    assert [r["files"] for r in one] == [r["files"] for r in two]  # same input: same clock-free key
+    assert len(one[0]["files"]) == 2 and all(len(f) == 1 for f in one[0]["files"])
+    assert one[0]["timestamp"] != two[0]["timestamp"]
+
+
+def _outcome(check: ReplayCheck) -> SssOutcome:
+    return SssOutcome("unknown" if check.unknown else "pass", check, [], 1, [])
+
+
+def test_non_determinism_is_unknown_never_a_failure() -> None:
+    sc = SssScenario.model_validate(
+        {
+            "name": "w",
+            "engine": "sss",
+            "query": {"builder": "examples.sss.windowed:build", "input_schema": "user string"},
+            "input": {"folder": "x"},
+        }  # fmt: skip
+    )
+    check = ReplayCheck(unknown=["non-deterministic: ... differ at batch 2 output, column score"])
+    verdicts = {v.oracle: status_of(v.to_dict()) for v in verdicts_of(sc, _outcome(check))}
+    assert verdicts["exactly_once"] == "unknown" and verdicts["restored_state"] == "unknown"
+    summaries = [v.summary for v in verdicts_of(sc, _outcome(check)) if v.oracle == "exactly_once"]
+    assert "column score" in summaries[0], summaries
+    check = ReplayCheck(batches_checked=3, states_checked=2, replay_note="cached (abc…)")
+    out = {v.oracle: v for v in verdicts_of(sc, _outcome(check))}
+    assert status_of(out["exactly_once"].to_dict()) == "holds" and "cached" in out["exactly_once"].summary
+
+
+def test_sss_command_takes_a_builder_and_refuses_a_processor_output_mode(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from chaos.cli import main
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.csv").write_text("u0,2026-01-01 00:00:00,1\n")
+    args = ["sss", "--builder", "examples.sss.windowed:build", "--input-schema", "user string, ts timestamp, n long",
+            "--input", str(tmp_path / "in")]  # fmt: skip
+    assert main([*args, "--output-mode", "Update"]) == 2
+    assert "append, update or complete" in capsys.readouterr().out
+    assert main([*args, "examples.sss.cart:CartTotals"]) == 2
+    assert "not both" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["windowed", "windowed-leaky", "join", "join-leaky", "sessions", "dedup", "tws-eventtime", "tws-eventtime-leaky"])
+def test_every_bring_your_query_example_parses_with_its_input(name: str) -> None:
+    path = ROOT / "examples" / "sss" / f"{name}-local.yaml"
+    sc = parse_scenario(path.read_text(), str(path), path.parent)
+    from chaos.sss.scenario import load_inputs
+
+    assert isinstance(sc.spec(), QuerySpec) and len(load_inputs(sc)) >= 5
+
+
+def test_a_replay_that_cannot_run_is_unknown_not_a_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replay that wrote no result (Spark could not start, a crash) leaves nothing to judge against."""
+    import harness.sss.replay_oracle as oracle
+
+    _checkpoint(tmp_path, 1)
+
+    def fail(*_: object, **__: object) -> None:
+        raise RuntimeError("the replay wrote no result (see replay.log)")
+
+    monkeypatch.setattr(oracle, "_run_replay", fail)
+    monkeypatch.setenv("STATECHAOS_REPLAY_CACHE", str(tmp_path / "cache"))
+    spec = QuerySpec("examples.sss.windowed:build", {"a": "a string, n long", "b": "b string, n long"}, "append")
+    check = oracle.check_replay(tmp_path, spec, 1)
+    assert not check.violations and check.unknown == [
+        "the fault-free replay could not be had: the replay wrote no result (see replay.log)"
+    ]
