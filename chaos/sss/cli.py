@@ -99,7 +99,7 @@ def _cmd_sss(args: argparse.Namespace) -> int:
             raise _BadInput(f"--workdir {workdir}: not empty (a query's checkpoint must start fresh)")
         out = run_sss(SssRun(spec, inputs, workdir, list(args.fault), master=args.master,
                              trigger_ms=args.trigger_ms, tail_ms=args.tail_ms, seed=args.seed,
-                             stall_s=args.stall_timeout,
+                             stall_s=args.stall_limit_s,
                              differential=args.differential))  # fmt: skip
     except (SpecError, _BadInput, SparkEnvironmentError) as e:
         print(f"error: {e}")
@@ -150,7 +150,7 @@ def add_sss_parser(sub: Any) -> None:
         "--tail-ms", type=int, default=0, help="keep running this long past the last input (timers)"
     )
     s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--stall-timeout", type=float, default=120.0, metavar="SECONDS",
+    s.add_argument("--stall-limit-s", type=float, default=120.0, metavar="SECONDS",
                    help="stuck when no micro-batch is planned or committed this long while input or timers are pending")  # fmt: skip
     s.add_argument("--differential", action="store_true",
                    help="compare Spark's state with the model's after every committed batch, not only at restarts")  # fmt: skip

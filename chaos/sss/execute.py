@@ -36,7 +36,7 @@ def execute_sss(sc: SssScenario, run_dir: Path) -> tuple[list[dict[str, Any]], d
                       f.process, f.at or "")
              for f in sc.faults],
             master=sc.master, trigger_ms=sc.trigger, tail_ms=sc.tail, time_limit_s=sc.timeout_s, seed=sc.seed,
-            stall_s=sc.stall_timeout / 1000, sink=sc.sink.model_dump() if sc.sink else None,
+            stall_s=sc.stall_limit_s, sink=sc.sink.model_dump() if sc.sink else None,
             differential=sc.differential,
         )  # fmt: skip
     except (SpecError, ValueError) as e:

@@ -214,10 +214,10 @@ class SssScenario(Strict):
     timeout_s: Annotated[float | None, Field(gt=0)] = None  # an overall cap on the run, if set
     # no micro-batch planned or committed (nor a driver ready) this long while input or timers are
     # pending: the run is stuck, and its liveness verdict says what stopped
-    stall_timeout: Duration = 120_000
+    stall_limit_s: Annotated[float, Field(gt=0)] = 120  # as the runtime's scenarios name it
     _base_dir: Path | None = PrivateAttr(default=None)
 
-    @field_validator("trigger", "tail", "stall_timeout", mode="before")
+    @field_validator("trigger", "tail", mode="before")
     @classmethod
     def _ms(cls, v: Any) -> Any:
         return parse_duration_ms(v)
