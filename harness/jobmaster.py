@@ -196,7 +196,7 @@ class JobMaster:
     def _keep_evidence(self, chk: CompletedCheckpoint) -> None:
         """Copy a checkpoint as it was restored, so the restored-state oracle can read it after the run
         even when retention has deleted it (the copy is taken after validation)."""
-        dst = self.run_dir / "restored-from" / chk.directory.name
+        dst = RunStore(self.run_dir).restored_from / chk.directory.name
         if not dst.exists():
             shutil.copytree(chk.directory, dst)
             # an incremental checkpoint's manifests name shared files relative to its directory
