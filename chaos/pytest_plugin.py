@@ -28,12 +28,15 @@ import shlex
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from chaos.scenario import Scenario, ScenarioError, load_scenario, load_scenarios, parse_scenario
 from harness.run_store import RunStore
+
+if TYPE_CHECKING:  # annotations only: the plugin loads in every pytest session, so it imports
+    # nothing heavy (pydantic, pyarrow, numpy, pyspark) until a hook or fixture needs it
+    from chaos.scenario import Scenario
 
 __all__ = [
     "ScenarioInfrastructureError",
@@ -114,6 +117,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "scenario_file" in metafunc.fixturenames:
+        from chaos.scenario import load_scenarios
+
         paths = metafunc.config.getoption("--scenario")
         marker = metafunc.definition.get_closest_marker("scenarios")
         if marker:
@@ -135,6 +140,8 @@ def _wanted_cluster(request: pytest.FixtureRequest) -> str | None:
 
 def _skip_unless_available(cluster: str) -> None:
     """Skip (with the reason) when the cluster needs Java or a Docker engine this machine lacks."""
+    from chaos.scenario import Scenario
+
     kind = Scenario.model_validate({"name": "probe", "cluster": cluster}).cluster_kind
     if kind in ("local", "spark"):
         from harness.spark.cluster import SparkEnvironmentError, check_java
@@ -187,6 +194,8 @@ def scenario_file(request: pytest.FixtureRequest) -> Path:
 def scenario(request: pytest.FixtureRequest, scenario_file: Path) -> Scenario:
     """The parametrised scenario, loaded and validated, with ``--cluster``/``cluster`` marker and
     ``--seed`` applied."""
+    from chaos.scenario import load_scenario
+
     return load_scenario(scenario_file).with_overrides(
         cluster=_wanted_cluster(request), seed=request.config.getoption("--seed")
     )
@@ -329,6 +338,7 @@ def job_reference(job: Any) -> str:
 def _prepare(
     scenario: str | Path | Scenario | dict[str, Any], fields: dict[str, Any]
 ) -> tuple[Scenario, str]:
+    from chaos.scenario import Scenario, ScenarioError, load_scenario, parse_scenario
     from chaos.sss.scenario import SssScenario, is_sss
 
     if isinstance(scenario, Scenario | SssScenario):

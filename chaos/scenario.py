@@ -19,6 +19,7 @@ from pydantic import Field, PrivateAttr, ValidationError, field_validator, model
 
 from chaos.faults import FAULT_KINDS, FaultParams
 from chaos.faults.delivery import cluster_problem
+from chaos.scenario_job import DEFAULT_CHECKS
 from chaos.trigger import Duration, Strict, Trigger, coerce_trigger, parse_duration_ms
 from harness.adaptive import AdaptiveConfig  # the runtime owns the adaptive defaults
 from harness.failpoints import FAILPOINTS  # the runtime owns its failpoint names
@@ -168,15 +169,7 @@ class Scenario(Strict):
     sim: SimSettings = Field(default_factory=SimSettings)
     faults: list[AnyFault] = Field(default_factory=list)  # type: ignore[valid-type]
     rescale: list[RescaleStep] = Field(default_factory=list)
-    checks: list[str] = Field(
-        default_factory=lambda: [
-            "exactly_once",
-            "sequence",
-            "restored_state",
-            "checkpoint_integrity",
-            "liveness",
-        ]
-    )
+    checks: list[str] = Field(default_factory=lambda: list(DEFAULT_CHECKS))
     seed: int = 0
     # the run fails when nothing it waits for progressed for this long (records emitted, checkpoints
     # completed, records processed, tasks deployed, registered, restored, finished); slow is not stuck

@@ -209,7 +209,7 @@ class JobMaster:
             self._keep_copy(self.storage.checkpoint_dir(self.job_id, checkpoint_id))
 
     def _keep_copy(self, directory: Path) -> None:
-        dst = self.run_dir / "restored-from" / directory.name
+        dst = RunStore(self.run_dir).restored_from / directory.name
         if not dst.exists():
             shutil.copytree(directory, dst)
             # an incremental checkpoint's manifests name shared files relative to its directory

@@ -65,6 +65,11 @@ class RunStore:
         return self.root / "restored"
 
     @property
+    def restored_from(self) -> Path:
+        """Copies of the checkpoints the run restored from, taken at restore time (``chk-N`` each)."""
+        return self.root / "restored-from"
+
+    @property
     def outcome(self) -> Path:
         return self.root / "outcome.json"
 

@@ -37,7 +37,8 @@ __all__ = [
 
 Emit = Callable[..., None]
 SINK_STATE = "__sink_transactions"
-_TXN = re.compile(r"^c(\d+)-s(\d+)-a(\d+)-(\d+)$")
+# a committed transaction file's stem: c<checkpoint>-s<subtask>-a<attempt>-<n> (read by the oracles too)
+TXN_NAME = re.compile(r"^c(\d+)-s(\d+)-a(\d+)-(\d+)$")
 _OPEN = re.compile(r"^s(\d+)-a(\d+)-(\d+)$")
 
 
@@ -79,7 +80,7 @@ def write_fence(directory: Path, restored_checkpoint: int, attempt: int) -> list
     fenced = _fenced(d)
     orphans = []
     for f in committed_files(d):
-        m = _TXN.match(f.stem)
+        m = TXN_NAME.match(f.stem)
         if m and int(m.group(1)) > restored_checkpoint and f.stem not in fenced:
             orphans.append(f.stem)
     if orphans:
@@ -217,13 +218,13 @@ class TwoPhaseCommitFileSink:
         keep: set[str] = set()
         for cid, txn in sorted((int(c), str(t)) for c, t in (entries or [])):
             keep.add(txn)
-            m = _TXN.match(txn)
+            m = TXN_NAME.match(txn)
             old = int(m.group(2)) if m else 0
             if old % parallelism == self.subtask:
                 self._commit_txn(cid, txn)
         for leftover in sorted((self.dir / "pending").iterdir()):
             stem, _, ext = leftover.name.partition(".")
-            m = _TXN.match(stem) if ext == "txn" else _OPEN.match(stem)
+            m = TXN_NAME.match(stem) if ext == "txn" else _OPEN.match(stem)
             if m is None:
                 continue
             old = int(m.group(2) if ext == "txn" else m.group(1))

@@ -89,8 +89,9 @@ def repartition_operator_state(old: list[OperatorStateSnapshot], new_p: int) -> 
     - UNION: every new subtask gets every element, in old-subtask order (also at the same
       parallelism).
     - BROADCAST: new subtask i gets the copy of the ``i % n``-th of the n old subtasks that reported
-      the state — the old subtask position does not count, and this applies at the same parallelism
-      too (Flink's ``collectPartlyFinishedBroadcastStates``).
+      the state. At the same parallelism that is its own copy when every subtask reported; when only
+      some did (Flink 2.3.0's ``0 < cardinality() < parallelism``, FLINK-38131), Flink deals the
+      ``i % n``-th copy on top of the subtask's own, identical in a real job.
 
     Every new subtask gets an entry for every state (an empty list or map if nothing is dealt to it).
     """

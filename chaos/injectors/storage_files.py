@@ -10,6 +10,7 @@ from typing import Any
 
 from chaos.injectors.base import Injector, InjectorError
 from chaos.scope import RunScope
+from reference_impl.checkpoint.completed import METADATA
 
 __all__ = ["CorruptFile", "TruncateFile", "pick_checkpoint_file"]
 
@@ -18,7 +19,7 @@ def pick_checkpoint_file(checkpoint_dir: Path, rng: random.Random, include_metad
     """A seeded choice among a checkpoint directory's files (state files, optionally ``_metadata``)."""
     files = sorted(p for p in Path(checkpoint_dir).rglob("*") if p.is_file())
     if not include_metadata:
-        files = [p for p in files if p.name != "_metadata"]
+        files = [p for p in files if p.name != METADATA]
     if not files:
         raise InjectorError(f"{checkpoint_dir}: no files to damage")
     return rng.choice(files)

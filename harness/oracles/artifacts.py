@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -18,14 +17,12 @@ import pyarrow.csv as pacsv
 
 from harness.history import read_history
 from harness.run_store import RunStore
-from harness.sinks import committed_files
+from harness.sinks import TXN_NAME, committed_files
 from reference_impl.checkpoint.format import decode_subtask_state
 from reference_impl.inspect import CheckpointView, inspect_checkpoint
 from reference_impl.snapshot import SubtaskStateSnapshot
 
 __all__ = ["RunArtifacts", "CommittedRecord", "CommittedColumns", "read_committed_columns"]
-
-_TXN = re.compile(r"^c(\d+)-s(\d+)-a(\d+)-(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -69,7 +66,7 @@ def read_committed_columns(files: list[Path]) -> CommittedColumns | None:
     counts = [b.count(b"\n") for b in blobs]
     txns, cids = [], []
     for f in files:
-        m = _TXN.match(f.stem)
+        m = TXN_NAME.match(f.stem)
         txns.append(f.stem)
         cids.append(int(m.group(1)) if m else -1)
     n = sum(counts)
@@ -161,7 +158,7 @@ class RunArtifacts:
     def committed(self) -> list[CommittedRecord]:
         out = []
         for f in committed_files(RunStore(self.run_dir).output):
-            m = _TXN.match(f.stem)
+            m = TXN_NAME.match(f.stem)
             cid = int(m.group(1)) if m else -1
             lines = f.read_text(encoding="utf-8").splitlines()
             try:  # one parse per file (as a JSON array of its lines), not one per line
@@ -194,7 +191,7 @@ class RunArtifacts:
         if not hasattr(self, "_views"):
             self._views: dict[int, CheckpointView | None] = {}
         if checkpoint_id not in self._views:
-            d = self.run_dir / "restored-from" / f"chk-{checkpoint_id}"
+            d = RunStore(self.run_dir).restored_from / f"chk-{checkpoint_id}"
             self._views[checkpoint_id] = inspect_checkpoint(d) if d.is_dir() else None
         return self._views[checkpoint_id]
 

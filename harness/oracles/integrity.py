@@ -18,6 +18,7 @@ from harness.oracles.registry import register_oracle
 from harness.oracles.verdict import Verdict
 from harness.run_store import RunStore
 from reference_impl.checkpoint import CheckpointError, validate_checkpoint
+from reference_impl.checkpoint.completed import METADATA
 
 __all__ = ["check_checkpoint_integrity", "IntegrityConfig"]
 
@@ -77,7 +78,7 @@ def check_checkpoint_integrity(
         damage_time.setdefault(Path(p).parent.name, t)
     on_disk = {int(p.name[4:]): p for p in root.glob("chk-*")} if root.is_dir() else {}
     for cid, d in sorted(on_disk.items()):
-        if not (d / "_metadata").is_file():
+        if not (d / METADATA).is_file():
             problems.append(f"{d}: a checkpoint directory without _metadata was left behind")
             continue
         try:
@@ -91,7 +92,7 @@ def check_checkpoint_integrity(
     for cid in sorted(set(completed))[-retained:]:
         if cid not in on_disk:
             problems.append(f"checkpoint {cid} is among the newest {retained} retained but vanished")
-    kept = sorted(cid for cid, d in on_disk.items() if (d / "_metadata").is_file())
+    kept = sorted(cid for cid, d in on_disk.items() if (d / METADATA).is_file())
     if len(kept) > retained:
         problems.append(
             f"{len(kept)} completed checkpoints remain in storage ({', '.join(map(str, kept))}), "

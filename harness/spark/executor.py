@@ -42,6 +42,7 @@ from harness.spark.root_cause import record_stage_failure
 from harness.spark.stage import JOB_CODE_FAILED, submit_stage
 from harness.spark.transport import CoordinatorServer, RunSecret
 from harness.user_code import job_files, user_frame_in_text
+from reference_impl.checkpoint.completed import METADATA
 
 __all__ = ["SparkExecutor", "JOB_CODE_FAILED"]  # the latter re-exported
 
@@ -594,7 +595,7 @@ class SparkExecutor(Driver):
             # checkpoints the dead driver had in flight never completed: abort them as it would have
             storage = self.master.storage
             for cid, d in storage.checkpoint_dirs(self.graph.name):
-                if not (d / "_metadata").is_file():
+                if not (d / METADATA).is_file():
                     storage.discard(self.graph.name, cid)
                     self.history.emit(
                         "checkpoint_aborted",

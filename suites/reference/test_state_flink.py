@@ -209,6 +209,44 @@ def _old_snapshots(v: dict) -> list[OperatorStateSnapshot]:
     return out
 
 
+def _reporters(v: dict, name: str) -> list[int]:
+    return [j for j, sub in enumerate(v["old"]) if any(x[0] == name for x in sub)]
+
+
+def _dealt_copy(v: dict, i: int, name: str) -> int:
+    """The old subtask whose copy new subtask i gets: the ``i % n``-th of the n that reported it."""
+    reporters = _reporters(v, name)
+    return reporters[i % len(reporters)]
+
+
+def _flink_broadcast_sources(v: dict, i: int, name: str) -> set[int]:
+    """The old subtasks whose copies of broadcast state ``name`` Flink 2.3.0 hands new subtask i.
+
+    At a new parallelism: the dealt copy. At the same parallelism a subtask keeps its own handle;
+    the dealt copy is added only when the state is partly reported (``StateEntry.isPartiallyReported``:
+    ``0 < cardinality() < parallelism``, FLINK-38131), and restoring merges the copies (identical in a
+    real job), so the reference restores the dealt one."""
+    reporters = _reporters(v, name)
+    if v["old_p"] != v["new_p"]:
+        return {_dealt_copy(v, i, name)}
+    own = {i} if i in reporters else set()
+    return own | {_dealt_copy(v, i, name)} if len(reporters) < v["old_p"] else own
+
+
+def test_the_vectors_cover_partly_reported_broadcast_state_at_the_same_parallelism():
+    partly = [
+        (v, name)
+        for v in OPERATOR
+        if v["old_p"] == v["new_p"] > 1
+        for name in {x[0] for sub in v["old"] for x in sub if x[1] == "BROADCAST"}
+        if 0 < len(_reporters(v, name)) < v["old_p"]
+    ]
+    assert len(partly) > 30
+    # some subtask that reported gets another's copy too, and one that did not gets a copy
+    assert any(len(_flink_broadcast_sources(v, i, n)) == 2 for v, n in partly for i in range(v["new_p"]))
+    assert any(i not in _reporters(v, n) for v, n in partly for i in range(v["new_p"]))
+
+
 def test_operator_state_redistribution_matches_flink():
     mismatches, checked = [], 0
     for n, v in enumerate(OPERATOR):
@@ -221,14 +259,9 @@ def test_operator_state_redistribution_matches_flink():
                 flink = sorted(want.get(name, []))
                 checked += 1
                 if mode == "BROADCAST":
-                    # Flink's handles for subtask i: the (i % n)-th reporting copy, plus at the same
-                    # parallelism its own handle if it reported (identical content in a real job)
                     src = e.value["src"]
                     sources = {s for s, _ in flink}
-                    own = (
-                        {i} if v["old_p"] == v["new_p"] and any(x[0] == name for x in v["old"][i]) else set()
-                    )
-                    if src not in sources or sources - {src} - own:
+                    if sources != _flink_broadcast_sources(v, i, name) or src != _dealt_copy(v, i, name):
                         mismatches.append((n, i, name, mode, src, flink))
                 else:
                     got = sorted(e.value) if e is not None else []

@@ -211,6 +211,12 @@ public class GenerateStateVectors {
 
     // one case: old_p subtasks reporting some named states (elements encoded in offsets), new_p
     static String operatorCase(Random r, int oldP, int newP, int minNames) {
+        return operatorCase(r, oldP, newP, minNames, -1, 10);
+    }
+
+    // modeDice 10: modes drawn as split 6, union 2, broadcast 2 in 10; above 10: broadcast only.
+    // reportP: each state's chance to be reported by a subtask (negative: 0.6 or 1.0 at random)
+    static String operatorCase(Random r, int oldP, int newP, int minNames, double reportP, int modeDice) {
         int nNames = minNames + r.nextInt(r.nextInt(4) == 0 ? 16 : 5);
         List<String> names = new ArrayList<>();
         List<OperatorStateHandle.Mode> modes = new ArrayList<>();
@@ -218,10 +224,10 @@ public class GenerateStateVectors {
             String n = randomName(r);
             if (names.contains(n)) continue;
             names.add(n);
-            int m = r.nextInt(10);
+            int m = modeDice > 10 ? 8 : r.nextInt(modeDice);
             modes.add(m < 6 ? MODES[0] : m < 8 ? MODES[1] : MODES[2]);
         }
-        double reportP = r.nextInt(3) == 0 ? 0.6 : 1.0;
+        if (reportP < 0) reportP = r.nextInt(3) == 0 ? 0.6 : 1.0;
         List<List<OperatorStateHandle>> prev = new ArrayList<>();
         StringBuilder old = new StringBuilder("[");
         for (int i = 0; i < oldP; i++) {
@@ -306,5 +312,9 @@ public class GenerateStateVectors {
         for (int oldP : ps) for (int newP : ps) for (int c = 0; c < 3; c++) System.out.println(operatorCase(r, oldP, newP, 1));
         // many named states: Flink's HashMap of names resizes (past 12 names, then 24)
         for (int c = 0; c < 40; c++) System.out.println(operatorCase(r, 1 + r.nextInt(6), 1 + r.nextInt(9), 14 + r.nextInt(20)));
+        // broadcast states that only some subtasks report, at the same parallelism: Flink 2.3.0's
+        // StateEntry.isPartiallyReported (0 < cardinality() < parallelism, FLINK-38131) then deals
+        // copies round robin on top of each subtask's own handle; when all report, each keeps its own
+        for (int p : new int[] {2, 3, 4, 5, 7, 8}) for (int c = 0; c < 4; c++) System.out.println(operatorCase(r, p, p, 1, 0.5, 11));
     }
 }
