@@ -36,8 +36,11 @@ err = Console(stderr=True, highlight=False)
 def _cmd_validate(args: argparse.Namespace) -> int:
     from chaos.sss.scenario import ANALYSE_PLANS  # a builder's query: its plan is built, not run
 
-    ANALYSE_PLANS.set(True)
-    scenarios = load_scenarios(args.paths)
+    token = ANALYSE_PLANS.set(True)
+    try:
+        scenarios = load_scenarios(args.paths)
+    finally:  # only this command builds plans: not a later load in the same process (the plugin, tests)
+        ANALYSE_PLANS.reset(token)
     for path, sc in scenarios:
         console.print(f"[green]ok[/green] {path}: {sc.name} ({sc.cluster}, {len(sc.faults)} faults)")
     return EXIT_OK

@@ -28,7 +28,7 @@ from typing import Any
 
 from harness.sss.driver import _sink, spark_conf
 from harness.sss.query import QuerySpec, build_query
-from harness.sss.values import canon_row
+from harness.sss.values import canon
 
 __all__ = ["read_all_state", "rewrite_timestamp", "CANONICAL_T0", "main"]
 
@@ -68,8 +68,18 @@ def read_all_state(spark: Any, checkpoint: Path, batch: int) -> dict[str, list[d
         reader = spark.read.format("statestore").option("path", str(checkpoint)).option("batchId", batch)
         for k, v in s["options"].items():
             reader = reader.option(k, v)
-        out[s["label"]] = [canon_row(r) for r in reader.load().collect()]
+        out[s["label"]] = [_named(r) for r in reader.load().collect()]
     return out
+
+
+def _named(v: Any) -> Any:
+    """A state row in the canonical value form (:mod:`harness.sss.values`), its structs kept as
+    named fields, so a difference names its nested column (``value.sum``)."""
+    if hasattr(v, "asDict") and isinstance(v, tuple):  # a pyspark Row (a struct)
+        return {k: _named(x) for k, x in v.asDict(recursive=False).items()}
+    if isinstance(v, list):
+        return [_named(x) for x in v]
+    return canon(v)
 
 
 def rewrite_timestamp(entry: str, timestamp_ms: int) -> str:
