@@ -8,6 +8,9 @@ function), unless it sets its own with ``allure.epic``/``allure.feature``/``allu
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +83,27 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         ):
             if not _has_label(item, label_type):
                 item.add_marker(mark)
+
+
+_CACHES = ("STATECHAOS_REFERENCE_CACHE", "STATECHAOS_REPLAY_CACHE")
+_session_cache: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The suites' fault-free references and SSS replays are cached in a folder of this session's own
+    (inherited by the processes it starts), never in the user's ~/.cache: a test sees only what this
+    session computed, whatever ran on the machine before."""
+    if any(v in os.environ for v in _CACHES):
+        return
+    d = tempfile.mkdtemp(prefix="statechaos-test-cache-")
+    _session_cache.append(d)
+    os.environ[_CACHES[0]] = os.path.join(d, "reference")
+    os.environ[_CACHES[1]] = os.path.join(d, "sss-replay")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for d in _session_cache:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
