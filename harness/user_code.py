@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.failpoints import InjectedCrash
 from harness.job_graph import JobGraph
 
 __all__ = ["UserFrame", "job_files", "user_frame", "user_frame_in_text", "IDENTICAL_FAILURES", "YOUR_JOB_RAISED"]
@@ -58,7 +59,10 @@ def job_files(graph: JobGraph) -> frozenset[str]:
 
 
 def user_frame(exc: BaseException, files: frozenset[str]) -> UserFrame | None:
-    """The innermost frame of ``exc``'s traceback in one of ``files``, or None (not the job's code)."""
+    """The innermost frame of ``exc``'s traceback in one of ``files``, or None (not the job's code,
+    or a crash a fault injected: a failpoint reached from the job's code is still the chaos's doing)."""
+    if isinstance(exc, InjectedCrash):
+        return None
     last = None
     for fs in traceback.extract_tb(exc.__traceback__):
         if str(Path(fs.filename).resolve()) in files:

@@ -12,9 +12,10 @@ import allure
 
 import reference_impl.timers as timers
 from harness import ExactlyOnceFileSinkSpec, GeneratorSource, JobBuilder, KeyedProcessFunction
+from harness.failpoints import InjectedCrash
 from harness.jobs import register_job
 from harness.jobs.registry import JOBS
-from harness.user_code import IDENTICAL_FAILURES, user_frame_in_text
+from harness.user_code import IDENTICAL_FAILURES, user_frame, user_frame_in_text
 from suites.runtime.conftest import fails
 from suites.runtime.test_broken_timers_backends import TIMED
 
@@ -90,3 +91,20 @@ def test_the_users_frame_is_found_in_an_executors_traceback_text():
     f = user_frame_in_text(text, frozenset({__file__}))
     assert f is not None and (f.line, f.function, f.exception) == (_LINE, "process_element", "ValueError: cannot score record 250")
     assert user_frame_in_text(text, frozenset({"/elsewhere.py"})) is None
+
+
+def test_a_crash_injected_under_the_jobs_own_frame_is_not_the_jobs_error():
+    """A failpoint reached from the job's code raises through the job's frame; restarting past it is
+    the chaos's doing, so it never counts as "your job raised"."""
+
+    def process_element() -> None:
+        raise InjectedCrash("during_state_access", "op[0]")
+
+    def user_error() -> None:
+        raise ValueError("bad record")
+
+    for fn, expected_user in ((process_element, False), (user_error, True)):
+        try:
+            fn()
+        except Exception as e:
+            assert (user_frame(e, frozenset({__file__})) is not None) is expected_user
