@@ -36,6 +36,20 @@ def test_builder_scenario_gives_a_query_spec() -> None:
     assert spec.inputs == {"events": "user string, ts timestamp, n long"} and spec.output_mode == "append"
 
 
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ("sink: {foreach_batch: 'examples.sss.sink:by_batch', read: 'examples.sss.sink:read'}\n", "sink"),
+        ("faults: [{kind: kill_driver, after_batches: 1, at: after_sink_write}]\n", "faults[0].kind"),
+        ("faults: [{kind: kill_python_worker, after_batches: 1}]\n", "faults[0].kind"),
+    ],
+)
+def test_what_the_builder_path_cannot_do_yet_is_refused_not_ignored(extra: str, field: str) -> None:
+    with pytest.raises(ScenarioError) as e:
+        parse_scenario(WINDOWED + extra, "w.yaml", ROOT)
+    assert f"w.yaml:8: {field}:" in str(e.value) and "builder's query" in str(e.value)
+
+
 def test_several_inputs_reach_the_builder_by_name() -> None:
     sc = parse_scenario((ROOT / "examples/sss/join-local.yaml").read_text(), "join.yaml", ROOT)
     spec = sc.spec()
