@@ -15,9 +15,12 @@ import platform
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.run_store import RunStore
+
+if TYPE_CHECKING:  # only for annotations: the verdict module loads with the oracles
+    from harness.oracles.verdict import Verdict
 
 __all__ = [
     "CATEGORIES",
@@ -168,17 +171,13 @@ def run_step(outcome: Any) -> dict[str, Any]:
     return step
 
 
-def verdict_steps(verdicts: Iterable[dict[str, Any]], at: int) -> list[dict[str, Any]]:
+def verdict_steps(verdicts: Iterable[Verdict], at: int) -> list[dict[str, Any]]:
     """One step per check: holds (passed), FAILED (failed) or unknown (broken)."""
-    from harness.oracles.verdict import status_of
-
     status = {"holds": ("holds", "passed"), "fails": ("FAILED", "failed"), "unknown": ("unknown", "broken")}
     out = []
     for v in verdicts:
-        word, st = status[status_of(v)]
-        out.append(
-            _step(f"oracle {v['oracle']}: {word}", at, status=st, statusDetails={"message": v["summary"]})
-        )
+        word, st = status[str(v.status)]
+        out.append(_step(f"oracle {v.oracle}: {word}", at, status=st, statusDetails={"message": v.summary}))
     return out
 
 
@@ -193,6 +192,7 @@ def state_diff(run_dir: Path, max_lines: int = MAX_DIFF_LINES) -> str:
     restored from (restricted to the subtask's key groups), as :func:`reference_impl.inspect.diff`
     reports them: ``missing`` (in the checkpoint, not restored), ``extra`` and ``changed`` entries,
     each naming operator, state, key and key group. Empty when every restore equals its checkpoint."""
+    from harness.events import Restore
     from harness.oracles.artifacts import RunArtifacts
     from reference_impl.inspect import CheckpointView, OperatorView, diff
 
@@ -201,20 +201,20 @@ def state_diff(run_dir: Path, max_lines: int = MAX_DIFF_LINES) -> str:
     except (FileNotFoundError, ValueError):
         return ""
     out: list[str] = []
-    for e in art.of_type("restore"):
-        if e.get("checkpoint_id") is None or not e.get("restored_state_file"):
+    for e in art.of_type(Restore):
+        if e.checkpoint_id is None or not e.restored_state_file:
             continue
-        cid, op, sub = int(e["checkpoint_id"]), str(e["operator"]), int(e["subtask"])
+        cid, op, sub = e.checkpoint_id, e.operator, e.subtask
         try:
             view = art.checkpoint_view(cid)
             restored = art.restored_state(e)
         except Exception as err:  # a damaged copy is the integrity oracle's business; say so and go on
-            out.append(f"attempt {e.get('attempt')} {op}[{sub}] from checkpoint {cid}: cannot compare: {err}")
+            out.append(f"attempt {e.attempt} {op}[{sub}] from checkpoint {cid}: cannot compare: {err}")
             continue
         theirs = view.operators.get(op) if view else None
         if view is None or theirs is None:
             continue
-        lo, hi = e["key_group_range"]
+        lo, hi = e.key_group_range
         shape = (op, theirs.parallelism, theirs.max_parallelism)
         expected = OperatorView(*shape, keyed={kg: v for kg, v in theirs.keyed.items() if lo <= kg <= hi})
         got = OperatorView(*shape, keyed=dict(restored.keyed.key_groups) if restored.keyed else {})
@@ -223,7 +223,7 @@ def state_diff(run_dir: Path, max_lines: int = MAX_DIFF_LINES) -> str:
         )
         if lines:
             out.append(
-                f"attempt {e.get('attempt')} {op}[{sub}] (key groups {lo}-{hi}) restored from checkpoint "
+                f"attempt {e.attempt} {op}[{sub}] (key groups {lo}-{hi}) restored from checkpoint "
                 f"{cid}: {len(lines)} differences (checkpoint -> restored state)"
             )
             out.extend(f"  {line}" for line in lines)
@@ -232,31 +232,31 @@ def state_diff(run_dir: Path, max_lines: int = MAX_DIFF_LINES) -> str:
     return "\n".join(out)
 
 
-def failure_message(verdicts: Iterable[dict[str, Any]]) -> str:
+def failure_message(verdicts: Iterable[Verdict]) -> str:
     """One line per failed oracle, each starting with :data:`ORACLE_FAILURE_PREFIX` (the categories
     file sorts failures with that message into "Oracle failures")."""
     return "\n".join(
-        f"{ORACLE_FAILURE_PREFIX}: {v['oracle']}: {v['summary']}" for v in verdicts if not v["passed"]
+        f"{ORACLE_FAILURE_PREFIX}: {v.oracle}: {v.summary}" for v in verdicts if not v.passed
     )
 
 
-def failure_attachments(run_dir: Path, verdicts: Iterable[dict[str, Any]]) -> list[tuple[str, str]]:
+def failure_attachments(run_dir: Path, verdicts: Iterable[Verdict]) -> list[tuple[str, str]]:
     """(name, text) of what explains failed oracles: per failed oracle its explanation, and a state
     diff when a state-comparing oracle failed."""
-    failed = [v for v in verdicts if not v["passed"]]
+    failed = [v for v in verdicts if not v.passed]
     out = [
         (
-            f"failing oracle: {v['oracle']}",
-            f"oracle {v['oracle']} FAILED: {v['summary']}\n\n" + "\n".join(v.get("details", [])),
+            f"failing oracle: {v.oracle}",
+            f"oracle {v.oracle} FAILED: {v.summary}\n\n" + "\n".join(v.details),
         )
         for v in failed
     ]
-    state_failed = [v for v in failed if v["oracle"] in STATE_ORACLES]
+    state_failed = [v for v in failed if v.oracle in STATE_ORACLES]
     if state_failed:
         text = state_diff(Path(run_dir))
         if not text:  # state equals its checkpoints: the difference is against the model or the rescale rules
             text = "every restore equals its checkpoint; the oracle found these differences:\n" + "\n".join(
-                line for v in state_failed for line in v.get("details", [])
+                line for v in state_failed for line in v.details
             )
         out.append(("state diff", text))
     return out
@@ -278,7 +278,7 @@ type, ext)."""
 
 
 def run_attachments(
-    alluredir: Path, run_dir: Path, replay: str, verdicts: Iterable[dict[str, Any]]
+    alluredir: Path, run_dir: Path, replay: str, verdicts: Iterable[Verdict]
 ) -> list[dict[str, str]]:
     """Attach a run's failure explanations and state diff, history, scenario, timeline and replay command."""
     out = [

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from reference_impl.errors import (
     EnvironmentFault,
     ErrorKind,
@@ -14,6 +16,7 @@ from reference_impl.errors import (
 
 __all__ = [
     "EnvironmentProblem",
+    "FieldProblems",
     "ErrorKind",
     "InfrastructureError",
     "InputError",
@@ -33,45 +36,41 @@ class EnvironmentProblem(EnvironmentFault, RuntimeError):
     """The machine lacks something a run needs (Java, a Docker engine, free task slots, ...)."""
 
 
+class FieldProblems(ValueError):
+    """Raised by a scenario model's validator: each problem with the path of the field it concerns,
+    so the loader names its line (pydantic hands the exception back in ``ctx["error"]``)."""
+
+    def __init__(self, problems: list[tuple[tuple[Any, ...], str]]) -> None:
+        self.problems = [(tuple(loc), msg) for loc, msg in problems]
+        super().__init__("; ".join(msg for _, msg in self.problems))
+
+    @staticmethod
+    def at(loc: tuple[Any, ...] | str, msg: str) -> FieldProblems:
+        """One problem at ``loc`` (a field name or a path)."""
+        return FieldProblems([((loc,) if isinstance(loc, str) else loc, msg)])
+
+    @staticmethod
+    def of(err: Any) -> FieldProblems | None:
+        """The problems a pydantic error carries, if a validator raised them."""
+        e = (err.get("ctx") or {}).get("error")
+        return e if isinstance(e, FieldProblems) else None
+
+
 class UsageError(InputError):
     """Bad command-line use (a missing run directory, conflicting options): one message, exit code 2."""
 
 
-def _foreign_kinds() -> list[tuple[type[BaseException], ErrorKind]]:
-    """Exceptions outside the root that still mean bad input or environment."""
-    from reference_impl.serializers import SerializerError
-    from reference_impl.snapshot import StateRestoreError
-
-    out: list[tuple[type[BaseException], ErrorKind]] = [
-        (SerializerError, ErrorKind.INPUT),
-        (StateRestoreError, ErrorKind.INPUT),
-        (FileNotFoundError, ErrorKind.INPUT),
-        (PermissionError, ErrorKind.INPUT),
-        (IsADirectoryError, ErrorKind.INPUT),
-        (NotADirectoryError, ErrorKind.INPUT),
-    ]
-    try:
-        from reference_impl.checkpoint import CheckpointError
-
-        out.append((CheckpointError, ErrorKind.INPUT))
-    except ImportError:
-        pass
-    try:
-        from harness.spark.cluster import SparkEnvironmentError
-
-        out.append((SparkEnvironmentError, ErrorKind.ENVIRONMENT))
-    except ImportError:  # pragma: no cover - harness without the Spark extra
-        pass
-    return out
+# the operating system's errors about a file the user named (a missing scenario, input or checkpoint):
+# the only exceptions outside statechaos's root that are not a bug
+_USER_FILE_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
 
 
 def classify(exc: BaseException) -> str:
     """``input``, ``environment``, ``infrastructure`` or ``bug`` (see ``reference_impl.errors``)."""
     if isinstance(exc, StatechaosError):
         return str(kind_of(exc))
-    for t, kind in _foreign_kinds():
-        if isinstance(exc, t):
-            return str(kind)
+    if isinstance(exc, _USER_FILE_ERRORS):
+        return str(ErrorKind.INPUT)
     return str(ErrorKind.BUG)
 
 

@@ -8,7 +8,7 @@ kinds (``chaos.faults``) and runs it; ``harness.oracles`` checks what the run le
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chaos.cluster.registry import cluster_for
 from chaos.errors import InfrastructureError, InputError
@@ -17,6 +17,9 @@ from chaos.scenario import Scenario
 from chaos.schedule import plan
 from harness.jobs import JobSpec
 from harness.run_store import RunStore
+
+if TYPE_CHECKING:  # only for annotations: the oracles load when a run is judged
+    from harness.oracles import Verdict
 
 __all__ = [
     "execute_scenario",
@@ -69,9 +72,9 @@ def record_input(spec: JobSpec, run_dir: Path) -> None:
 
 def execute_scenario(
     sc: Scenario, run_dir: Path, resume: bool = False
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Run ``sc`` in ``run_dir`` (``resume``: take over a dead driver's run); return (verdicts as plain
-    dicts, run statistics)."""
+) -> tuple[list[Verdict], dict[str, Any]]:
+    """Run ``sc`` in ``run_dir`` (``resume``: take over a dead driver's run); return (verdicts, run
+    statistics)."""
     from chaos.sss.scenario import is_sss
 
     if is_sss(sc):  # a Structured Streaming query (chaos.sss.execute)
@@ -105,18 +108,18 @@ def execute_scenario(
         "liveness": LivenessConfig(bound_ms=liveness_bound_ms(sc), alignment_bound_ms=alignment_bound_ms(sc)),
     }
     verdicts = check_all(run_dir, spec, checks_for(sc, spec.graph), config)
-    return [v.to_dict() for v in verdicts] + schedule, stats
+    return [*verdicts, *schedule], stats
 
 
 def _fault_phases(run_dir: Path) -> dict[str, list[str]]:
     """Which phases of the job each fault struck (``chaos.fault_phases``), by fault id."""
     from chaos.fault_phases import phases_hit
-    from harness.history import read_history
+    from harness.events import read_events
 
     path = RunStore(run_dir).history
     if not path.is_file():
         return {}
-    return {str(k): v for k, v in phases_hit(list(read_history(path))).items()}
+    return {str(k): v for k, v in phases_hit(list(read_events(path))).items()}
 
 
 def _judged_as_progress(sc: Scenario, reason: str) -> bool:
@@ -128,25 +131,25 @@ def _judged_as_progress(sc: Scenario, reason: str) -> bool:
     return reason.startswith(YOUR_JOB_RAISED) or sc.cluster_kind == "sim"
 
 
-def _progress_verdict(sc: Scenario, run_dir: Path, reason: str) -> dict[str, Any]:
+def _progress_verdict(sc: Scenario, run_dir: Path, reason: str) -> Verdict:
     """The failed ``progress`` check of a run that could not finish: why, its last failure and the
     planned fault that struck before it."""
-    from harness.history import read_history
+    from harness.events import FaultStart, JobRestart, read_events
     from harness.oracles import Verdict
 
-    events = list(read_history(RunStore(run_dir).history))
+    events = list(read_events(RunStore(run_dir).history))
     details = [f"the job could not finish: {reason}"]
-    restarts = [e for e in events if e["type"] == "job_restart"]
+    restarts = [e for e in events if isinstance(e, JobRestart)]
     if restarts:
         last = restarts[-1]
-        details.append(f"last restart: t={last['t']} ms, attempt {last['attempt']}: {last['reason']}")
+        details.append(f"last restart: t={last.t} ms, attempt {last.attempt}: {last.reason}")
     faults = {p.fault_id: p for p in plan(sc)}
-    end = restarts[-1]["seq"] if restarts else len(events)
-    before = [e for e in events if e["type"] == "fault_start" and e["seq"] < end]
+    end = restarts[-1].seq if restarts else len(events)
+    before = [e for e in events if isinstance(e, FaultStart) and e.seq < end]
     if before:
         f = before[-1]
-        what = faults[f["fault_id"]].describe() if f["fault_id"] in faults else f.get("kind", "?")
-        details.append(f"the fault before it: t={f['t']} ms, fault #{f['fault_id']} {what}")
+        what = faults[f.fault_id].describe() if f.fault_id in faults else f.kind
+        details.append(f"the fault before it: t={f.t} ms, fault #{f.fault_id} {what}")
     else:
         details.append("no planned fault struck before it")
     return Verdict(
@@ -155,7 +158,7 @@ def _progress_verdict(sc: Scenario, run_dir: Path, reason: str) -> dict[str, Any
         f"the run could not finish after {len(restarts)} restarts",
         details,
         {"restarts": len(restarts)},
-    ).to_dict()
+    )
 
 
 class RunGaveUp(InfrastructureError):
@@ -166,21 +169,21 @@ class RunGaveUp(InfrastructureError):
         self.stats = stats
 
 
-def _schedule_verdict(sc: Scenario, run_dir: Path) -> dict[str, Any]:
+def _schedule_verdict(sc: Scenario, run_dir: Path) -> Verdict:
     """A scenario whose faults never acted proved nothing: say so instead of passing quietly. A fault
     whose injection failed (at its start or while it lasted) did not fire."""
-    from harness.history import read_history
+    from harness.events import FaultEnd, FaultStart, Rescale, read_events
     from harness.oracles import Verdict
 
     planned = plan(sc)
-    events = list(read_history(RunStore(run_dir).history))
-    started = {e["fault_id"]: e for e in events if e["type"] == "fault_start"}
+    events = list(read_events(RunStore(run_dir).history))
+    started = {e.fault_id: e for e in events if isinstance(e, FaultStart)}
     errors: dict[int, str] = {}
     for e in events:
-        if e["type"] == "fault_start" and (e.get("details") or {}).get("error"):
-            errors.setdefault(e["fault_id"], str(e["details"]["error"]))
-        elif e["type"] == "fault_end" and e.get("error"):
-            errors.setdefault(e["fault_id"], str(e["error"]))
+        if isinstance(e, FaultStart) and (e.details or {}).get("error"):
+            errors.setdefault(e.fault_id, str(e.details["error"]))
+        elif isinstance(e, FaultEnd) and e.error:
+            errors.setdefault(e.fault_id, str(e.error))
     for fid, why in unconfirmed(events).items():  # in-band faults: their task confirms that it acted
         errors.setdefault(fid, why)
     problems = []
@@ -189,7 +192,7 @@ def _schedule_verdict(sc: Scenario, run_dir: Path) -> dict[str, Any]:
             problems.append(f"fault {p.describe()} never fired: the run ended before its trigger was reached")
         elif p.fault_id in errors:
             problems.append(f"fault {p.describe()} did not fire: its injection failed: {errors[p.fault_id]}")
-    rescales = sum(1 for e in events if e["type"] == "rescale" and e.get("reason") != "adaptive")
+    rescales = sum(1 for e in events if isinstance(e, Rescale) and e.reason != "adaptive")
     if rescales < len(sc.rescale):
         problems.append(
             f"only {rescales} of {len(sc.rescale)} rescale steps happened: the run ended before the others' "
@@ -201,4 +204,4 @@ def _schedule_verdict(sc: Scenario, run_dir: Path) -> dict[str, Any]:
         f"all {len(planned)} planned faults fired and acted"
         + (f"; all {len(sc.rescale)} rescale steps happened" if sc.rescale else ""),
         "{n} planned faults or rescales did not take effect",
-    ).to_dict()
+    )

@@ -76,6 +76,7 @@ def _run(sc: Scenario, run_dir: Path) -> tuple[list[str], dict[str, Any]]:
     raised) and the run statistics."""
     from chaos.errors import classify
     from chaos.execute import execute_scenario
+    from harness.run_store import RunStore
 
     run_dir.mkdir(parents=True)
     try:
@@ -85,16 +86,18 @@ def _run(sc: Scenario, run_dir: Path) -> tuple[list[str], dict[str, Any]]:
     except Exception as e:
         if classify(e) == "input":
             raise
-        (run_dir / "error.txt").write_text(traceback.format_exc())
+        RunStore(run_dir).error.write_text(traceback.format_exc())
         return [f"error: {type(e).__name__}: {e}"], {}
     # a finding is a check that fails with evidence; an unknown (nothing to judge) is none
-    found = [v["oracle"] for v in verdicts if v.get("status") == "fails" and v["oracle"] not in IGNORED_VERDICTS]
+    found = [v.oracle for v in verdicts if v.fails and v.oracle not in IGNORED_VERDICTS]
     return found, stats
 
 
 def calibrate(sc: Scenario, work: Path) -> SearchSpace:
     """Run the scenario once without faults: it must pass, and its history bounds the triggers."""
-    from harness.history import read_history
+    from harness.events import CheckpointCompleted, Restore, read_events
+    from harness.job_graph import task_name
+    from harness.run_store import RunStore
 
     base = sc.model_copy(update={"faults": []})
     run_dir = work / "calibration"
@@ -104,17 +107,9 @@ def calibrate(sc: Scenario, work: Path) -> SearchSpace:
             f"scenario {sc.name!r} fails without any fault ({', '.join(failed)}; see {run_dir}): "
             "exploring fault schedules needs a run that passes on its own"
         )
-    events = list(read_history(run_dir / "history.jsonl"))
-    checkpoints = sum(
-        1 for e in events if e["type"] == "checkpoint_completed" and e.get("kind") == "checkpoint"
-    )
-    tasks = sorted(
-        {
-            f"{e['operator']}[{e['subtask']}]"
-            for e in events
-            if e["type"] == "restore" and e.get("attempt") == 0
-        }
-    )
+    events = list(read_events(RunStore(run_dir).history))
+    checkpoints = sum(1 for e in events if isinstance(e, CheckpointCompleted) and e.kind == "checkpoint")
+    tasks = sorted({task_name(e.operator, e.subtask) for e in events if isinstance(e, Restore) and e.attempt == 0})
     shutil.rmtree(run_dir, ignore_errors=True)
     if not tasks:
         raise ExploreError(f"scenario {sc.name!r}: the calibration run deployed no subtask")

@@ -15,7 +15,21 @@ A fault (its ``fault_start``) hit
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+
+from harness.events import (
+    BarrierAlignment,
+    CheckpointAborted,
+    CheckpointCompleted,
+    CheckpointTriggered,
+    Event,
+    FaultStart,
+    JobFailover,
+    JobRestart,
+    Rescale,
+    Restore,
+    RunStart,
+    TimersFired,
+)
 
 __all__ = ["PHASES", "phases_hit", "describe_phases"]
 
@@ -25,42 +39,39 @@ PHASES = ("alignment", "snapshot", "timer firing", "restore", "rescale")
 _STATS_WINDOW_MS = {"sim": 50, "spark": 200}
 
 
-def phases_hit(events: list[dict[str, Any]]) -> dict[int, list[str]]:
+def phases_hit(events: list[Event]) -> dict[int, list[str]]:
     """fault id -> the phases its start struck (in :data:`PHASES` order)."""
     out: dict[int, list[str]] = {}
     pending: set[int] = set()
     since: dict[str, bool] = {"restore": False, "rescale": False}
-    fired_at = [int(e["t"]) for e in events if e["type"] == "timers_fired"]
-    executor = next((str(e.get("executor")) for e in events if e["type"] == "run_start"), "sim")
+    fired_at = [e.t for e in events if isinstance(e, TimersFired)]
+    executor = next((e.executor for e in events if isinstance(e, RunStart)), "sim")
     window = _STATS_WINDOW_MS.get(executor, 200)
-    aligning = [
-        (int(e["t"]) - int(e.get("blocked_ms", 0)), int(e["t"])) for e in events if e["type"] == "alignment"
-    ]
+    aligning = [(e.t - e.blocked_ms, e.t) for e in events if isinstance(e, BarrierAlignment)]
     for e in events:
-        kind = e["type"]
-        if kind == "checkpoint_triggered":
-            pending.add(int(e["checkpoint_id"]))
-        elif kind == "checkpoint_completed":
-            pending.discard(int(e["checkpoint_id"]))
-            since = {"restore": False, "rescale": False}
-        elif kind == "checkpoint_aborted":
-            pending.discard(int(e["checkpoint_id"]))
-        elif kind in ("job_restart", "job_failover"):
-            pending.clear()  # the attempt's checkpoints died with it
-        elif kind == "restore" and e.get("checkpoint_id") is not None:
-            since["restore"] = True
-        elif kind == "rescale":
-            since["rescale"] = True
-        elif kind == "fault_start" and not (e.get("details") or {}).get("error"):
-            t = int(e["t"])
-            hit = {
-                "alignment": any(a <= t <= b for a, b in aligning),
-                "snapshot": bool(pending),
-                "timer firing": any(t <= f < t + window for f in fired_at),
-                "restore": since["restore"],
-                "rescale": since["rescale"],
-            }
-            out[int(e["fault_id"])] = [p for p in PHASES if hit[p]]
+        match e:
+            case CheckpointTriggered():
+                pending.add(e.checkpoint_id)
+            case CheckpointCompleted():
+                pending.discard(e.checkpoint_id)
+                since = {"restore": False, "rescale": False}
+            case CheckpointAborted():
+                pending.discard(e.checkpoint_id)
+            case JobRestart() | JobFailover():
+                pending.clear()  # the attempt's checkpoints died with it
+            case Restore() if e.checkpoint_id is not None:
+                since["restore"] = True
+            case Rescale():
+                since["rescale"] = True
+            case FaultStart() if not (e.details or {}).get("error"):
+                hit = {
+                    "alignment": any(a <= e.t <= b for a, b in aligning),
+                    "snapshot": bool(pending),
+                    "timer firing": any(e.t <= f < e.t + window for f in fired_at),
+                    "restore": since["restore"],
+                    "rescale": since["rescale"],
+                }
+                out[e.fault_id] = [p for p in PHASES if hit[p]]
     return out
 
 

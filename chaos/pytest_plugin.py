@@ -201,14 +201,14 @@ def scenario(request: pytest.FixtureRequest, scenario_file: Path) -> Scenario:
     )
 
 
-def oracle_failures(outcome: Any, names: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+def oracle_failures(outcome: Any, names: tuple[str, ...] = ()) -> list[Any]:
     """Failed verdicts of ``outcome`` (only of ``names`` when given); KeyError for a name not checked."""
-    by_name = {v["oracle"]: v for v in outcome.verdicts}
+    by_name = {v.oracle: v for v in outcome.verdicts}
     missing = [n for n in names if n not in by_name]
     if missing:
         raise KeyError(f"oracles {missing} were not checked in {outcome.name} (checked: {sorted(by_name)})")
     chosen = [by_name[n] for n in names] if names else list(outcome.verdicts)
-    return [v for v in chosen if not v["passed"]]
+    return [v for v in chosen if not v.passed]
 
 
 def _label_missing(node: pytest.Item | None, label_type: str) -> bool:
@@ -420,7 +420,7 @@ def run_scenario(
         if outcome.error and not allow_error:
             raise ScenarioInfrastructureError(
                 f"scenario {sc.name} on {sc.cluster} could not run ({outcome.error_kind} error): "
-                f"{outcome.error}\n  details: {run_dir / 'error.txt'}\n  replay: {replay_command(run_dir)}"
+                f"{outcome.error}\n  details: {RunStore(run_dir).error}\n  replay: {replay_command(run_dir)}"
             )
         return outcome
 
@@ -471,7 +471,7 @@ def assert_oracles() -> Callable[..., None]:
         if failed:
             lines = [failure_message(failed)]
             for v in failed:
-                lines += [f"  {v['oracle']}: {d}" for d in v.get("details", [])[:5]]
+                lines += [f"  {v.oracle}: {d}" for d in v.details[:5]]
             lines.append(f"replay: {replay_command(Path(outcome.run_dir))}")
             raise AssertionError("\n".join(lines))
 

@@ -16,7 +16,6 @@ from rich.console import Console
 from rich.table import Table
 
 from chaos.scenario import Scenario
-from harness.oracles.verdict import status_of
 
 __all__ = ["RepeatReport", "repeat_scenario", "other_seeds", "verdicts_of", "print_repeat"]
 
@@ -29,7 +28,7 @@ def other_seeds(seed: int, n: int) -> list[int]:
 def verdicts_of(outcome: Any) -> tuple[str, tuple[tuple[str, str], ...]]:
     """What a run decided: its result and each check's status (evidence and numbers aside, which may
     differ between equal verdicts, e.g. a recovery time)."""
-    return outcome.result, tuple((v["oracle"], status_of(v)) for v in outcome.verdicts)
+    return outcome.result, tuple((v.oracle, str(v.status)) for v in outcome.verdicts)
 
 
 @dataclass
@@ -56,7 +55,7 @@ class RepeatReport:
         results = {o.result for o in self.same_seed}
         if len(results) > 1:
             out.append("result: " + _who_said(self.same_seed, lambda o: o.result))
-        checks = sorted({v["oracle"] for o in self.same_seed for v in o.verdicts})
+        checks = sorted({v.oracle for o in self.same_seed for v in o.verdicts})
         for check in checks:
             said = {dict(verdicts_of(o)[1]).get(check, "not judged") for o in self.same_seed}
             if len(said) > 1:
@@ -119,7 +118,7 @@ def print_repeat(report: RepeatReport, console: Console) -> None:
         table.add_column(f"{'run ' + str(i + 1) if same else 'other'}\nseed {o.seed}", justify="center")
     checks: list[str] = []
     for o in runs:
-        checks += [v["oracle"] for v in o.verdicts if v["oracle"] not in checks]
+        checks += [v.oracle for v in o.verdicts if v.oracle not in checks]
     for check in checks:
         row = []
         for o in runs:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from chaos.errors import EnvironmentProblem
 from chaos.schedule import PlannedFault
-from harness.history import read_history
+from harness.events import DriverReplaced, FaultStart, Rescale, RunEnd, read_events
 from harness.job import JobGraph
 from harness.jobmaster import RescaleRequest
 from harness.run_store import RunStore
@@ -26,20 +26,21 @@ def resume_point(
         raise EnvironmentProblem(f"{run_dir}: no history.jsonl, so there is no run to resume")
     fired: set[int] = set()
     done = 0
-    ended = None
-    for e in read_history(history):
-        if e["type"] == "fault_start":
-            fired.add(int(e["fault_id"]))
-        elif e["type"] == "rescale":
-            done += e.get("reason") != "adaptive"  # adaptive ones are no scenario step
-            graph = graph.with_parallelism(e["to"])
-        elif e["type"] == "run_end":
-            ended = e
-        elif e["type"] == "driver_replaced":
-            ended = None
+    ended: RunEnd | None = None
+    for e in read_events(history):
+        match e:
+            case FaultStart():
+                fired.add(e.fault_id)
+            case Rescale():
+                done += e.reason != "adaptive"  # adaptive ones are no scenario step
+                graph = graph.with_parallelism(e.to)
+            case RunEnd():
+                ended = e
+            case DriverReplaced():
+                ended = None
     if ended is not None:
         raise EnvironmentProblem(
-            f"{run_dir}: the run already ended ({ended.get('status')}: {ended.get('reason')}); "
+            f"{run_dir}: the run already ended ({ended.status}: {ended.reason}); "
             "only a run whose driver died can be resumed"
         )
     return graph, rescales[done:], [p for p in planned if p.fault_id not in fired]

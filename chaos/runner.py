@@ -18,7 +18,7 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from rich.console import Console
@@ -28,8 +28,10 @@ from rich.table import Table
 from chaos.errors import EXIT_CHECK_FAILED, EXIT_OK, exit_code_for
 from chaos.replay_command import replay_command
 from chaos.scenario import Scenario, load_scenario
-from harness.oracles.verdict import status_of
 from harness.run_store import RunStore
+
+if TYPE_CHECKING:  # only for annotations: the verdict module loads with the oracles
+    from harness.oracles.verdict import Verdict
 
 __all__ = ["ScenarioOutcome", "run_scenario", "run_scenarios", "replay"]
 
@@ -47,7 +49,7 @@ class ScenarioOutcome:
     run_dir: str
     cluster: str
     seed: int
-    verdicts: list[dict[str, Any]] = field(default_factory=list)
+    verdicts: list[Verdict] = field(default_factory=list)
     error: str | None = None
     error_kind: str | None = None  # input | environment | infrastructure | bug (reference_impl.errors)
     root_cause: str = ""  # an infrastructure error: the first real error behind it
@@ -59,13 +61,13 @@ class ScenarioOutcome:
     def passed(self) -> bool:
         """Only when the run completed and every requested check holds (unknown is not a pass)."""
         return (
-            self.error is None and bool(self.verdicts) and all(status_of(v) == "holds" for v in self.verdicts)
+            self.error is None and bool(self.verdicts) and all(v.holds for v in self.verdicts)
         )
 
     @property
-    def failed_checks(self) -> list[dict[str, Any]]:
+    def failed_checks(self) -> list[Verdict]:
         """Checks that do not hold: failed or unknown."""
-        return [v for v in self.verdicts if status_of(v) != "holds"]
+        return [v for v in self.verdicts if not v.holds]
 
     @property
     def result(self) -> str:
@@ -75,10 +77,12 @@ class ScenarioOutcome:
             return str(self.error_kind or "bug")
         if self.passed:
             return "passed"
-        return "failed" if any(status_of(v) == "fails" for v in self.verdicts) else "unknown"
+        return "failed" if any(v.fails for v in self.verdicts) else "unknown"
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form (``outcome.json``, ``--json``): where the verdicts become dicts."""
         d = asdict(self)
+        d["verdicts"] = [v.to_dict() for v in self.verdicts]
         d["passed"] = self.passed
         d["result"] = self.result
         d["replay"] = replay_command(Path(self.run_dir))
@@ -138,7 +142,7 @@ def run_scenario(
         if RunStore(run_dir).history.is_file():
             plot_timeline(RunStore(run_dir).history, RunStore(run_dir).plot)
     except Exception as e:  # a plot must never hide a verdict
-        (run_dir / "timeline-error.txt").write_text(f"{type(e).__name__}: {e}\n")
+        RunStore(run_dir).plot_error.write_text(f"{type(e).__name__}: {e}\n")
     return outcome
 
 
@@ -245,40 +249,35 @@ def story(run_dir: Path) -> list[str]:
     """What the chaos did to a run and how the job reacted, in statechaos's words (a SIGKILLed
     executor reads as the injected fault it is, not as Spark's "ERROR Lost executor")."""
     from chaos.fault_phases import describe_phases, phases_hit
-    from harness.history import read_history
+    from harness.events import FaultStart, InputHeld, JobRestart, Rescale, TimersFired, read_events
 
     path = RunStore(Path(run_dir)).history
     if not path.is_file():
         return []
     out = []
-    events = list(read_history(path))
+    events = list(read_events(path, strict=False))  # a Structured Streaming run's own events aside
     for e in events:
-        t = f"t={int(e['t']) / 1000:.2f}s"
-        if e["type"] == "fault_start":
-            d = e.get("details") or {}
-            how = f" ({d['signal']})" if d.get("signal") else ""
-            if d.get("error"):
-                out.append(f"{t} fault #{e['fault_id']} {e['kind']} could not act: {d['error']}")
-            else:
+        t = f"t={e.t / 1000:.2f}s"
+        match e:
+            case FaultStart(details=d) if (d or {}).get("error"):
+                out.append(f"{t} fault #{e.fault_id} {e.kind} could not act: {d['error']}")
+            case FaultStart(details=d):
+                how = f" ({d['signal']})" if (d or {}).get("signal") else ""
+                out.append(f"{t} fault #{e.fault_id} {e.kind}{how} on {e.target or 'the job'} [{e.trigger}]")
+            case JobRestart():
                 out.append(
-                    f"{t} fault #{e['fault_id']} {e['kind']}{how} on {e.get('target') or 'the job'} "
-                    f"[{e.get('trigger')}]"
+                    f"{t} job restarted (attempt {e.attempt}, latest checkpoint {e.checkpoint_id}): {e.reason}"
                 )
-        elif e["type"] == "job_restart":
-            out.append(
-                f"{t} job restarted (attempt {e['attempt']}, latest checkpoint {e.get('checkpoint_id')}): "
-                f"{e['reason']}"
-            )
-        elif e["type"] == "rescale":
-            why = f" (adaptive: {e['slots']} task slots)" if e.get("reason") == "adaptive" else ""
-            out.append(f"{t} rescaled {e['from']} -> {e['to']} from checkpoint {e.get('checkpoint_id')}{why}")
-        elif e["type"] == "input_held":
-            out.append(f"{t} input ended; held for {', '.join(e['waiting'])}")
+            case Rescale():
+                why = f" (adaptive: {e.slots} task slots)" if e.reason == "adaptive" else ""
+                out.append(f"{t} rescaled {e.from_} -> {e.to} from checkpoint {e.checkpoint_id}{why}")
+            case InputHeld():
+                out.append(f"{t} input ended; held for {', '.join(e.waiting)}")
     if len(out) > _STORY_LINES:
         out = out[: _STORY_LINES - 1] + [f"... and {len(out) - _STORY_LINES + 1} more (history.jsonl)"]
     phases = phases_hit(events)
     if phases:
-        out.append(describe_phases(phases, any(e["type"] == "timers_fired" for e in events)))
+        out.append(describe_phases(phases, any(isinstance(e, TimersFired) for e in events)))
     return out
 
 
@@ -290,7 +289,7 @@ def _summary(outcomes: list[ScenarioOutcome], console: Console) -> None:
         table.add_column(col, overflow="fold")
     for o in outcomes:
         result = _RESULT.get(o.result, f"[red]{o.result} error[/red]")
-        checks = "\n".join(f"{_MARK[status_of(v)]} {v['oracle']}" for v in o.verdicts) or "not judged"
+        checks = "\n".join(f"{_MARK[str(v.status)]} {v.oracle}" for v in o.verdicts) or "not judged"
         table.add_row(o.name, o.cluster, str(o.seed), checks, result, f"{o.seconds:.1f}")
     console.print(table)
     for o in outcomes:
@@ -315,7 +314,7 @@ def _summary(outcomes: list[ScenarioOutcome], console: Console) -> None:
         for line in story(Path(o.run_dir)):
             console.print(f"  {line}", soft_wrap=True, markup=False)
         for v in o.failed_checks:
-            console.print(f"  {_MARK[status_of(v)]} {v['oracle']}: {v['summary']}", soft_wrap=True)
+            console.print(f"  {_MARK[str(v.status)]} {v.oracle}: {v.summary}", soft_wrap=True)
             for line in v.get("details", [])[:5]:
                 console.print(f"      {line}", soft_wrap=True, markup=False)
         console.print(f"  run directory: {o.run_dir}", soft_wrap=True)

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from chaos.errors import FieldProblems
 from chaos.faults import FAULT_KINDS, FaultParams
 from chaos.faults.delivery import cluster_problem
 from chaos.scenario_job import DEFAULT_CHECKS
@@ -234,8 +235,7 @@ class Scenario(Strict):
     def _consistency(self) -> Scenario:
         problems = consistency_problems(self)
         if problems:
-            # encode each problem's field path so parse_scenario can point at its line
-            raise ValueError("; ".join(f"@{'.'.join(map(str, loc))}@ {msg}" for loc, msg in problems))
+            raise FieldProblems(problems)  # each with its field path: parse_scenario names its line
         return self
 
     def with_overrides(self, cluster: str | None = None, seed: int | None = None) -> Scenario:
@@ -250,9 +250,7 @@ class Scenario(Strict):
         except ValidationError as e:  # e.g. docker-only faults with --cluster local: exit 2, no traceback
             problems: list[tuple[int | None, str, str]] = []
             for err in e.errors():
-                loc, msg = _error(err)
-                for path_, m in _ENCODED.findall(msg) or [(".".join(map(str, loc)), msg)]:
-                    loc = tuple(int(x) if x.isdigit() else x for x in path_.split(".") if x)
+                for loc, m in _located(err):
                     problems.append((None, _field_name(loc), m))
             raise ScenarioError(
                 f"scenario {self.name!r} with cluster {data['cluster']!r}", problems
@@ -298,7 +296,13 @@ def consistency_problems(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
     return out
 
 
-_ENCODED = re.compile(r"@([^@]*)@ ([^;]*)(?:; |$)")
+def _located(err: Any) -> list[tuple[tuple[Any, ...], str]]:
+    """A pydantic error as (field path, message) pairs: a model validator's :class:`FieldProblems`
+    give each problem its own path; any other error is one."""
+    fp = FieldProblems.of(err)
+    if fp is not None:
+        return [(tuple(err["loc"]) + loc, msg) for loc, msg in fp.problems]
+    return [_error(err)]
 
 
 def _error(err: Any) -> tuple[tuple[Any, ...], str]:
@@ -398,14 +402,13 @@ def parse_scenario(text: str, path: str = "<string>", base_dir: Path | None = No
         problems = []
         seen = set()
         for err in e.errors():
+            fp = FieldProblems.of(err)
+            if fp is not None:
+                for loc, m in _located(err):
+                    problems.append((_line_for(loc, lines), _field_name(loc), m))
+                continue
             loc, msg = _error(err)
             # one message per field: unions report each branch; keep the first
-            encoded = _ENCODED.findall(msg)
-            if encoded:
-                for path_, m in encoded:
-                    sub = tuple(int(x) if x.isdigit() else x for x in path_.split(".") if x)
-                    problems.append((_line_for(sub, lines), _field_name(sub), m))
-                continue
             key = (_field_name(loc), msg)
             if key in seen:
                 continue

@@ -5,17 +5,16 @@ their field path, so validation names the file, line and field."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 from harness.job import JobGraph
+from harness.job_graph import ChannelName, TaskName
 from harness.jobs import JobSpec, UnknownJobError, load_job
 
 __all__ = ["scenario_job", "job_problems", "default_checks", "checks_for", "DEFAULT_CHECKS"]
 
 DEFAULT_CHECKS = ("exactly_once", "sequence", "restored_state", "checkpoint_integrity", "liveness")
-_TASK = re.compile(r"^(?P<op>.+)\[(?P<i>\d+)\]$")
 _TASK_TARGETED = ("crash_task", "clock_skew", "failpoint")  # target: a subtask "op[i]"
 # target: executor:N, or a subtask "op[i]" (in band: the executor running it)
 _EXECUTOR_TARGETED = ("kill_executor", "pause_executor", "kill_python_worker")
@@ -96,21 +95,22 @@ def job_problems(sc: Any, base_dir: Path | None = None) -> list[tuple[tuple[Any,
     most = {op: max(g.parallelism()[op] for g in graphs) for op in ops}
 
     def task(name: str, loc: tuple[Any, ...]) -> None:
-        m = _TASK.match(name)
-        if m is None or m["op"] not in ops:
-            what = f"operator {m['op']!r}" if m else f"subtask {name!r}"
+        try:
+            t: TaskName | None = TaskName.parse(name)
+        except ValueError:
+            t = None
+        if t is None or t.operator not in ops:
+            what = f"operator {t.operator!r}" if t else f"subtask {name!r}"
             out.append(
                 (
                     loc,
                     f"job {base.name!r} has no {what}: expected OPERATOR[i] with OPERATOR one of {_known(base)}",
                 )
             )
-        elif int(m["i"]) >= most[m["op"]]:
+        elif t.subtask >= most[t.operator]:
+            n = most[t.operator]
             out.append(
-                (
-                    loc,
-                    f"{name}: operator {m['op']!r} has at most {most[m['op']]} subtasks in this scenario (0..{most[m['op']] - 1})",
-                )
+                (loc, f"{name}: operator {t.operator!r} has at most {n} subtasks in this scenario (0..{n - 1})")
             )
 
     for i, f in enumerate(sc.faults):
@@ -127,8 +127,11 @@ def job_problems(sc: Any, base_dir: Path | None = None) -> list[tuple[tuple[Any,
         if f.kind in _EXECUTOR_TARGETED and target and not target.startswith(("executor:", "worker:")):
             task(target, ("faults", i, "target"))  # an executor fault aimed at the executor of a subtask
         if f.kind in _CHANNEL_KINDS and f.channel and "->" in f.channel:
-            for end in f.channel.split("->"):
-                task(end.strip(), ("faults", i, "channel"))
+            try:
+                for end in ChannelName.parse(f.channel):
+                    task(end, ("faults", i, "channel"))
+            except ValueError as e:
+                out.append((("faults", i, "channel"), str(e)))
         elif f.kind == "network" and f.channel and f.channel.startswith("coordinator:"):
             task(f.channel.removeprefix("coordinator:"), ("faults", i, "channel"))
     checks = checks_for(sc, base)

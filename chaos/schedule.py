@@ -17,6 +17,7 @@ from typing import Any
 from chaos.injectors.base import Injector, InjectorError, NotReady
 from chaos.scenario import Fault, Scenario
 from harness.controls import Emit, ExecutorControls
+from harness.events import FaultEnd, FaultStart
 
 __all__ = ["PlannedFault", "plan", "Nemesis", "DEFAULT_RANDOM_WINDOW_MS", "FailpointAction"]
 
@@ -174,19 +175,20 @@ class Nemesis:
         details = injector.describe() if injector else {}
         target = details.get("target") or target_override or p.fault.target
         self.emit(
-            "fault_start",
-            fault_id=p.fault_id,
-            kind=p.fault.kind,
-            target=None if target is None else str(target),
-            trigger=f"{p.kind}={p.value}",
-            details=details,
+            FaultStart(
+                fault_id=p.fault_id,
+                kind=p.fault.kind,
+                target=None if target is None else str(target),
+                trigger=f"{p.kind}={p.value}",
+                details=details,
+            )
         )
         if injector is not None:
             try:
                 injector.start()
             except InjectorError as e:
                 p.healed = True
-                self.emit("fault_end", fault_id=p.fault_id, kind=p.fault.kind, error=str(e))
+                self.emit(FaultEnd(fault_id=p.fault_id, kind=p.fault.kind, error=str(e)))
                 return
         # instant faults (a kill, a crash, a damaged file) end as they start; the others last for
         # duration_ms, or until the run ends
@@ -198,14 +200,15 @@ class Nemesis:
         p.healed = True
         tgt = target or p.fault.target
         self.emit(
-            "fault_start",
-            fault_id=p.fault_id,
-            kind=p.fault.kind,
-            target=None if tgt is None else str(tgt),
-            trigger=f"{p.kind}={p.value}",
-            details={"error": error},
+            FaultStart(
+                fault_id=p.fault_id,
+                kind=p.fault.kind,
+                target=None if tgt is None else str(tgt),
+                trigger=f"{p.kind}={p.value}",
+                details={"error": error},
+            )
         )
-        self.emit("fault_end", fault_id=p.fault_id, kind=p.fault.kind, error=error)
+        self.emit(FaultEnd(fault_id=p.fault_id, kind=p.fault.kind, error=error))
 
     def _heal(self, p: PlannedFault) -> None:
         if p.healed:
@@ -213,7 +216,7 @@ class Nemesis:
         p.healed = True
         if p.injector is not None:
             p.injector.stop()
-        self.emit("fault_end", fault_id=p.fault_id, kind=p.fault.kind)
+        self.emit(FaultEnd(fault_id=p.fault_id, kind=p.fault.kind))
 
     def _heal_due(self) -> None:
         for p in self.planned:

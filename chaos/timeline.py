@@ -5,30 +5,17 @@ draw the same picture."""
 
 from __future__ import annotations
 
-import json
 from bisect import bisect_right
 from collections import defaultdict
 from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
-__all__ = ["read_history", "plot_timeline", "timeline_title", "rate_series"]
+from harness.history import read_history
+
+__all__ = ["plot_timeline", "timeline_title", "rate_series"]
 
 POINTS = 300  # samples along the time axis
-
-
-def read_history(path: Path) -> list[dict[str, Any]]:
-    """The events of a history file (JSON lines), in order; a damaged line names the file and line."""
-    events = []
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                events.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: not a JSON history event: {e}") from None
-    return events
 
 
 def timeline_title(events: list[dict[str, Any]]) -> str:
@@ -99,7 +86,7 @@ def plot_timeline(history: Path, out: Path, title: str | None = None) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    events = read_history(history)
+    events = list(read_history(history))  # any engine's history (Structured Streaming's too): as JSON
     if not events:
         raise ValueError(f"{history}: empty history")
     t_end = max(int(e.get("t", 0)) for e in events) or 1

@@ -39,10 +39,10 @@ def test_keyed_count_survives_an_executor_kill(chaos_cluster, run_scenario, asse
     outcome = run_scenario(EXECUTOR_KILL, cluster=chaos_cluster)
     assert_oracles(outcome, "exactly_once", "restored_state")  # the two this test is about, first
     assert_oracles(outcome)  # then every check the scenario named, and the fault schedule
-    verdicts = {v["oracle"]: v for v in outcome.verdicts}
+    verdicts = {v.oracle: v for v in outcome.verdicts}
     assert set(EXECUTOR_KILL["checks"]) <= set(verdicts) <= set(oracles.ORACLES) | {"fault_schedule"}
-    assert verdicts["exactly_once"]["data"]["committed"] == EXECUTOR_KILL["records"]
-    assert verdicts["restored_state"]["data"]["restores"] >= 1, "the kill must have forced a restore"
+    assert verdicts["exactly_once"].data["committed"] == EXECUTOR_KILL["records"]
+    assert verdicts["restored_state"].data["restores"] >= 1, "the kill must have forced a restore"
     assert outcome.stats["attempts"] >= 2, "Spark must have relaunched the stage after the kill"
 
 
@@ -50,4 +50,4 @@ def test_keyed_count_survives_an_executor_kill(chaos_cluster, run_scenario, asse
 def test_every_scenario_in_the_folder(scenario, run_scenario, assert_oracles):
     outcome = run_scenario(scenario)
     assert_oracles(outcome)
-    assert {v["oracle"] for v in outcome.verdicts} >= set(scenario.checks)
+    assert {v.oracle for v in outcome.verdicts} >= set(scenario.checks)

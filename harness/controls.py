@@ -13,13 +13,12 @@ it reaches the tasks (``_crash``, ``_skew``, ... on ``SimExecutor`` and ``SparkE
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["ExecutorControls", "InbandControls", "ProcessHandles", "FaultScheduler", "Emit"]
+from harness.events import Emit
 
-Emit = Callable[..., None]  # emit(type, **fields): append an event to the run's history
+__all__ = ["ExecutorControls", "InbandControls", "ProcessHandles", "FaultScheduler", "Emit"]
 
 
 @runtime_checkable

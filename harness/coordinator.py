@@ -18,6 +18,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.abort_cause import AbortCause, AbortReason
+from harness.events import (
+    CheckpointAborted,
+    CheckpointAcked,
+    CheckpointCompleted,
+    CheckpointDeclined,
+    CheckpointTriggered,
+    Emit,
+)
 from reference_impl.checkpoint import FileSystemCheckpointStorage, StateFileHandle
 
 __all__ = ["CheckpointConfig", "PendingCheckpoint", "CheckpointCoordinator", "JobFailedError"]
@@ -55,7 +64,6 @@ class PendingCheckpoint:
 
 
 Notify = Callable[[str, int], None]  # ("trigger" | "complete" | "abort", checkpoint_id)
-Emit = Callable[..., None]
 
 
 class CheckpointCoordinator:
@@ -99,7 +107,7 @@ class CheckpointCoordinator:
         Returns the id of a checkpoint triggered now, if any."""
         for cid, p in sorted(self.pending.items()):
             if now_ms - p.trigger_ms >= self.config.timeout_ms:
-                self._abort(cid, now_ms, "expired", failure=True)
+                self._abort(cid, now_ms, AbortCause(AbortReason.CHECKPOINT_EXPIRED), failure=True)
         if len(self.pending) >= self.config.max_concurrent:
             return None
         if self.last_trigger_ms is not None and now_ms - self.last_trigger_ms < self.config.interval_ms:
@@ -115,7 +123,7 @@ class CheckpointCoordinator:
         self.next_id += 1
         self.pending[cid] = PendingCheckpoint(cid, now_ms, set(self.tasks), kind=kind)
         self.last_trigger_ms = now_ms
-        self.emit("checkpoint_triggered", checkpoint_id=cid, kind=kind)
+        self.emit(CheckpointTriggered(checkpoint_id=cid, kind=kind))
         self.notify("trigger", cid)
         return cid
 
@@ -152,7 +160,7 @@ class CheckpointCoordinator:
                 p.extra.setdefault(k, {}).update(v)
             else:
                 p.extra[k] = v
-        self.emit("checkpoint_acked", checkpoint_id=checkpoint_id, operator=operator, subtask=subtask)
+        self.emit(CheckpointAcked(checkpoint_id=checkpoint_id, operator=operator, subtask=subtask))
         if not p.waiting:
             self._complete(p, now_ms)
             return True
@@ -162,14 +170,8 @@ class CheckpointCoordinator:
         """A task could not take the checkpoint: abort it (a failure for the tolerable count)."""
         if checkpoint_id not in self.pending:
             return
-        self.emit(
-            "checkpoint_declined",
-            checkpoint_id=checkpoint_id,
-            operator=operator,
-            subtask=subtask,
-            reason=reason,
-        )
-        self._abort(checkpoint_id, now_ms, f"declined by {operator}[{subtask}]: {reason}", failure=True)
+        self.emit(CheckpointDeclined(checkpoint_id=checkpoint_id, operator=operator, subtask=subtask, reason=reason))
+        self._abort(checkpoint_id, now_ms, AbortCause.declined(operator, subtask, reason), failure=True)
 
     # ------------------------------------------------------------------ completion and abort
 
@@ -189,16 +191,17 @@ class CheckpointCoordinator:
         self.consecutive_failures = 0
         self.last_end_ms = now_ms
         self.emit(
-            "checkpoint_completed",
-            checkpoint_id=p.checkpoint_id,
-            path=str(chk.directory.relative_to(self.storage.root)),
-            source_offsets=p.extra.get("source_offsets", {}),
-            kind=p.kind,
+            CheckpointCompleted(
+                checkpoint_id=p.checkpoint_id,
+                path=str(chk.directory.relative_to(self.storage.root)),
+                source_offsets=p.extra.get("source_offsets", {}),
+                kind=p.kind,
+            )
         )
         # the checkpoint exists from here on; a crash now must still commit its sink transactions
         self.failpoint("between_metadata_and_commit")
         for older in sorted(cid for cid in self.pending if cid < p.checkpoint_id):
-            self._abort(older, now_ms, f"subsumed by checkpoint {p.checkpoint_id}", failure=False)
+            self._abort(older, now_ms, AbortCause.subsumed(p.checkpoint_id), failure=False)
         for gone in self.storage.retain(self.job_id, self.config.retained):
             if gone in self.completed:
                 self.completed.remove(gone)
@@ -207,15 +210,15 @@ class CheckpointCoordinator:
     def abort_all(self, now_ms: int, reason: str) -> None:
         """Abort every pending checkpoint (the job is restarting); not counted as failures."""
         for cid in sorted(self.pending):
-            self._abort(cid, now_ms, reason, failure=False, notify=False)
+            self._abort(cid, now_ms, AbortCause(AbortReason.COORDINATOR_SUSPEND, detail=reason), failure=False, notify=False)
 
     def _abort(
-        self, checkpoint_id: int, now_ms: int, reason: str, failure: bool, notify: bool = True
+        self, checkpoint_id: int, now_ms: int, cause: AbortCause, failure: bool, notify: bool = True
     ) -> None:
         self.pending.pop(checkpoint_id, None)
         self.storage.discard(self.job_id, checkpoint_id)
         self.last_end_ms = now_ms
-        self.emit("checkpoint_aborted", checkpoint_id=checkpoint_id, reason=reason)
+        self.emit(CheckpointAborted.of(checkpoint_id, cause))
         if notify:
             self.notify("abort", checkpoint_id)
         if failure:
@@ -223,5 +226,5 @@ class CheckpointCoordinator:
             if self.consecutive_failures > self.config.tolerable_failures:
                 raise JobFailedError(
                     f"{self.consecutive_failures} consecutive checkpoint failure(s) exceed the tolerable "
-                    f"{self.config.tolerable_failures} (last: checkpoint {checkpoint_id} {reason})"
+                    f"{self.config.tolerable_failures} (last: checkpoint {checkpoint_id} {cause.text})"
                 )

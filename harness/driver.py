@@ -18,9 +18,11 @@ from typing import Any, ClassVar
 
 from harness.controls import ExecutorControls, FaultScheduler, ProcessHandles
 from harness.coordinator import CheckpointConfig, CheckpointCoordinator
+from harness.events import RunStart
 from harness.history import HistoryWriter
 from harness.input_gate import EndOfInputGate, hold_limit_ms
 from harness.job import JobGraph, task_name
+from harness.job_graph import ChannelName
 from harness.jobmaster import JobFailure, JobMaster, RescaleRequest, RescaleSchedule, RunSummary
 from harness.user_code import UserFrame
 
@@ -119,7 +121,7 @@ class Driver(ExecutorControls):
         return [task_name(op, i) for op, i, _ in self.graph.subtasks()]
 
     def channel_names(self) -> list[str]:
-        return sorted(f"{u}->{d}" for u, d in self.graph.channels())
+        return sorted(str(ChannelName(u, d)) for u, d in self.graph.channels())
 
     def _check_task(self, target: str) -> None:
         if target not in self.task_names():
@@ -231,13 +233,14 @@ class Driver(ExecutorControls):
     def _start(self) -> None:
         """The run's first history event."""
         self.history.emit(
-            "run_start",
+            RunStart(
             job=self.graph.name,
             executor=self.EXECUTOR,
             seed=self.seed,
             parallelism=self.graph.parallelism(),
             max_parallelism=self.graph.max_parallelism,
             config=self._run_config(),
+            )
         )
 
     def _run_config(self) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """The run history: one JSON object per line, the raw material of oracles, plots and reports.
 
 Every event carries ``seq`` (its position), ``t`` (ms: simulated time in the sim executor, time since
-run start on Spark) and ``type`` (see docs/runtime-contract.md). Keys are written sorted and nothing
+run start on Spark) and ``type`` (see docs/runtime-contract.md); :mod:`harness.events` holds the typed events written and read
+back (``read_events``). Keys are written sorted and nothing
 machine-specific goes in, so the same seed on the sim executor gives a byte-identical file.
 """
 
@@ -9,9 +10,11 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from harness.events import Event, from_fields, read_history, to_json
 
 __all__ = ["HistoryWriter", "read_history"]
 
@@ -34,9 +37,21 @@ class HistoryWriter:
         self._clock = clock
         self._lock = threading.Lock()
 
-    def emit(self, type: str, **fields: Any) -> None:  # noqa: A002 - "type" is the event field's name
+    def emit(self, event: Event | str, **fields: Any) -> None:
+        """Append a typed event (``emit(RunEnd(...))``); ``emit("run_end", **fields)`` is the older
+        form, turned into the typed event (an unknown tag or field is an :class:`EventError`)."""
+        ev = event if isinstance(event, Event) else from_fields(event, fields)
+        if fields and isinstance(event, Event):
+            raise TypeError("emit(event) takes no keyword fields: they belong in the event")
         with self._lock:
-            event = {"seq": self._seq, "t": int(self._clock()), "type": type, **fields}
+            self._fh.write(to_json(ev, seq=self._seq, t=int(self._clock())) + "\n")
+            self._seq += 1
+
+    def emit_untyped(self, type_: str, **fields: Any) -> None:
+        """Append an event that is not one of :mod:`harness.events` (the Structured Streaming runner's
+        own history, read back as dicts by its oracles)."""
+        with self._lock:
+            event = {"seq": self._seq, "t": int(self._clock()), "type": type_, **fields}
             self._fh.write(json.dumps(event, sort_keys=True, default=str) + "\n")
             self._seq += 1
 
@@ -73,15 +88,3 @@ def _repair_tail(path: Path) -> dict[str, Any] | None:
         return json.loads(lines[-1])
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}:{len(lines)}: not a JSON history event: {e}") from None
-
-
-def read_history(path: Path) -> Iterator[dict[str, Any]]:
-    """Events of a history file in order; a damaged line is an error naming the file and line."""
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: not a JSON history event: {e}") from None

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from harness.controls import Emit
+from harness.events import InputHeld, InputReleased
 
 if TYPE_CHECKING:
     from harness.controls import FaultScheduler
@@ -66,11 +67,11 @@ class EndOfInputGate:
         waiting = self._waiting()
         if waiting and self.since is None:
             self.since = now_ms
-            self.emit("input_held", waiting=waiting, limit_ms=self.limit_ms)
+            self.emit(InputHeld(waiting=waiting, limit_ms=self.limit_ms))
         if waiting and now_ms - (self.since or now_ms) < self.limit_ms:
             return True
         if self.since is not None:
-            self.emit("input_released", waiting=waiting, held_ms=now_ms - self.since)
+            self.emit(InputReleased(waiting=waiting, held_ms=now_ms - self.since))
         self.released = True
         return False
 

@@ -6,9 +6,10 @@ subtask and attempt. Built with ``harness.job_builder.JobBuilder``; re-exported 
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from harness.functions import KeyedProcessFunction, SourceFunction
 from harness.job_errors import JobDefinitionError
@@ -23,6 +24,8 @@ __all__ = [
     "Chained",
     "apply_chain",
     "JobGraph",
+    "TaskName",
+    "ChannelName",
     "StateBackendConfig",
     "STATE_BACKENDS",
     "WatermarkStrategy",
@@ -31,9 +34,46 @@ __all__ = [
 STATE_BACKENDS = ("heap", "rocksdb")
 
 
+class TaskName(NamedTuple):
+    """A subtask's name, formatted (``str``) and parsed (:meth:`parse`) here only: ``count[1]``."""
+
+    operator: str
+    subtask: int
+
+    def __str__(self) -> str:
+        return f"{self.operator}[{self.subtask}]"
+
+    @staticmethod
+    def parse(text: str) -> TaskName:
+        m = _TASK_NAME.fullmatch(text.strip())
+        if m is None:
+            raise ValueError(f"not a subtask name: {text!r} (expected operator[subtask], e.g. count[1])")
+        return TaskName(m.group(1), int(m.group(2)))
+
+
+class ChannelName(NamedTuple):
+    """A data channel between two subtasks, formatted and parsed here only: ``source[0]->count[1]``."""
+
+    up: str
+    down: str
+
+    def __str__(self) -> str:
+        return f"{self.up}->{self.down}"
+
+    @staticmethod
+    def parse(text: str) -> ChannelName:
+        up, sep, down = text.partition("->")
+        if not sep or not up.strip() or not down.strip():
+            raise ValueError(f"not a channel: {text!r} (expected up->down, e.g. source[0]->count[1])")
+        return ChannelName(up.strip(), down.strip())
+
+
+_TASK_NAME = re.compile(r"(.+)\[(\d+)\]")
+
+
 def task_name(operator: str, subtask: int) -> str:
     """How a subtask is named everywhere (history, fault targets, channels): ``count[1]``."""
-    return f"{operator}[{subtask}]"
+    return str(TaskName(operator, subtask))
 
 
 @dataclass(frozen=True)

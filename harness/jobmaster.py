@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.coordinator import CheckpointConfig, CheckpointCoordinator
+from harness.events import ABSENT, CheckpointSkipped, JobRestart, Rescale, RunEnd, SinkFence
 from harness.history import HistoryWriter
 from harness.job import JobGraph
 from harness.run_store import RunStore
@@ -176,7 +177,7 @@ class JobMaster:
         if report.skipped:
             fenced = write_fence(RunStore(self.run_dir).output, chk.checkpoint_id, attempt)
             if fenced:
-                self.history.emit("sink_fence", restored_from=chk.checkpoint_id, txns=fenced, attempt=attempt)
+                self.history.emit(SinkFence(restored_from=chk.checkpoint_id, txns=fenced, attempt=attempt))
         for op, p in graph.parallelism().items():
             if op not in chk.operators:
                 continue  # a new operator starts empty
@@ -193,9 +194,7 @@ class JobMaster:
 
     def _record_skipped(self, report: RestoreReport) -> None:
         for path, why in report.skipped:
-            self.history.emit(
-                "checkpoint_skipped", path=str(Path(path).relative_to(self.checkpoint_root)), reason=why
-            )
+            self.history.emit(CheckpointSkipped(path=str(Path(path).relative_to(self.checkpoint_root)), reason=why))
 
     def _keep_evidence(self, chk: CompletedCheckpoint) -> None:
         """Copy a checkpoint as it was restored, so the restored-state oracle can read it after the run
@@ -281,9 +280,7 @@ class JobMaster:
             )
         if self.restarts > self.max_restarts:
             raise JobFailure(f"gave up after {self.max_restarts} restarts; last failure: {reason}")
-        self.history.emit(
-            "job_restart", attempt=attempt, reason=reason, checkpoint_id=self.latest_checkpoint_id()
-        )
+        self.history.emit(JobRestart(attempt=attempt, reason=reason, checkpoint_id=self.latest_checkpoint_id()))
 
     def record_rescale(
         self,
@@ -294,11 +291,15 @@ class JobMaster:
         slots: int | None = None,
     ) -> None:
         """A ``rescale`` event; an adaptive one (``harness.adaptive``) names the task slots it fits."""
-        extra = {"reason": reason} if slots is None else {"reason": reason, "slots": slots}
         self.history.emit(
-            "rescale",
-            **{"from": old, "to": new, "checkpoint_id": self.latest_checkpoint_id(), "savepoint": savepoint},
-            **extra,
+            Rescale(
+                from_=old,
+                to=new,
+                checkpoint_id=self.latest_checkpoint_id(),
+                savepoint=savepoint,
+                reason=reason,
+                slots=ABSENT if slots is None else slots,
+            )
         )
 
     def end_run(self, status: str, reason: str, attempts: int) -> None:
@@ -307,7 +308,5 @@ class JobMaster:
         for f in committed_files(RunStore(self.run_dir).output):
             with open(f, encoding="utf-8") as fh:
                 committed += sum(1 for _ in fh)
-        self.history.emit(
-            "run_end", status=status, reason=reason, records_committed=committed, attempts=attempts
-        )
+        self.history.emit(RunEnd(status=status, reason=reason, records_committed=committed, attempts=attempts))
         self.history.close()

@@ -13,7 +13,7 @@ through :class:`RunStore` instead of spelling file names.
       restored/         what each subtask actually restored (for the restored-state oracle)
       outcome.json      verdicts, error, statistics
       error.txt         the traceback (and root cause) of a run that ended in an error
-      timeline.png      the timeline plot
+      timeline.png      the timeline plot (timeline-error.txt: why it could not be drawn)
       logs/             Spark: driver.log, executors/<id>/stdout|stderr, spark-error.txt
 """
 
@@ -80,6 +80,11 @@ class RunStore:
     @property
     def plot(self) -> Path:
         return self.root / "timeline.png"
+
+    @property
+    def plot_error(self) -> Path:
+        """Why the timeline could not be drawn (a plot never hides a verdict)."""
+        return self.root / "timeline-error.txt"
 
     @property
     def logs(self) -> Path:

@@ -23,10 +23,12 @@ from typing import Any
 from harness.controls import FaultScheduler
 from harness.coordinator import CheckpointConfig, JobFailedError
 from harness.driver import Driver
+from harness.events import RecordsIn, RecordsOut, TimersFired
 from harness.failpoints import Failpoints, InjectedCrash
 from harness.history import HistoryWriter
 from harness.items import is_control
 from harness.job import JobGraph, task_name
+from harness.job_graph import ChannelName
 from harness.jobmaster import JobFailure, RescaleRequest, RestorePlan, RunSummary
 from harness.messages import Ack, Decline, Message
 from harness.run_store import RunStore
@@ -210,7 +212,7 @@ class SimExecutor(Driver):
         outputs: dict[str, list[SimChannel]] = {}
         inputs: dict[str, list[SimChannel]] = {}
         for up, down in graph.channels():
-            ch = self.channels[f"{up}->{down}"] = SimChannel()
+            ch = self.channels[str(ChannelName(up, down))] = SimChannel()
             outputs.setdefault(up, []).append(ch)
             inputs.setdefault(down, []).append(ch)
         self.sources, self.streams = [], []
@@ -273,18 +275,14 @@ class SimExecutor(Driver):
         for t in self.tasks:
             n_in, n_out = self._reported.get(t.name, (0, 0))
             if t.records_in > n_in:
-                self.history.emit(
-                    "records_in", operator=t.operator, subtask=t.subtask, count=t.records_in - n_in
-                )
+                self.history.emit(RecordsIn(operator=t.operator, subtask=t.subtask, count=t.records_in - n_in))
             if t.records_out > n_out:
-                self.history.emit(
-                    "records_out", operator=t.operator, subtask=t.subtask, count=t.records_out - n_out
-                )
+                self.history.emit(RecordsOut(operator=t.operator, subtask=t.subtask, count=t.records_out - n_out))
             self._reported[t.name] = (t.records_in, t.records_out)
             fired, before = t.timers_fired, self._timers_reported.get(t.name, {})
             if fired != before:
                 delta = {d: n - before.get(d, 0) for d, n in sorted(fired.items()) if n != before.get(d, 0)}
-                self.history.emit("timers_fired", operator=t.operator, subtask=t.subtask, **delta)
+                self.history.emit(TimersFired(operator=t.operator, subtask=t.subtask, **delta))
                 self._timers_reported[t.name] = dict(fired)
 
     def _step_source(self, s: SourceTask) -> None:

@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from harness.events import Emit, SinkAbort, SinkCommit, SinkPrecommit
+
 __all__ = [
     "ExactlyOnceFileSinkSpec",
     "TwoPhaseCommitFileSink",
@@ -35,7 +37,6 @@ __all__ = [
     "encode_line",
 ]
 
-Emit = Callable[..., None]
 SINK_STATE = "__sink_transactions"
 # a committed transaction file's stem: c<checkpoint>-s<subtask>-a<attempt>-<n> (read by the oracles too)
 TXN_NAME = re.compile(r"^c(\d+)-s(\d+)-a(\d+)-(\d+)$")
@@ -169,13 +170,7 @@ class TwoPhaseCommitFileSink:
             txn = f"c{checkpoint_id:08d}-{self._open_name}"
             os.replace(self.dir / "pending" / f"{self._open_name}.open", self.dir / "pending" / f"{txn}.txn")
             self.pending.setdefault(checkpoint_id, []).append(txn)
-            self.emit(
-                "sink_precommit",
-                checkpoint_id=checkpoint_id,
-                subtask=self.subtask,
-                txn=txn,
-                count=self._count,
-            )
+            self.emit(SinkPrecommit(checkpoint_id=checkpoint_id, subtask=self.subtask, txn=txn, count=self._count))
             self._open, self._open_name = None, None
         return self.snapshot_state()
 
@@ -195,7 +190,7 @@ class TwoPhaseCommitFileSink:
                 return
             with open(dst, encoding="utf-8") as fh:
                 count = sum(1 for _ in fh)
-            self.emit("sink_commit", checkpoint_id=checkpoint_id, subtask=self.subtask, txn=txn, count=count)
+            self.emit(SinkCommit(checkpoint_id=checkpoint_id, subtask=self.subtask, txn=txn, count=count))
         elif not dst.exists():
             raise FileNotFoundError(
                 f"sink transaction {txn} of checkpoint {checkpoint_id} is neither pending nor committed "
@@ -235,11 +230,12 @@ class TwoPhaseCommitFileSink:
             except FileNotFoundError:
                 continue
             self.emit(
-                "sink_abort",
-                checkpoint_id=int(m.group(1)) if ext == "txn" else None,
-                subtask=self.subtask,
-                txn=stem,
-                reason="not in the restored checkpoint",
+                SinkAbort(
+                    checkpoint_id=int(m.group(1)) if ext == "txn" else None,
+                    subtask=self.subtask,
+                    txn=stem,
+                    reason="not in the restored checkpoint",
+                )
             )
 
     def close(self) -> None:

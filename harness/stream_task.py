@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from harness.barriers import Alignment, BarrierAligner
+from harness.events import BarrierAlignment
 from harness.items import CancelCheckpointMarker, CheckpointBarrier, EndOfInput, Watermark
 from harness.job import KeyedProcessFunction, RuntimeContext, StageSpec, apply_chain
 from harness.partitioner import Partitioner
@@ -250,12 +251,9 @@ class StreamTask(TaskBase):
             if blocked == 0 and outcome == "aligned":
                 return
             self.env.emit(
-                "alignment",
-                checkpoint_id=cid,
-                operator=self.operator,
-                subtask=self.subtask,
-                blocked_ms=blocked,
-                outcome=outcome,
+                BarrierAlignment(
+                    checkpoint_id=cid, operator=self.operator, subtask=self.subtask, blocked_ms=blocked, outcome=outcome
+                )
             )
         if current is not None and self._aligning is None and self.aligner.blocked_channels():
             self._aligning = (current, self.env.clock.now_ms())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.events import Restore
 from harness.job import task_name
 from harness.run_store import RunStore
 from harness.task_env import TaskEnv
@@ -78,7 +79,7 @@ class TaskBase:
         fname = f"a{self.env.attempt:04d}-{self.operator}-{self.subtask}.state"
         (d / fname).write_bytes(encode_subtask_state(self._subtask_snapshot(shared=True)))
         self.env.emit(
-            "restore",
+            Restore(
             checkpoint_id=checkpoint_id,
             path=path,
             attempt=self.env.attempt,
@@ -88,6 +89,7 @@ class TaskBase:
             key_group_range=[self.key_group_range.start, self.key_group_range.end],
             restored_state_file=f"restored/{fname}",
             **self._restore_event_extra(),
+            )
         )
 
     def _restore_event_extra(self) -> dict[str, Any]:

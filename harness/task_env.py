@@ -4,11 +4,11 @@ own way (in-memory on sim, sockets on Spark); the task code never knows which.""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from harness.events import Emit
 from harness.failpoints import Failpoints
 from harness.job import JobGraph
 from reference_impl.checkpoint import StateFileHandle
@@ -17,7 +17,6 @@ from reference_impl.time import TimeProvider
 
 __all__ = ["CheckpointWriter", "CoordinatorGateway", "OutputWriter", "TaskEnv", "Emit"]
 
-Emit = Callable[..., None]
 
 
 class CheckpointWriter(Protocol):

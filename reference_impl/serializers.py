@@ -15,6 +15,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import msgpack
 
+from reference_impl.errors import InputError
+
 __all__ = [
     "Serializer",
     "SerializerError",
@@ -34,7 +36,7 @@ __all__ = [
 ]
 
 
-class SerializerError(ValueError):
+class SerializerError(InputError, ValueError):
     """A value cannot be written or read by its serializer."""
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, NamedTuple
 
+from reference_impl.errors import InputError
 from reference_impl.keygroups import KeyGroupRange
 
 __all__ = [
@@ -27,7 +28,7 @@ __all__ = [
 ]
 
 
-class StateRestoreError(ValueError):
+class StateRestoreError(InputError, ValueError):
     """State cannot be restored as asked (mode, serializer, TTL or max parallelism mismatch)."""
 
 

@@ -51,7 +51,7 @@ def _seconds(sc: Scenario, work: Path, cold: bool) -> float:
     t0 = time.perf_counter()
     verdicts, _ = execute_scenario(sc, d)
     took = time.perf_counter() - t0
-    failed = [v["oracle"] for v in verdicts if not v["passed"]]
+    failed = [v.oracle for v in verdicts if not v.holds]
     if failed:
         raise RuntimeError(f"{sc.name} at {sc.records} records failed {', '.join(failed)} (see {d})")
     return took

@@ -46,7 +46,7 @@ def _best_seconds(sc: Scenario, work: Path, repeats: int) -> float:
         t0 = time.perf_counter()
         verdicts, _ = execute_scenario(sc, d)
         best = min(best, time.perf_counter() - t0)
-        failed = [v["oracle"] for v in verdicts if not v["passed"]]
+        failed = [v.oracle for v in verdicts if not v.holds]
         if failed:
             raise RuntimeError(f"the fault-free sim run failed {', '.join(failed)} (see {d})")
         shutil.rmtree(d, ignore_errors=True)

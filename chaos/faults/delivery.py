@@ -20,6 +20,7 @@ from chaos.faults.params import FaultParams
 from chaos.faults.registry import FaultTarget
 from chaos.injectors.base import Injector, InjectorError, NotReady
 from harness.controls import InbandControls
+from harness.events import Event, FaultDelivered, FaultStart
 
 __all__ = ["Delivery", "ProcessFaultParams", "delivery_of", "InbandProcessFault", "Delivered", "unconfirmed"]
 
@@ -119,25 +120,23 @@ class Delivered(Injector):
         return {**self.inner.describe(), "delivery": "out_of_band"}
 
 
-def unconfirmed(events: list[dict[str, Any]]) -> dict[int, str]:
+def unconfirmed(events: list[Event]) -> dict[int, str]:
     """Fault id -> why an in-band fault did not act: its task refused, failed, or never confirmed."""
     inband = {
-        e["fault_id"]: e
-        for e in events
-        if e["type"] == "fault_start" and (e.get("details") or {}).get("delivery") == "inband"
+        e.fault_id: e for e in events if isinstance(e, FaultStart) and (e.details or {}).get("delivery") == "inband"
     }
-    last: dict[int, dict[str, Any]] = {}
+    last: dict[int, FaultDelivered] = {}
     for e in events:
-        if e["type"] == "fault_delivered":
-            last[e["fault_id"]] = e
+        if isinstance(e, FaultDelivered):
+            last[e.fault_id] = e
     out = {}
     for fid, start in inband.items():
         reply = last.get(fid)
         if reply is None:
-            task = (start.get("details") or {}).get("task")
+            task = (start.details or {}).get("task")
             out[fid] = (
                 f"its task {task} never confirmed the in-band fault (it stopped or was redeployed first)"
             )
-        elif not reply.get("acted"):
-            out[fid] = f"the task refused it in band: {reply.get('reason')}"
+        elif not reply.acted:
+            out[fid] = f"the task refused it in band: {reply.extra.get('reason')}"
     return out

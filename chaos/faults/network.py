@@ -19,6 +19,7 @@ from chaos.injectors.base import Injector, InjectorError, NotReady
 from chaos.injectors.inband_network import InbandCut, InbandToxic
 from chaos.injectors.network import DisableLink, ToxicFault
 from harness.controls import InbandControls
+from harness.job_graph import ChannelName
 from harness.toxics.kinds import check_attributes
 
 __all__ = ["NetworkFault", "TOXICS", "network_link", "delivery"]
@@ -97,7 +98,7 @@ def _inband(f: NetworkFault, on: FaultTarget, link: str, rng: random.Random) -> 
         raise InjectorError(
             "in-band network faults need an executor whose tasks take control messages (Spark)"
         )
-    live = [data_link(*c.split("->")) for c in ex.channel_names()]
+    live = [data_link(*ChannelName.parse(c)) for c in ex.channel_names()]
     live += [coordinator_link(t) for t in ex.task_names()]
     links = [x for x in live if x == link or (link.endswith(":") and x.startswith(link))]
     if link == "data:" and links:

@@ -26,8 +26,8 @@ __all__ = ["execute_sss", "verdicts_of"]
 _OUTPUT = ("output differs from the model", "output differs from the replay", "its output is missing")
 
 
-def execute_sss(sc: SssScenario, run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Run ``sc`` in ``run_dir``; (verdicts as plain dicts, run statistics)."""
+def execute_sss(sc: SssScenario, run_dir: Path) -> tuple[list[Verdict], dict[str, Any]]:
+    """Run ``sc`` in ``run_dir``; (verdicts, run statistics)."""
     try:  # bad input is the scenario's; a ValueError later in the run is not (it is not caught here)
         inputs = load_inputs(sc)
         run = SssRun(
@@ -49,7 +49,7 @@ def execute_sss(sc: SssScenario, run_dir: Path) -> tuple[list[dict[str, Any]], d
              "states_checked": out.check.states_checked, "input_files": len(inputs)}  # fmt: skip
     if getattr(out.check, "replay_note", ""):
         stats["replay"] = out.check.replay_note
-    return [v.to_dict() for v in verdicts_of(sc, out)], stats
+    return verdicts_of(sc, out), stats
 
 
 def verdicts_of(sc: SssScenario, out: SssOutcome) -> list[Verdict]:

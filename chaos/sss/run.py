@@ -34,6 +34,7 @@ from chaos.sss.cluster_faults import CLUSTER_FAULTS, cluster_injector
 from chaos.sss.damage import DAMAGE_CLASSES, damage_injectors, damage_targets
 from chaos.sss.driver_process import DriverProcess
 from harness.history import HistoryWriter
+from harness.run_store import RunStore
 from harness.spark.cluster import SparkEnvironmentError
 from harness.sss.checkpoint_log import committed_batches, read_offsets, source_files
 from harness.sss.driver import EXIT_NO_SPARK
@@ -183,7 +184,7 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
                                             "python_fault_file": str(w / ARMED) if any(
                                                 f.kind == PYTHON_WORKER for f in run.faults) else None}))  # fmt: skip
     t0 = time.monotonic()
-    history = HistoryWriter(w / "history.jsonl", clock=lambda: int((time.monotonic() - t0) * 1000))
+    history = HistoryWriter(RunStore(w).history, clock=lambda: int((time.monotonic() - t0) * 1000))
     events: list[dict[str, Any]] = []
     failures: list[str] = []
     raised = Raised(run.spec.builder if isinstance(run.spec, QuerySpec) else run.spec.processor)
@@ -207,7 +208,7 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
         elif type_ == "fault_end":
             fields = {"fault_id": open_faults.pop(id(_inj), None), **fields}
         events.append({"type": type_, **fields})
-        history.emit(type_, **fields)
+        history.emit_untyped(type_, **fields)
         history.flush()  # a long run can be followed as it goes
         progress[0] = time.monotonic()
 

@@ -32,7 +32,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from chaos.errors import InputError
+from chaos.errors import FieldProblems, InputError
 from chaos.sss.cluster_faults import WORKER_FAULTS
 from chaos.sss.damage import DAMAGE_CLASSES
 from chaos.trigger import Duration, Strict, parse_duration_ms
@@ -60,14 +60,15 @@ class SssScenarioError(InputError, ValueError):
 
 
 def _problems(e: ValidationError) -> list[tuple[tuple[Any, ...], str]]:
-    """Pydantic's errors as (field path, message); a model validator names its field as ``@path@``."""
+    """Pydantic's errors as (field path, message); a model validator's :class:`FieldProblems` name their fields."""
     out = []
     for err in e.errors():
         msg = err["msg"].removeprefix("Value error, ")
         loc = tuple(err["loc"])
-        if msg.startswith("@"):
-            where, _, msg = msg[1:].partition("@ ")
-            loc = (*loc, *(int(x) if x.isdigit() else x for x in where.split(".")))
+        fp = FieldProblems.of(err)
+        if fp is not None:
+            out += [((*loc, *where), m) for where, m in fp.problems]
+            continue
         out.append((loc, "unknown field" if err["type"] == "extra_forbidden" else msg))
     return out
 
@@ -101,23 +102,23 @@ class SssQuery(Strict):
     @model_validator(mode="after")
     def _one(self) -> SssQuery:
         if (self.processor is None) == (self.builder is None):
-            raise ValueError("@builder@ give exactly one of builder (module:function, your query) and processor")
+            raise FieldProblems.at("builder", "give exactly one of builder (module:function, your query) and processor")
         if self.builder is not None:
             for f in ("key", "output_schema", "state_schema", "api", "time_mode", "timeout", "processor_args"):
                 if f in self.model_fields_set:
-                    raise ValueError(f"@{f}@ a builder's query takes no {f} (its DataFrame says it)")
+                    raise FieldProblems.at(f, f"a builder's query takes no {f} (its DataFrame says it)")
             if bool(self.input_schema) == bool(self.inputs):
-                raise ValueError("@input_schema@ give input_schema (one input) or inputs (several), not both or neither")
+                raise FieldProblems.at("input_schema", "give input_schema (one input) or inputs (several), not both or neither")
             if self.output_mode not in (None, "append", "update", "complete"):
-                raise ValueError("@output_mode@ a builder's output mode is append, update or complete")
+                raise FieldProblems.at("output_mode", "a builder's output mode is append, update or complete")
             return self
         for f in ("key", "input_schema", "output_schema"):
             if not getattr(self, f):
-                raise ValueError(f"@{f}@ a processor's query needs {f}")
+                raise FieldProblems.at(f, f"a processor's query needs {f}")
         if self.inputs:
-            raise ValueError("@inputs@ several inputs need a builder")
+            raise FieldProblems.at("inputs", "several inputs need a builder")
         if self.output_mode not in (None, "Update", "Append"):
-            raise ValueError("@output_mode@ a processor's output mode is Update or Append")
+            raise FieldProblems.at("output_mode", "a processor's output mode is Update or Append")
         return self
 
     def spec(self) -> SssSpec | QuerySpec:
@@ -160,15 +161,15 @@ class SssFaultEntry(Strict):
     @model_validator(mode="after")
     def _toxic(self) -> SssFaultEntry:
         if self.at is not None and self.kind not in ("kill_driver", "kill_executor"):
-            raise ValueError("@at@ only kill_driver and kill_executor strike inside the sink window (at)")
+            raise FieldProblems.at("at", "only kill_driver and kill_executor strike inside the sink window (at)")
         if self.kind not in PYTHON_FAULTS and self.process != "worker":
-            raise ValueError("@process@ only kill_python_worker takes process")
+            raise FieldProblems.at("process", "only kill_python_worker takes process")
         from chaos.faults.network import TOXICS
 
         if self.kind == "network" and self.toxic not in TOXICS:
-            raise ValueError(f"@toxic@ a network fault needs toxic: one of {', '.join(TOXICS)}")
+            raise FieldProblems.at("toxic", f"a network fault needs toxic: one of {', '.join(TOXICS)}")
         if self.kind != "network" and (self.toxic is not None or self.attributes):
-            raise ValueError("@toxic@ only a network fault takes toxic and attributes")
+            raise FieldProblems.at("toxic", "only a network fault takes toxic and attributes")
         return self
 
     @field_validator("kind")
@@ -236,22 +237,23 @@ class SssScenario(Strict):
         # a builder's query runs in harness.sss.query_driver, which has no user sink, sink window or
         # in-band worker kill yet: refused here rather than run and never struck (or silently ignored)
         if self.query.builder is not None and self.sink is not None:
-            raise ValueError("@sink@ a builder's query writes through statechaos's sink (a user sink needs a processor)")
+            raise FieldProblems.at("sink", "a builder's query writes through statechaos's sink (a user sink needs a processor)")
         for i, f in enumerate(self.faults):
             if self.query.builder is not None and (f.at is not None or f.kind in PYTHON_FAULTS):
                 what = f"at: {f.at}" if f.at is not None else f.kind
-                raise ValueError(f"@faults.{i}.kind@ {what} is not available for a builder's query yet (a processor's only)")
+                raise FieldProblems.at(("faults", i, "kind"), f"{what} is not available for a builder's query yet (a processor's only)")
             if f.kind in DOCKER_FAULTS and self.cluster_kind != "docker":
-                raise ValueError(
-                    f"@faults.{i}.kind@ fault kind {f.kind!r} needs cluster docker, but cluster is {self.cluster!r}"
+                raise FieldProblems.at(
+                    ("faults", i, "kind"), f"fault kind {f.kind!r} needs cluster docker, but cluster is {self.cluster!r}"
                 )
             if f.kind in LOCAL_FAULTS and self.cluster_kind == "spark":
-                raise ValueError(
-                    f"@faults.{i}.kind@ fault kind {f.kind!r} needs the executors' processes (local or docker), not {self.cluster!r}"
+                raise FieldProblems.at(
+                    ("faults", i, "kind"),
+                    f"fault kind {f.kind!r} needs the executors' processes (local or docker), not {self.cluster!r}",
                 )
             if f.kind in DAMAGE_CLASSES and self.cluster_kind == "spark":
-                raise ValueError(
-                    f"@faults.{i}.kind@ damage needs the checkpoint on this machine (local or docker)"
+                raise FieldProblems.at(
+                    ("faults", i, "kind"), "damage needs the checkpoint on this machine (local or docker)"
                 )
         return self
 

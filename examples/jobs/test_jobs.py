@@ -32,7 +32,7 @@ def test_job_survives_crashes_and_a_rescale(job, run_scenario, assert_oracles):
 )
 def test_broken_twin_is_caught(job, oracle, names, run_scenario):
     outcome = run_scenario(HERE / f"{job}-sim.yaml", job=f"{job}:build_broken")
-    failed = {v["oracle"]: v for v in outcome.verdicts if not v["passed"]}
+    failed = {v.oracle: v for v in outcome.verdicts if not v.holds}
     assert oracle in failed, outcome.verdicts
     assert any(d.startswith(names) for d in failed[oracle]["details"]), failed[oracle]["details"][:5]
 

@@ -9,13 +9,13 @@ import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from harness.history import read_history
+from harness.events import Event, FaultStart, Restore, RunEnd, RunStart, read_events
 from harness.run_store import RunStore
 from harness.sinks import TXN_NAME, committed_files
 from reference_impl.checkpoint.format import decode_subtask_state
@@ -130,10 +130,13 @@ def _factorize(a: np.ndarray) -> tuple[list[Any], np.ndarray]:
     return [int(v) for v in uniq], inv.astype(np.int64)
 
 
+E = TypeVar("E", bound=Event)
+
+
 @dataclass
 class RunArtifacts:
     run_dir: Path
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
 
     @classmethod
     def load(cls, run_dir: Path) -> RunArtifacts:
@@ -141,18 +144,19 @@ class RunArtifacts:
         hist = RunStore(run_dir).history
         if not hist.is_file():
             raise FileNotFoundError(f"{run_dir}: no history.jsonl: not a run directory")
-        return cls(run_dir, list(read_history(hist)))
+        return cls(run_dir, list(read_events(hist)))
 
-    def of_type(self, *types: str) -> list[dict[str, Any]]:
-        return [e for e in self.events if e["type"] in types]
-
-    @cached_property
-    def run_start(self) -> dict[str, Any]:
-        return next((e for e in self.events if e["type"] == "run_start"), {})
+    def of_type(self, *types: type[E]) -> list[E]:
+        """The events of the given classes, in history order."""
+        return [e for e in self.events if isinstance(e, types)]  # type: ignore[misc]
 
     @cached_property
-    def run_end(self) -> dict[str, Any] | None:
-        return next((e for e in reversed(self.events) if e["type"] == "run_end"), None)
+    def run_start(self) -> RunStart | None:
+        return next((e for e in self.events if isinstance(e, RunStart)), None)
+
+    @cached_property
+    def run_end(self) -> RunEnd | None:
+        return next((e for e in reversed(self.events) if isinstance(e, RunEnd)), None)
 
     @cached_property
     def committed(self) -> list[CommittedRecord]:
@@ -181,8 +185,8 @@ class RunArtifacts:
         """:attr:`committed` as columns when every record is flat ``[key, int, ...]``, else None."""
         return read_committed_columns(committed_files(RunStore(self.run_dir).output))
 
-    def restored_state(self, event: dict[str, Any]) -> SubtaskStateSnapshot:
-        p = self.run_dir / event["restored_state_file"]
+    def restored_state(self, event: Restore) -> SubtaskStateSnapshot:
+        p = self.run_dir / event.restored_state_file
         with open(p, "rb") as fh:
             return decode_subtask_state(fh, str(p))[0]
 
@@ -195,17 +199,17 @@ class RunArtifacts:
             self._views[checkpoint_id] = inspect_checkpoint(d) if d.is_dir() else None
         return self._views[checkpoint_id]
 
-    def restores_by_attempt(self) -> dict[int, list[dict[str, Any]]]:
-        out: dict[int, list[dict[str, Any]]] = {}
-        for e in self.of_type("restore"):
-            out.setdefault(int(e["attempt"]), []).append(e)
+    def restores_by_attempt(self) -> dict[int, list[Restore]]:
+        out: dict[int, list[Restore]] = {}
+        for e in self.of_type(Restore):
+            out.setdefault(e.attempt, []).append(e)
         return out
 
     def damaged_paths(self) -> list[tuple[int, str]]:
         """(time, path) of every checkpoint file a storage fault damaged on purpose."""
         out = []
-        for e in self.of_type("fault_start"):
-            d = e.get("details") or {}
-            if e.get("kind") == "storage" and d.get("mode") in ("corrupt", "truncate") and d.get("target"):
-                out.append((int(e["t"]), str(d["target"])))
+        for e in self.of_type(FaultStart):
+            d = e.details or {}
+            if e.kind == "storage" and d.get("mode") in ("corrupt", "truncate") and d.get("target"):
+                out.append((e.t, str(d["target"])))
         return out

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.events import CheckpointCompleted
 from harness.jobs import JobSpec
 from harness.oracles.artifacts import RunArtifacts
 from harness.oracles.registry import register_oracle
@@ -46,14 +47,11 @@ def check_checkpoint_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
         )
     skipped = c.interleaving_states or frozenset()
     stages = [s.name for s in spec.graph.stages]
-    completed = sorted(
-        (e for e in art.of_type("checkpoint_completed")), key=lambda e: int(e["checkpoint_id"])
-    )
+    completed = sorted(art.of_type(CheckpointCompleted), key=lambda e: e.checkpoint_id)
     if not completed:
         return Verdict.unknown("checkpoint_state", "no checkpoint completed in this run", checkpoints=0)
-    starts = art.of_type("run_start")
-    run_start = int(starts[0].get("t", 0)) if starts else 0
-    missing = [int(e["checkpoint_id"]) for e in completed if art.checkpoint_view(int(e["checkpoint_id"])) is None]
+    run_start = art.run_start.t if art.run_start else 0
+    missing = [e.checkpoint_id for e in completed if art.checkpoint_view(e.checkpoint_id) is None]
     if missing:
         return Verdict.unknown(
             "checkpoint_state",
@@ -65,10 +63,10 @@ def check_checkpoint_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
     ref = ReferenceRun(spec.graph)
     groups = 0
     for e in completed:
-        cid = int(e["checkpoint_id"])
+        cid = e.checkpoint_id
         view = art.checkpoint_view(cid)
         assert view is not None
-        ref = ref.advance(e.get("source_offsets") or {})
+        ref = ref.advance(e.source_offsets or {})
         expirable = int(view.checkpoint.timestamp_ms) - run_start
         for op in stages:
             opview = view.operators.get(op)

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.events import Rescale, TimersFired
 from harness.jobs import JobSpec, KeySeqOutput
 from harness.oracles.artifacts import CommittedColumns, RunArtifacts
 from harness.oracles.registry import register_oracle
@@ -53,16 +54,16 @@ def check_exactly_once(art: RunArtifacts, spec: JobSpec) -> Verdict:
 def _evidence(art: RunArtifacts) -> str:
     """What the run put the output through: restores, rescales and timers fired (when recorded)."""
     restores = sum(
-        1 for evs in art.restores_by_attempt().values() if any(e.get("checkpoint_id") is not None for e in evs)
+        1 for evs in art.restores_by_attempt().values() if any(e.checkpoint_id is not None for e in evs)
     )
-    rescales = len(art.of_type("rescale"))
+    rescales = len(art.of_type(Rescale))
     fired: Counter[str] = Counter()
-    for e in art.of_type("timers_fired"):
-        for domain in ("event", "processing"):
-            fired[domain] += int(e.get(domain, 0))
+    for e in art.of_type(TimersFired):
+        fired["event"] += e.event or 0
+        fired["processing"] += e.processing or 0
     timers = (
         f", {fired['event']} event-time and {fired['processing']} processing-time timers fired"
-        if art.of_type("timers_fired")
+        if art.of_type(TimersFired)
         else ""
     )
     return f" (through {restores} restores, {rescales} rescales{timers})"

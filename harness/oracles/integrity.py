@@ -8,10 +8,21 @@ checkpoints are pending at once (savepoints aside)."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.abort_cause import AbortReason
+from harness.events import (
+    CheckpointAborted,
+    CheckpointCompleted,
+    CheckpointSkipped,
+    CheckpointTriggered,
+    DriverReplaced,
+    JobFailover,
+    JobRestart,
+    Rescale,
+    Restore,
+)
 from harness.jobs import JobSpec
 from harness.oracles.artifacts import RunArtifacts
 from harness.oracles.registry import register_oracle
@@ -22,9 +33,8 @@ from reference_impl.checkpoint.completed import METADATA
 
 __all__ = ["check_checkpoint_integrity", "IntegrityConfig"]
 
-_SUBSUMED = re.compile(r"subsumed by checkpoint (\d+)")
 # events after which a new coordinator starts (the old one's pending checkpoints are gone with it)
-_NEW_COORDINATOR = ("job_restart", "rescale", "driver_replaced", "job_failover")
+_NEW_COORDINATOR = (JobRestart, Rescale, DriverReplaced, JobFailover)
 
 
 def _coordinator_problems(art: RunArtifacts, max_concurrent: int) -> list[str]:
@@ -33,27 +43,25 @@ def _coordinator_problems(art: RunArtifacts, max_concurrent: int) -> list[str]:
     completed_at: dict[int, int] = {}
     pending: dict[int, str] = {}  # id -> kind
     for e in art.events:
-        kind = e["type"]
-        if kind in _NEW_COORDINATOR:
+        if isinstance(e, _NEW_COORDINATOR):
             pending.clear()
-        elif kind == "checkpoint_triggered":
-            pending[int(e["checkpoint_id"])] = str(e.get("kind") or "checkpoint")
+        elif isinstance(e, CheckpointTriggered):
+            pending[e.checkpoint_id] = e.kind or "checkpoint"
             regular = [c for c, k in pending.items() if k != "savepoint"]
             if len(regular) > max_concurrent:
                 problems.append(
-                    f"t={e['t']}: checkpoints {sorted(regular)} pending at once, over max_concurrent "
+                    f"t={e.t}: checkpoints {sorted(regular)} pending at once, over max_concurrent "
                     f"{max_concurrent}"
                 )
-        elif kind == "checkpoint_completed":
-            completed_at[int(e["checkpoint_id"])] = int(e["t"])
-            pending.pop(int(e["checkpoint_id"]), None)
-        elif kind == "checkpoint_aborted":
-            cid = int(e["checkpoint_id"])
+        elif isinstance(e, CheckpointCompleted):
+            completed_at[e.checkpoint_id] = e.t
+            pending.pop(e.checkpoint_id, None)
+        elif isinstance(e, CheckpointAborted):
+            cid = e.checkpoint_id
             pending.pop(cid, None)
-            m = _SUBSUMED.search(str(e.get("reason") or ""))
-            if m is None:
+            if e.cause is not AbortReason.CHECKPOINT_SUBSUMED:
                 continue
-            by = int(m.group(1))
+            by = e.subsumed_by
             if by <= cid:
                 problems.append(
                     f"checkpoint {cid} was aborted as subsumed by checkpoint {by}: a completed checkpoint "
@@ -68,7 +76,7 @@ def check_checkpoint_integrity(
     art: RunArtifacts, spec: JobSpec, retained: int = 1, max_concurrent: int = 1
 ) -> Verdict:
     problems: list[str] = _coordinator_problems(art, max_concurrent)
-    completed = [int(e["checkpoint_id"]) for e in art.of_type("checkpoint_completed")]
+    completed = [e.checkpoint_id for e in art.of_type(CheckpointCompleted)]
     for a, b in zip(completed, completed[1:], strict=False):
         if b <= a:
             problems.append(f"checkpoint {b} completed after checkpoint {a}: ids must only grow")
@@ -86,7 +94,7 @@ def check_checkpoint_integrity(
         except CheckpointError as e:
             if d.name not in damage_time:
                 problems.append(f"checkpoint {cid} is damaged but no fault damaged it: {e}")
-    aborted = {int(e["checkpoint_id"]) for e in art.of_type("checkpoint_aborted")} - set(completed)
+    aborted = {e.checkpoint_id for e in art.of_type(CheckpointAborted)} - set(completed)
     for cid in sorted(aborted & set(on_disk)):
         problems.append(f"aborted checkpoint {cid} left {on_disk[cid]} behind")
     for cid in sorted(set(completed))[-retained:]:
@@ -98,20 +106,20 @@ def check_checkpoint_integrity(
             f"{len(kept)} completed checkpoints remain in storage ({', '.join(map(str, kept))}), "
             f"over the {retained} retained"
         )
-    for e in art.of_type("restore"):
-        if e.get("checkpoint_id") is None:
+    for e in art.of_type(Restore):
+        if e.checkpoint_id is None:
             continue
-        name = f"chk-{e['checkpoint_id']}"
-        if name in damage_time and damage_time[name] <= int(e["t"]):
+        name = f"chk-{e.checkpoint_id}"
+        if name in damage_time and damage_time[name] <= e.t:
             problems.append(
-                f"attempt {e['attempt']} {e['operator']}[{e['subtask']}] restored checkpoint "
-                f"{e['checkpoint_id']} after it was damaged at t={damage_time[name]}"
+                f"attempt {e.attempt} {e.operator}[{e.subtask}] restored checkpoint "
+                f"{e.checkpoint_id} after it was damaged at t={damage_time[name]}"
             )
-    for e in art.of_type("checkpoint_skipped"):
-        name = Path(e["path"]).name
+    for s in art.of_type(CheckpointSkipped):
+        name = Path(s.path).name
         if name not in damage_time:
-            problems.append(f"restore skipped {e['path']} as damaged, but no fault damaged it: {e['reason']}")
-    skipped = len(art.of_type("checkpoint_skipped"))
+            problems.append(f"restore skipped {s.path} as damaged, but no fault damaged it: {s.reason}")
+    skipped = len(art.of_type(CheckpointSkipped))
     if not completed and not problems:
         return Verdict.unknown("checkpoint_integrity", "no checkpoint completed in this run", completed=0)
     return Verdict.of(

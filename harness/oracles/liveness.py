@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.events import BarrierAlignment, CheckpointAborted, CheckpointCompleted, FaultEnd, FaultStart
 from harness.jobs import JobSpec
 from harness.oracles.artifacts import RunArtifacts
 from harness.oracles.registry import register_oracle
@@ -22,14 +23,14 @@ _NOT_HOLDING = ("delay_barrier", "clock_skew", "crash_task")
 def _fault_windows(art: RunArtifacts) -> list[tuple[int, int]]:
     start: dict[int, int] = {}
     out = []
-    for e in art.of_type("fault_start", "fault_end"):
-        if e.get("kind") in _NOT_HOLDING:
+    for e in art.of_type(FaultStart, FaultEnd):
+        if e.kind in _NOT_HOLDING:
             continue
-        if e["type"] == "fault_start":
-            start[e["fault_id"]] = int(e["t"])
-        elif e["fault_id"] in start:
-            out.append((start.pop(e["fault_id"]), int(e["t"])))
-    end = int(art.run_end["t"]) if art.run_end else max((int(e["t"]) for e in art.events), default=0)
+        if isinstance(e, FaultStart):
+            start[e.fault_id] = e.t
+        elif e.fault_id in start:
+            out.append((start.pop(e.fault_id), e.t))
+    end = art.run_end.t if art.run_end else max((e.t for e in art.events), default=0)
     return out + [(t, end) for t in start.values()]
 
 
@@ -45,20 +46,20 @@ def _overlap(a: int, b: int, windows: list[tuple[int, int]]) -> int:
 
 
 def _blocked_after_abort(art: RunArtifacts, bound_ms: int) -> list[str]:
-    aborted = {int(e["checkpoint_id"]): int(e["t"]) for e in art.of_type("checkpoint_aborted")}
+    aborted = {e.checkpoint_id: e.t for e in art.of_type(CheckpointAborted)}
     windows = _fault_windows(art)
     problems = []
-    for e in art.of_type("alignment"):
-        cid = int(e["checkpoint_id"])
+    for e in art.of_type(BarrierAlignment):
+        cid = e.checkpoint_id
         if cid not in aborted:
             continue
-        end = int(e["t"])
-        since = max(aborted[cid], end - int(e["blocked_ms"]))
+        end = e.t
+        since = max(aborted[cid], end - e.blocked_ms)
         held = end - since - _overlap(since, end, windows)
         if held > bound_ms:
             problems.append(
-                f"{e['operator']}[{e['subtask']}] stayed blocked in the alignment of checkpoint {cid} "
-                f"{held} ms after it was aborted at t={aborted[cid]} (bound {bound_ms} ms; ended: {e['outcome']})"
+                f"{e.operator}[{e.subtask}] stayed blocked in the alignment of checkpoint {cid} "
+                f"{held} ms after it was aborted at t={aborted[cid]} (bound {bound_ms} ms; ended: {e.outcome})"
             )
     return problems
 
@@ -70,15 +71,15 @@ def check_liveness(
     end = art.run_end
     if end is None:
         problems.append("the history has no run_end: the run never ended cleanly")
-    elif end.get("status") != "finished":
-        problems.append(f"the job did not finish: {end.get('status')}: {end.get('reason')}")
-    heal_times = [int(e["t"]) for e in art.of_type("fault_end")]
+    elif end.status != "finished":
+        problems.append(f"the job did not finish: {end.status}: {end.reason}")
+    heal_times = [e.t for e in art.of_type(FaultEnd)]
     last = max(heal_times, default=None)
     if last is not None and end is not None:
-        progress = [int(e["t"]) for e in art.of_type("checkpoint_completed") if int(e["t"]) >= last]
+        progress = [e.t for e in art.of_type(CheckpointCompleted) if e.t >= last]
         first = min(progress, default=None)
-        if first is None and end.get("status") == "finished":
-            first = int(end["t"])
+        if first is None and end.status == "finished":
+            first = end.t
         if first is None:
             problems.append(f"no checkpoint completed after the last fault healed at t={last} ms")
         elif first - last > bound_ms:

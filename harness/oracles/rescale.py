@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from harness.events import Restore
 from harness.jobs import JobSpec
 from harness.oracles.artifacts import RunArtifacts
 from harness.oracles.registry import register_oracle
@@ -42,7 +43,7 @@ def check_rescale(art: RunArtifacts, spec: JobSpec) -> Verdict:
     groups = 0
     rescaled = 0
     for attempt, events in sorted(art.restores_by_attempt().items()):
-        cids = {e["checkpoint_id"] for e in events}
+        cids = {e.checkpoint_id for e in events}
         if cids == {None}:
             continue
         cid = next(c for c in cids if c is not None)
@@ -50,18 +51,18 @@ def check_rescale(art: RunArtifacts, spec: JobSpec) -> Verdict:
         if view is None:
             problems.append(f"attempt {attempt}: no copy of checkpoint {cid} to compare with")
             continue
-        by_op: dict[str, list[dict[str, Any]]] = {}
+        by_op: dict[str, list[Restore]] = {}
         for e in events:
-            by_op.setdefault(e["operator"], []).append(e)
+            by_op.setdefault(e.operator, []).append(e)
         for op, evs in by_op.items():
             groups += 1
             where = f"attempt {attempt} operator {op} (from checkpoint {cid})"
-            p = int(evs[0]["parallelism"])
+            p = evs[0].parallelism
             opview = view.operators.get(op)
             old_p = opview.parallelism if opview else p
             rescaled += old_p != p
             max_p = spec.graph.max_parallelism
-            subs = sorted(int(e["subtask"]) for e in evs)
+            subs = sorted(e.subtask for e in evs)
             if subs != list(range(p)):
                 # this attempt crashed while its subtasks were restoring (a failpoint during restore):
                 # it never ran; each subtask's restore is still checked by restored_state
@@ -69,7 +70,7 @@ def check_rescale(art: RunArtifacts, spec: JobSpec) -> Verdict:
                 continue
             owner: dict[int, int] = {}
             for e in evs:
-                s, (a, b) = int(e["subtask"]), e["key_group_range"]
+                s, (a, b) = e.subtask, e.key_group_range
                 for kg in range(a, b + 1):
                     if kg in owner:
                         problems.append(f"{where}: key group {kg} owned by subtasks {owner[kg]} and {s}")
@@ -77,7 +78,7 @@ def check_rescale(art: RunArtifacts, spec: JobSpec) -> Verdict:
             missing = sorted(set(range(max_p)) - set(owner))
             if missing:
                 problems.append(f"{where}: key groups {missing[:10]} owned by no subtask")
-            restored = {int(e["subtask"]): art.restored_state(e) for e in evs}
+            restored = {e.subtask: art.restored_state(e) for e in evs}
             union: dict[int, Any] = {}
             for s, snap in sorted(restored.items()):
                 for kg, per in snap.keyed.key_groups.items() if snap.keyed else []:

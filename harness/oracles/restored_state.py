@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.events import ABSENT, Restore
 from harness.jobs import JobSpec
 from harness.oracles.artifacts import RunArtifacts
 from harness.oracles.registry import register_oracle
@@ -71,30 +72,30 @@ def check_restored_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
     skip_model = why if why is not None and skipped_states is None else None
     ref: ReferenceRun | None = None
     models: dict[tuple[int, str], Any] = {}  # (checkpoint, stage) -> the reference's state there
-    starts = art.of_type("run_start")
-    run_start = int(starts[0].get("t", 0)) if starts else 0
+    run_start = art.run_start.t if art.run_start else 0
     restores = sorted(
-        (e for e in art.of_type("restore") if e.get("checkpoint_id") is not None),
-        key=lambda e: (e["checkpoint_id"], e["seq"]),
+        (e for e in art.of_type(Restore) if e.checkpoint_id is not None),
+        key=lambda e: (e.checkpoint_id, e.seq),
     )
     for e in restores:
-        cid, op, sub = int(e["checkpoint_id"]), e["operator"], int(e["subtask"])
-        where = f"attempt {e['attempt']} {op}[{sub}] from checkpoint {cid}"
+        assert e.checkpoint_id is not None
+        cid, op, sub = e.checkpoint_id, e.operator, e.subtask
+        where = f"attempt {e.attempt} {op}[{sub}] from checkpoint {cid}"
         view = art.checkpoint_view(cid)
         if view is None:
             problems.append(f"{where}: no copy of checkpoint {cid} was kept to compare with")
             continue
         restored = art.restored_state(e)
-        kgr = KeyGroupRange(*e["key_group_range"])
+        kgr = KeyGroupRange(*e.key_group_range)
         mine = {kg: per for kg, per in restored.keyed.key_groups.items()} if restored.keyed else {}
         opview = view.operators.get(op)
         theirs = {kg: per for kg, per in (opview.keyed.items() if opview else []) if kg in kgr}
         checked += 1
-        if "watermark" in e and opview is not None:
+        if e.watermark is not ABSENT and opview is not None:
             marks = [int(w) for st in opview.operator.values() for w in st.get(WATERMARK_STATE, ("", []))[1]]
-            if marks and int(e["watermark"]) != min(marks):
+            if marks and e.watermark != min(marks):
                 problems.append(
-                    f"{where}: restored watermark {e['watermark']}, the checkpoint's subtasks had "
+                    f"{where}: restored watermark {e.watermark}, the checkpoint's subtasks had "
                     f"{sorted(set(marks))} (restore must start at their minimum {min(marks)})"
                 )
         for kg in sorted(set(mine) - set(kgr)):

@@ -6,6 +6,7 @@ equality."""
 
 from __future__ import annotations
 
+from harness.events import FaultStart
 from harness.jobs import JobSpec
 from harness.oracles.artifacts import RunArtifacts
 from harness.oracles.registry import register_oracle
@@ -26,9 +27,9 @@ def check_ttl(art: RunArtifacts, spec: JobSpec) -> Verdict:
     stale_ok = cfg.visibility == "ReturnExpiredIfNotCleanedUp"
     skew = max(
         [
-            abs(int((e.get("details") or {}).get("skew_ms", 0)))
-            for e in art.of_type("fault_start")
-            if e.get("kind") == "clock_skew"
+            abs(int((e.details or {}).get("skew_ms", 0)))
+            for e in art.of_type(FaultStart)
+            if e.kind == "clock_skew"
         ]
         or [0]
     )

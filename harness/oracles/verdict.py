@@ -38,9 +38,34 @@ class Verdict:
             raise ValueError(f"verdict {self.oracle}: passed={self.passed} contradicts status {self.status}")
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form (``outcome.json``, ``--json``, Allure): verdicts stay objects until then."""
         d = asdict(self)
         d["status"] = str(self.status)
         return d
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> Verdict:
+        """A verdict read back from its JSON form (older files have no ``status``)."""
+        return Verdict(
+            str(d["oracle"]), bool(d["passed"]), str(d.get("summary", "")), list(d.get("details") or []),
+            dict(d.get("data") or {}), Status(status_of(d)),
+        )  # fmt: skip
+
+    @property
+    def holds(self) -> bool:
+        return self.status is Status.HOLDS
+
+    @property
+    def fails(self) -> bool:
+        return self.status is Status.FAILS
+
+    def __getitem__(self, key: str) -> Any:
+        """A field by its JSON name: tests written against the JSON form (``v["status"]``) read a
+        verdict object unchanged."""
+        return self.to_dict()[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.to_dict().get(key, default)
 
     @staticmethod
     def of(oracle: str, problems: list[str], ok: str, bad: str, **data: Any) -> Verdict:

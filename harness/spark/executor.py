@@ -26,12 +26,28 @@ from pathlib import Path
 from typing import Any
 
 import harness.messages as ctl
+from harness.abort_cause import AbortCause, AbortReason
 from harness.adaptive import AdaptiveConfig, Fit, fit, slot_layout
 from harness.controls import FaultScheduler, ProcessHandles
 from harness.coordinator import CheckpointConfig, JobFailedError
 from harness.driver import Driver
+from harness.events import (
+    CheckpointAborted,
+    ConnectionRefused,
+    DriverReplaced,
+    InputHeld,
+    InputReleased,
+    JobFailover,
+    Listening,
+    RecordsIn,
+    RecordsOut,
+    ResourcesLost,
+    TimersFired,
+    from_fields,
+)
 from harness.history import HistoryWriter
 from harness.job import JobGraph, task_name
+from harness.job_graph import ChannelName, TaskName
 from harness.jobmaster import JobFailure, RescaleRequest
 from harness.progress import ProgressWatch
 from harness.run_store import RunStore
@@ -182,7 +198,7 @@ class SparkExecutor(Driver):
             self._send(t, ctl.Crash())
 
     def _delay_barrier(self, channel: str, delay_ms: int) -> None:
-        up, down = channel.split("->")
+        up, down = ChannelName.parse(channel)
         self._send(up, ctl.DelayBarrier(down, delay_ms))
 
     def _skew(self, target: str, skew_ms: int) -> None:
@@ -231,9 +247,7 @@ class SparkExecutor(Driver):
         dep = self.dep
         match msg:
             case ctl.LinkRejected(peer, reason):  # a connection that failed the handshake, or stale
-                self.history.emit(
-                    "connection_refused", listener="coordinator", peer=peer, task=task, reason=reason
-                )
+                self.history.emit(ConnectionRefused(listener="coordinator", peer=peer, task=task, reason=reason))
             case ctl.LinkDisconnected():  # a task that is gone fails its Spark task: Spark relaunches the stage
                 if (
                     dep is not None
@@ -244,14 +258,10 @@ class SparkExecutor(Driver):
             case ctl.LinkConnected():
                 pass
             case ctl.Refused(peer, reason):  # a task's input gate refused a connection
-                self.history.emit(
-                    "connection_refused", listener=f"input gate of {task}", peer=peer, reason=reason
-                )
+                self.history.emit(ConnectionRefused(listener=f"input gate of {task}", peer=peer, reason=reason))
             case ctl.Listening(endpoint):  # a task's input gate is up (the history documents every listener)
                 attempt = None if dep is None else dep.number
-                self.history.emit(
-                    "listening", listener=f"input gate of {task}", endpoint=endpoint, attempt=attempt
-                )
+                self.history.emit(Listening(listener=f"input gate of {task}", endpoint=endpoint, attempt=attempt))
             case ctl.Register(_, job):
                 # not a late task of a job cancelled (adaptive recovery) that connected before the
                 # cancel; one connecting after it is refused by the server (``server.job``)
@@ -267,7 +277,7 @@ class SparkExecutor(Driver):
                     self.lost_at = None  # the deployment runs again: adaptive recovery's clock stops
                     self._new_coordinator(failpoint=self._driver_failpoint)
             case ctl.Emit(type_, fields):
-                self.history.emit(type_, **fields)
+                self.history.emit(from_fields(type_, fields))  # a task's event, as it sent it
             case ctl.Stats(n_in, n_out, fired):
                 self._stats(task, n_in, n_out, fired)
             case ctl.Ack(deployment, cid, op, sub, handle, extra):
@@ -333,14 +343,14 @@ class SparkExecutor(Driver):
                 self._send(t, peers)
 
     def _stats(self, task: str, n_in: int, n_out: int, fired: dict[str, Any]) -> None:
-        op, sub = task.rstrip("]").split("[")
+        op, sub = TaskName.parse(task)
         if fired:
-            self.history.emit("timers_fired", operator=op, subtask=int(sub), **fired)
+            self.history.emit(TimersFired(operator=op, subtask=sub, **fired))
         self.records_taken_in += n_in
         if n_in:
-            self.history.emit("records_in", operator=op, subtask=int(sub), count=n_in)
+            self.history.emit(RecordsIn(operator=op, subtask=sub, count=n_in))
         if n_out:
-            self.history.emit("records_out", operator=op, subtask=int(sub), count=n_out)
+            self.history.emit(RecordsOut(operator=op, subtask=sub, count=n_out))
             if self.dep is not None and op == self.dep.graph.source.name:
                 self._count_records(n_out)
 
@@ -530,7 +540,7 @@ class SparkExecutor(Driver):
             if t - self.lost_at >= bound and 1 <= slots < self.slots:
                 self.adapt_to = fit(self.configured, slots)
                 self.history.emit(
-                    "resources_lost", slots=slots, needed=self.slots, waited_ms=int((t - self.lost_at) * 1000)
+                    ResourcesLost(slots=slots, needed=self.slots, waited_ms=int((t - self.lost_at) * 1000))
                 )
                 # the job first: a task that ends cleanly after it cannot complete part of a relaunch
                 self.cluster.sc.cancelJobGroup(self._job_group)
@@ -574,18 +584,18 @@ class SparkExecutor(Driver):
             if self.held_for_scale_up is None:
                 self.held_for_scale_up = now
                 waiting = [f"adaptive scale-up to {self.configured} on {full} task slots"]
-                self.history.emit("input_held", waiting=waiting, limit_ms=self.gate.limit_ms)
+                self.history.emit(InputHeld(waiting=waiting, limit_ms=self.gate.limit_ms))
             if now - self.held_for_scale_up < self.gate.limit_ms:
                 return True
             self.scale_up_given_up = True  # the slots did not come back in time: the job ends smaller
         if self.held_for_scale_up is not None:
-            self.history.emit("input_released", waiting=[], held_ms=now - self.held_for_scale_up)
+            self.history.emit(InputReleased(waiting=[], held_ms=now - self.held_for_scale_up))
             self.held_for_scale_up = None
         return False
 
     def _fail_deployment(self, reason: str) -> None:
         """Too many checkpoint failures: fail every task, so Spark relaunches the stage."""
-        self.history.emit("job_failover", reason=reason)
+        self.history.emit(JobFailover(reason=reason))
         self._crash(None)
 
     def _start(self) -> None:
@@ -598,19 +608,18 @@ class SparkExecutor(Driver):
                 if not (d / METADATA).is_file():
                     storage.discard(self.graph.name, cid)
                     self.history.emit(
-                        "checkpoint_aborted",
-                        checkpoint_id=cid,
-                        reason="in flight when the previous driver died",
+                        CheckpointAborted.of(cid, AbortCause(AbortReason.COORDINATOR_SHUTDOWN))
                     )
             self.history.emit(
-                "driver_replaced",
-                attempt=self.deployments,
-                checkpoint_id=self.master.latest_checkpoint_id(),
-                parallelism=self.graph.parallelism(),
-                master=self.cluster.master,
+                DriverReplaced(
+                    attempt=self.deployments,
+                    checkpoint_id=self.master.latest_checkpoint_id(),
+                    parallelism=self.graph.parallelism(),
+                    master=self.cluster.master,
+                )
             )
         host, port = self.server.endpoint
-        self.history.emit("listening", listener="coordinator", endpoint=f"{host}:{port}", tls=self.secret.tls)
+        self.history.emit(Listening(listener="coordinator", endpoint=f"{host}:{port}", tls=self.secret.tls))
 
     def _run_config(self) -> dict[str, Any]:
         return {**self.run_info, "master": self.cluster.master}

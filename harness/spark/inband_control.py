@@ -13,6 +13,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from harness.events import FaultDelivered
 from harness.messages import InbandFault, InbandHome, InbandReply
 from harness.spark.inband import ACTIONS, ExecutorHome
 
@@ -52,7 +53,7 @@ class InbandFaults:
                 self.homes[task] = (self.deployment(), home)
             case InbandReply(fault_id, acted, details):
                 self.emit(
-                    "fault_delivered", fault_id=fault_id, delivery="inband", task=task, acted=acted, **details
+                    FaultDelivered(fault_id=fault_id, delivery="inband", task=task, acted=acted, extra=dict(details))
                 )
 
     def current_homes(self) -> dict[str, ExecutorHome]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import harness.messages as ctl
+from harness.events import ClockSkewed, Event
 from harness.failpoints import Failpoints, InjectedCrash
 from harness.items import CheckpointBarrier, from_wire, to_wire
 from harness.job import JobGraph
@@ -221,8 +222,8 @@ def run_subtask(
             sleep=lambda ms: time.sleep(ms / 1000),
         )
 
-        def emit(type: str, **fields: Any) -> None:  # noqa: A002
-            link.send(ctl.Emit(type, fields))
+        def emit(event: Event) -> None:  # the driver writes it to the history
+            link.send(ctl.Emit(event.TAG, event.fields()))
 
         fps = Failpoints(
             _RemoteFailpoints(link) if deploy.failpoints_on else None, sleep=lambda ms: time.sleep(ms / 1000)
@@ -365,7 +366,7 @@ def _loop(
                     raise InjectedCrash("crash_task", task.name)
                 case ctl.Skew(skew_ms):
                     clock.skew_ms = skew_ms
-                    link.send(ctl.Emit("clock_skewed", {"subtask": task.name, "skew_ms": skew_ms}))
+                    link.send(ctl.Emit(ClockSkewed.TAG, ClockSkewed(subtask=task.name, skew_ms=skew_ms).fields()))
                 case ctl.InbandFault():  # in-band process fault: act on its own executor
                     inband.act(m, link.send)
                 case ctl.Toxic(

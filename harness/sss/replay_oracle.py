@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.run_store import RunStore
 from harness.sss.checkpoint_log import committed_batches, read_offsets, source_files
 from harness.sss.oracles import SssCheck
 from harness.sss.query import QuerySpec, builder_identity
@@ -155,7 +156,7 @@ def _state_batches(workdir: Path, committed: list[int]) -> list[int]:
     """The batch each driver restart resumed from (its ``driver_start`` event's ``next_batch`` - 1)
     and the last committed batch."""
     out = set()
-    history = workdir / "history.jsonl"
+    history = RunStore(workdir).history
     if history.exists():
         for line in history.read_text().splitlines():
             e = json.loads(line)

@@ -25,6 +25,7 @@ from reference_impl.checkpoint.format import (
     decode_subtask_state,
     verify_stream,
 )
+from reference_impl.errors import InputError
 from reference_impl.keygroups import KeyGroupRange
 from reference_impl.snapshot import SubtaskStateSnapshot
 
@@ -47,7 +48,7 @@ METADATA_MAX_BYTES = 64 << 20  # a _metadata larger than this is refused before 
 CHECKPOINT_DIR = re.compile(r"^chk-(\d+)$")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(InputError, ValueError):
     """A checkpoint is missing, incomplete or damaged; the message names the file."""
 
 

@@ -8,33 +8,39 @@ from typing import Any
 import allure
 
 from chaos.fault_phases import describe_phases, phases_hit
+from harness.events import Event, from_fields
 
 pytestmark = [allure.epic("chaos"), allure.feature("fault phases")]
 
 
-def _ev(seq: int, t: int, type_: str, **f: Any) -> dict[str, Any]:
-    return {"seq": seq, "t": t, "type": type_, **f}
+def _ev(seq: int, t: int, type_: str, **f: Any) -> Event:
+    return from_fields(type_, f, seq=seq, t=t)
+
+
+_RESTORE = {"path": None, "operator": "s", "subtask": 0, "parallelism": 1, "key_group_range": [0, 127]}
+_RESTORE = {**_RESTORE, "restored_state_file": "restored/x.state"}
+_FAULT = {"target": None, "trigger": "time_ms=0", "details": {}}
 
 
 def test_each_fault_is_placed_in_the_phases_it_struck() -> None:
     events = [
-        _ev(0, 0, "restore", checkpoint_id=None, attempt=0),
-        _ev(1, 10, "checkpoint_triggered", checkpoint_id=1),
-        _ev(2, 12, "fault_start", fault_id=1, kind="delay_barrier"),  # checkpoint 1 pending, aligning
-        _ev(3, 20, "alignment", checkpoint_id=1, blocked_ms=9),
-        _ev(4, 22, "checkpoint_completed", checkpoint_id=1),
-        _ev(5, 30, "fault_start", fault_id=2, kind="crash_task"),  # no checkpoint pending, timers firing
+        _ev(0, 0, "restore", checkpoint_id=None, attempt=0, **_RESTORE),
+        _ev(1, 10, "checkpoint_triggered", checkpoint_id=1, kind="checkpoint"),
+        _ev(2, 12, "fault_start", fault_id=1, kind="delay_barrier", **_FAULT),  # checkpoint 1 pending, aligning
+        _ev(3, 20, "alignment", checkpoint_id=1, blocked_ms=9, operator="s", subtask=0, outcome="aligned"),
+        _ev(4, 22, "checkpoint_completed", checkpoint_id=1, path="chk-1", source_offsets={}, kind="checkpoint"),
+        _ev(5, 30, "fault_start", fault_id=2, kind="crash_task", **_FAULT),  # no checkpoint pending, timers firing
         _ev(6, 70, "timers_fired", operator="s", subtask=0, event=3),
-        _ev(7, 45, "job_restart", attempt=1, reason="crash"),
-        _ev(8, 50, "restore", checkpoint_id=1, attempt=1),
-        _ev(9, 95, "fault_start", fault_id=3, kind="crash_task"),  # restored, no checkpoint since
-        _ev(10, 100, "rescale", checkpoint_id=1),
-        _ev(11, 101, "restore", checkpoint_id=1, attempt=2),
-        _ev(12, 150, "fault_start", fault_id=6, kind="crash_task"),  # rescaled (and restored) since
-        _ev(13, 200, "fault_start", fault_id=4, kind="pause", details={"error": "no such task"}),
-        _ev(14, 300, "checkpoint_triggered", checkpoint_id=2),
-        _ev(15, 310, "checkpoint_completed", checkpoint_id=2),
-        _ev(16, 400, "fault_start", fault_id=5, kind="crash_task"),  # at rest
+        _ev(7, 45, "job_restart", attempt=1, reason="crash", checkpoint_id=1),
+        _ev(8, 50, "restore", checkpoint_id=1, attempt=1, **_RESTORE),
+        _ev(9, 95, "fault_start", fault_id=3, kind="crash_task", **_FAULT),  # restored, no checkpoint since
+        _ev(10, 100, "rescale", checkpoint_id=1, **{"from": {"s": 1}, "to": {"s": 2}}, savepoint=False),
+        _ev(11, 101, "restore", checkpoint_id=1, attempt=2, **_RESTORE),
+        _ev(12, 150, "fault_start", fault_id=6, kind="crash_task", **_FAULT),  # rescaled (and restored) since
+        _ev(13, 200, "fault_start", fault_id=4, kind="pause", target=None, trigger="t", details={"error": "no such task"}),
+        _ev(14, 300, "checkpoint_triggered", checkpoint_id=2, kind="checkpoint"),
+        _ev(15, 310, "checkpoint_completed", checkpoint_id=2, path="chk-2", source_offsets={}, kind="checkpoint"),
+        _ev(16, 400, "fault_start", fault_id=5, kind="crash_task", **_FAULT),  # at rest
     ]
     got = phases_hit(events)
     assert got == {

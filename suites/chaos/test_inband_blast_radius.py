@@ -19,6 +19,7 @@ import pytest
 
 from chaos.faults.delivery import unconfirmed
 from chaos.scenario import Scenario
+from harness.events import FaultDelivered, FaultStart
 from harness.messages import InbandFault, InbandHome, InbandReply, encode
 from harness.spark.inband import (
     ExecutorHome,
@@ -248,21 +249,20 @@ def test_targets_are_executor_ids_and_subtasks_of_the_current_deployment():
 
 
 def test_an_inband_fault_counts_as_acted_only_when_its_task_confirmed():
-    def start(fid: int) -> dict:
-        return {"type": "fault_start", "fault_id": fid, "details": {"delivery": "inband", "task": "count[1]"}}
+    def start(fid: int, delivery: str = "inband") -> FaultStart:
+        details = {"delivery": delivery, "task": "count[1]"}
+        return FaultStart(fault_id=fid, kind="kill_executor", target="count[1]", trigger="t", details=details)
+
+    def delivered(fid: int, acted: bool, **extra: str) -> FaultDelivered:
+        return FaultDelivered(fault_id=fid, delivery="inband", task="count[1]", acted=acted, extra=extra)
 
     events = [
         start(1),
-        {"type": "fault_delivered", "fault_id": 1, "acted": True},
+        delivered(1, True),
         start(2),
-        {
-            "type": "fault_delivered",
-            "fault_id": 2,
-            "acted": False,
-            "reason": "pid 9 belongs to application 'x'",
-        },
+        delivered(2, False, reason="pid 9 belongs to application 'x'"),
         start(3),
-        {"type": "fault_start", "fault_id": 4, "details": {"delivery": "out_of_band"}},
+        start(4, "out_of_band"),
     ]
     got = unconfirmed(events)
     assert set(got) == {2, 3}

@@ -11,6 +11,7 @@ import pytest
 from chaos.allure_results import write_allure_results
 from chaos.cli import main
 from chaos.runner import ScenarioOutcome
+from harness.oracles.verdict import Verdict
 
 HISTORY = [
     {"seq": 0, "t": 0, "type": "run_start", "job": "keyed_count", "executor": "sim", "seed": 3},
@@ -57,13 +58,8 @@ def test_allure_results_for_a_failed_oracle(tmp_path):
         "sim",
         3,
         verdicts=[
-            {"oracle": "exactly_once", "passed": True, "summary": "ok", "details": []},
-            {
-                "oracle": "restored_state",
-                "passed": False,
-                "summary": "count[1] restored 2 keys wrong",
-                "details": ["changed: key 'a': 3 -> 4"],
-            },
+            Verdict("exactly_once", True, "ok"),
+            Verdict("restored_state", False, "count[1] restored 2 keys wrong", ["changed: key 'a': 3 -> 4"]),
         ],
     )
     out = tmp_path / "allure"

@@ -47,7 +47,7 @@ def _nemesis(seed: int):
         return Recording(log, f"{p.fault.kind}#{p.fault_id}", instant=p.fault.kind != "clock_skew")
 
     nemesis = Nemesis(planned, lambda _controls: factory)
-    nemesis.bind(None, lambda typ, **kw: events.append((typ, kw)))  # type: ignore[arg-type]
+    nemesis.bind(None, lambda ev: events.append((ev.TAG, ev.fields())))  # type: ignore[arg-type]
     return planned, nemesis, log, events
 
 

@@ -219,7 +219,7 @@ def test_sss_run_goes_through_the_runner_summary_and_allure(tmp_path: Path, monk
              "checkpoint_id": None, "t": 1500, "seq": 2},
         ]  # fmt: skip
         history.write_text("".join(json.dumps(e) + "\n" for e in events))
-        return [v.to_dict() for v in verdicts_of(sc, _outcome("pass"))], {"verdict": "pass"}
+        return verdicts_of(sc, _outcome("pass")), {"verdict": "pass"}
 
     monkeypatch.setattr(ex, "execute_sss", fake)
     outcome = run_scenario(load_scenario(LOCAL), tmp_path / "run", source=str(LOCAL))

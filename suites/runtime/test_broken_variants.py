@@ -17,6 +17,7 @@ import harness.tasks as tasks
 import reference_impl.checkpoint.storage as storage
 import reference_impl.rescale as rescale
 import reference_impl.state.heap_backend as heap
+from harness.abort_cause import AbortCause
 from harness.barriers import BarrierAligner
 from reference_impl.snapshot import TtlValue
 from suites.runtime.conftest import failed, fails
@@ -183,7 +184,7 @@ def _completion_subsumes_newer_checkpoints(mp):
 
     def _complete(self, p, now_ms):
         for newer in sorted(c for c in self.pending if c > p.checkpoint_id):
-            self._abort(newer, now_ms, f"subsumed by checkpoint {p.checkpoint_id}", failure=False)
+            self._abort(newer, now_ms, AbortCause.subsumed(p.checkpoint_id), failure=False)
         orig(self, p, now_ms)
 
     mp.setattr(coordinator.CheckpointCoordinator, "_complete", _complete)

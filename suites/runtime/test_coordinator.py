@@ -22,7 +22,7 @@ def make(tmp_path, **cfg):
         {"count": {"parallelism": 2, "max_parallelism": 128}},
         storage,
         notify=lambda kind, cid: notes.append((kind, cid)),
-        emit=lambda typ, **kw: events.append((typ, kw)),
+        emit=lambda ev: events.append((ev.TAG, ev.fields())),
     )
     return c, storage, events, notes
 
@@ -116,7 +116,10 @@ def test_completion_subsumes_older_pending(tmp_path):
     c.tick(100)
     ack_all(c, storage, 2, 150)
     assert ("abort", 1) in notes and c.pending == {}
-    assert any(t == "checkpoint_aborted" and "subsumed by checkpoint 2" in kw["reason"] for t, kw in events)
+    subsumed = [kw for t, kw in events if t == "checkpoint_aborted" and kw["cause"] == "subsumed"]
+    assert [(kw["checkpoint_id"], kw["subsumed_by"], kw["reason"]) for kw in subsumed] == [
+        (1, 2, "subsumed by checkpoint 2")
+    ]
     assert c.consecutive_failures == 0
 
 

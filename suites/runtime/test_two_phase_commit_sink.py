@@ -9,7 +9,7 @@ from harness.sinks import TwoPhaseCommitFileSink, read_committed
 
 def sink(tmp_path, events, subtask=0, attempt=0):
     return TwoPhaseCommitFileSink(
-        tmp_path / "out", subtask, lambda typ, **kw: events.append((typ, kw)), attempt=attempt
+        tmp_path / "out", subtask, lambda ev: events.append((ev.TAG, ev.fields())), attempt=attempt
     )
 
 
