@@ -94,6 +94,8 @@ def execute_scenario(
     stats = cluster_for(sc).run(sc, spec, run_dir, resume=resume)
     stats["fault_phases"] = _fault_phases(run_dir)
     schedule = [_schedule_verdict(sc, run_dir)] if sc.faults or sc.rescale else []  # nothing planned: no claim
+    if stats.get("status") == "failed" and _stalled(run_dir):  # a finding: liveness names what stopped
+        return _stall_verdicts(sc, spec, run_dir) + schedule, stats
     if stats.get("status") == "failed" and _judged_as_progress(sc, str(stats.get("reason"))):
         return [_progress_verdict(sc, run_dir, str(stats.get("reason"))), *schedule], stats
     if stats.get("status") == "failed":
@@ -120,6 +122,30 @@ def _fault_phases(run_dir: Path) -> dict[str, list[str]]:
     if not path.is_file():
         return {}
     return {str(k): v for k, v in phases_hit(list(read_events(path))).items()}
+
+
+def _stall_verdicts(sc: Scenario, spec: JobSpec, run_dir: Path) -> list[Verdict]:
+    """A run that stopped progressing: ``liveness`` fails naming what stopped; the other checks are
+    unknown (they would judge a run cut short, not the system's results)."""
+    from chaos.scenario_job import checks_for
+    from harness.oracles import LivenessConfig, Verdict, check_all
+    from harness.oracles.verdict import Status
+
+    config = {"liveness": LivenessConfig(liveness_bound_ms(sc), alignment_bound_ms(sc))}
+    out = list(check_all(run_dir, spec, ["liveness"], config))
+    for name in checks_for(sc, spec.graph):
+        if name != "liveness":
+            why = "the run stalled before it finished: nothing to judge (see liveness)"
+            out.append(Verdict(name, False, why, status=Status.UNKNOWN))
+    return out
+
+
+def _stalled(run_dir: Path) -> bool:
+    """Did the run stop progressing for its stall limit (a ``stalled`` event, harness.progress)?"""
+    from harness.events import RunStalled, read_events
+
+    path = RunStore(run_dir).history
+    return path.is_file() and any(isinstance(e, RunStalled) for e in read_events(path))
 
 
 def _judged_as_progress(sc: Scenario, reason: str) -> bool:

@@ -18,12 +18,13 @@ from typing import Any, ClassVar
 
 from harness.controls import ExecutorControls, FaultScheduler, ProcessHandles
 from harness.coordinator import CheckpointConfig, CheckpointCoordinator
-from harness.events import RunStart
+from harness.events import RunStalled, RunStart
 from harness.history import HistoryWriter
 from harness.input_gate import EndOfInputGate, hold_limit_ms
 from harness.job import JobGraph, task_name
 from harness.job_graph import ChannelName
 from harness.jobmaster import JobFailure, JobMaster, RescaleRequest, RescaleSchedule, RunSummary
+from harness.progress import Stalled
 from harness.user_code import UserFrame
 
 __all__ = ["Driver"]
@@ -255,6 +256,8 @@ class Driver(ExecutorControls):
             self._drive()
         except JobFailure as e:
             status, reason = "failed", str(e)
+            if isinstance(e, Stalled):  # a finding for the liveness verdict, not a give-up
+                self.history.emit(RunStalled(**e.event_fields()))
         except BaseException as e:
             status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
             reason = f"{type(e).__name__}: {e}".rstrip(": ")

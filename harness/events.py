@@ -241,6 +241,16 @@ class RunEnd(Event):
     attempts: int
 
 
+@event("stalled")
+class RunStalled(Event):
+    """The driver gave up waiting: nothing it waited for progressed for ``bound_ms`` (harness.progress)."""
+
+    reason: str
+    stopped: list[str]
+    waiting_for: str
+    bound_ms: int
+
+
 @event("driver_replaced")
 class DriverReplaced(Event):
     attempt: int

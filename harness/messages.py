@@ -296,6 +296,17 @@ class Peers(Message):
     values: list
 
 
+@message("waiting")
+class Waiting(Message):
+    """Progress of a wait a task is in (its :class:`Gather`): how many of the deployment's ``tasks``
+    have registered and gathered so far. A task's wait fails only when this stops moving for its
+    stall bound, so a slow start on a loaded machine is not mistaken for a stuck one."""
+
+    registered: int
+    gathered: int
+    tasks: int
+
+
 # ---------------------------------------------------------------------------- task -> driver
 
 

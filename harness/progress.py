@@ -10,7 +10,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Hashable
 
-__all__ = ["ProgressWatch"]
+from harness.jobmaster import JobFailure
+
+__all__ = ["ProgressWatch", "Stalled"]
 
 
 class ProgressWatch:
@@ -48,6 +50,35 @@ class ProgressWatch:
         moved = sorted(self._moved_at.items(), key=lambda kv: kv[1])
         what = ", ".join(f"{name} ({self._value[name]}) unchanged for {now - t:.0f} s" for name, t in moved)
         return f"no progress for {idle:.0f} s (bound {self.bound_s:.0f} s): {what or 'nothing observed'}"
+
+    def stopped(self) -> list[str]:
+        """The signals that have not moved for the bound, longest first (what a stall names)."""
+        now = self._clock()
+        return [
+            name
+            for name, t in sorted(self._moved_at.items(), key=lambda kv: kv[1])
+            if now - t > self.bound_s
+        ]
+
+
+class Stalled(JobFailure):
+    """The run stopped progressing: nothing it waits for moved for the stall bound. Not an
+    infrastructure failure but a finding: the ``liveness`` verdict fails, naming ``stopped`` (the
+    signals that stopped moving) and ``waiting_for`` (what the driver still waited for). The driver
+    records it as a ``stalled`` history event before ``run_end``."""
+
+    def __init__(self, reason: str, stopped: list[str], waiting_for: str, bound_s: float) -> None:
+        super().__init__(f"{reason} (waiting for: {waiting_for})" if waiting_for else reason)
+        self.reason, self.stopped, self.waiting_for, self.bound_s = reason, stopped, waiting_for, bound_s
+
+    def event_fields(self) -> dict[str, object]:
+        """The ``stalled`` event's fields (docs/runtime-contract.md)."""
+        return {
+            "reason": self.reason,
+            "stopped": list(self.stopped),
+            "waiting_for": self.waiting_for,
+            "bound_ms": int(self.bound_s * 1000),
+        }
 
 
 _UNSEEN = object()

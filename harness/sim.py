@@ -31,6 +31,7 @@ from harness.job import JobGraph, task_name
 from harness.job_graph import ChannelName
 from harness.jobmaster import JobFailure, RescaleRequest, RestorePlan, RunSummary
 from harness.messages import Ack, Decline, Message
+from harness.progress import ProgressWatch, Stalled
 from harness.run_store import RunStore
 from harness.sim_links import SimChannel, SimGateway, SimOutput
 from harness.storage_gate import GatedStorage
@@ -53,6 +54,8 @@ class SimConfig:
     max_restarts: int = 50
     time_limit_ms: int = 600_000
     stats_every_ms: int = 50
+    # the run fails its liveness check when nothing progressed for this long (simulated time)
+    stall_limit_ms: int = 120_000
 
 
 def _reason(e: BaseException) -> str:
@@ -371,11 +374,37 @@ class SimExecutor(Driver):
             self._emit_stats()
             self._last_stats = self.now
 
+    def _watch_progress(self, watch: ProgressWatch) -> None:
+        """Raise :class:`Stalled` once nothing the run waits for moved for the stall limit: records
+        emitted and processed, checkpoints completed, timers fired, deployments, subtasks ended."""
+        watch.observe(
+            records=self.records_emitted,
+            records_processed=sum(t.records_in for t in self.tasks),
+            checkpoints_completed=self.completed,
+            timers_fired=sum(sum(t.timers_fired.values()) for t in self.tasks),
+            deployments=self._attempts(),
+            subtasks_ended=sum(1 for t in self.tasks if t.finished),
+        )
+        stalled = watch.stalled()
+        if stalled is not None:
+            held = sorted(n for n, until in self.stalled.items() if until > self.now)
+            waiting = (
+                f"subtasks held in a step: {', '.join(held)}"
+                if held
+                else f"checkpoints pending: {sorted(self.coord.pending) if self.coord else []}"
+            )
+            raise Stalled(stalled, watch.stopped(), waiting, watch.bound_s)
+
     def _drive(self) -> None:
         self._safe_deploy(self.graph)
+        watch = ProgressWatch(self.cfg.stall_limit_ms / 1000, clock=lambda: self.now / 1000)
+        watched = -1
         while not self._finished:
             if self.now > self.cfg.time_limit_ms:
                 raise JobFailure(f"simulated time limit of {self.cfg.time_limit_ms} ms reached")
+            if self.now - watched >= self.cfg.stats_every_ms:
+                self._watch_progress(watch)
+                watched = self.now
             try:
                 self._tick()
                 req = self.rescales.take()

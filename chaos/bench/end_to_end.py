@@ -222,7 +222,7 @@ def _channel_rate(secret: Any, n: int, layer: bool = True) -> float:
 
         t = threading.Thread(target=dial)
         t.start()
-        gate.accept(timeout_s=30)
+        gate.accept(stall_s=30)
         t.join()
         if not layer:
             outs[0]._end = _Bare(outs[0]._sock)  # type: ignore[assignment]

@@ -37,6 +37,7 @@ class SimCluster:
                 tick_ms=sc.sim.tick_ms,
                 max_restarts=sc.max_restarts,
                 time_limit_ms=int((sc.timeout_s or SIM_TIME_LIMIT_S) * 1000),
+                stall_limit_ms=int(sc.stall_limit_s * 1000),
             ),
             run_info={
                 "scenario": sc.name,

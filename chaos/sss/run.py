@@ -17,6 +17,7 @@ file system); process and damage faults need local executors and are refused the
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import itertools
@@ -34,6 +35,7 @@ from chaos.sss.cluster_faults import CLUSTER_FAULTS, cluster_injector
 from chaos.sss.damage import DAMAGE_CLASSES, damage_injectors, damage_targets
 from chaos.sss.driver_process import DriverProcess
 from harness.history import HistoryWriter
+from harness.progress import ProgressWatch
 from harness.run_store import RunStore
 from harness.spark.cluster import SparkEnvironmentError
 from harness.sss.checkpoint_log import committed_batches, read_offsets, source_files
@@ -194,7 +196,10 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
     scope = RunScope(f"sss-{w.name}", pids=lambda: driver.executor_pids() if driver else [], paths=[checkpoint],
                      compose_project=docker.stack.project if docker else None)  # fmt: skip
 
-    progress = [time.monotonic()]  # when the run last moved: an event (batch, fault, driver start)
+    # the run is stuck when no event (a batch planned or committed, a fault, a driver start) came for
+    # the stall bound: each event type's count is a progress signal, so the stall names what stopped
+    watch = ProgressWatch(run.stall_s)
+    counts: collections.Counter[str] = collections.Counter()
     fault_ids = itertools.count()
     open_faults: dict[int, int] = {}  # id(injector) -> fault_id of its fault_start
 
@@ -210,7 +215,8 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
         events.append({"type": type_, **fields})
         history.emit_untyped(type_, **fields)
         history.flush()  # a long run can be followed as it goes
-        progress[0] = time.monotonic()
+        counts[type_] += 1
+        watch.observe(**{type_: counts[type_]})
 
     def start() -> DriverProcess | None:
         n = (
@@ -228,7 +234,7 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
                 reason="driver restarted from the checkpoint location",
                 checkpoint_id=f"commits/{max(done)}" if done else "none (no batch committed)",
             )
-        while time.monotonic() - progress[0] < run.stall_s and not over_time():
+        while watch.stalled() is None and not over_time():
             if (w / "starts" / f"{n}.ready").exists():
                 return d
             if d.proc.poll() == EXIT_NO_SPARK:
@@ -330,9 +336,10 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
                 and (isinstance(run.spec, SssSpec) or _idle(seen, last_change, run.trigger_ms))
             ):
                 break
-            if time.monotonic() - progress[0] > run.stall_s or over_time():
+            if (why := watch.stalled()) is not None or over_time():
                 stuck = True
-                stalled.append(_stall(checkpoint, written, len(run.inputs), tail_ms, run.stall_s, over_time()))
+                what = _stall(checkpoint, written, len(run.inputs), tail_ms, run.stall_s, over_time())
+                stalled.append(f"{what} ({why})" if why else what)
                 emit("time_limit", committed=len(done), why=stalled[-1])
                 break
             time.sleep(0.1)

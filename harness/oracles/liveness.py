@@ -1,4 +1,5 @@
-"""Liveness: the job ends as finished, and after the last fault heals it finishes or completes a new
+"""Liveness: the job ends as finished (a run that stopped progressing for its stall limit fails,
+naming what stopped: the ``stalled`` event), and after the last fault heals it finishes or completes a new
 checkpoint within a bound; after a checkpoint is aborted (declined, expired, subsumed) no subtask
 stays blocked in its alignment longer than ``alignment_bound_ms`` (time while a fault that can hold
 a task back is active aside: a paused executor or a cut link cannot deliver the abort)."""
@@ -7,7 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.events import BarrierAlignment, CheckpointAborted, CheckpointCompleted, FaultEnd, FaultStart
+from harness.events import (
+    BarrierAlignment,
+    CheckpointAborted,
+    CheckpointCompleted,
+    FaultEnd,
+    FaultStart,
+    RunStalled,
+)
 from harness.jobs import JobSpec
 from harness.oracles.artifacts import RunArtifacts
 from harness.oracles.registry import register_oracle
@@ -69,9 +77,15 @@ def check_liveness(
 ) -> Verdict:
     problems = _blocked_after_abort(art, alignment_bound_ms)
     end = art.run_end
+    stalls = art.of_type(RunStalled)
+    for e in stalls:  # the driver gave up waiting: name what stopped moving and what it waited for
+        problems.append(
+            f"the run stalled at t={e.t} ms: {e.reason}"
+            + (f"; waiting for: {e.waiting_for}" if e.waiting_for else "")
+        )
     if end is None:
         problems.append("the history has no run_end: the run never ended cleanly")
-    elif end.status != "finished":
+    elif end.status != "finished" and not stalls:
         problems.append(f"the job did not finish: {end.status}: {end.reason}")
     heal_times = [e.t for e in art.of_type(FaultEnd)]
     last = max(heal_times, default=None)
@@ -90,13 +104,17 @@ def check_liveness(
         recovery = None if first is None else first - last
     else:
         recovery = None
+    stopped = [name for e in stalls for name in e.stopped]
     return Verdict.of(
         "liveness",
         problems,
         "the job finished"
         + (f"; progress {recovery} ms after the last fault healed" if recovery is not None else ""),
-        "{n} liveness problems",
+        f"the run stalled: {', '.join(stopped) or 'nothing'} stopped progressing"
+        if stalls
+        else "{n} liveness problems",
         recovery_ms=recovery,
+        stopped=stopped,
     )
 
 

@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
+from harness.progress import ProgressWatch
 from harness.spark.admission import Doorkeeper
 from harness.spark.frames import FrameDecoder, FrameSealer, TransportError
 from harness.spark.link_auth import HANDSHAKE_TIMEOUT_S, Refusal, RunSecret, Session, client_handshake
@@ -199,23 +200,24 @@ class InputGate:
             end = toxic_layer().end(sock, self._links[idx], DOWNSTREAM)
             self._channels[idx] = _InChannel(idx, sock, end, session.decoder, session.messages)
 
-    def accept(self, timeout_s: float) -> None:
-        """Wait until every channel connected and passed the handshake; raise TransportError naming
-        the missing channels otherwise. Connections refused meanwhile are recorded, not raised."""
-        deadline = time.monotonic() + timeout_s
+    def accept(self, stall_s: float) -> None:
+        """Wait until every channel connected and passed the handshake. The wait follows progress:
+        it raises TransportError naming the missing channels only when none connected for
+        ``stall_s``. Connections refused meanwhile are recorded, not raised."""
+        watch = ProgressWatch(stall_s)
         while True:
             self._take_admitted()
             if len(self._channels) >= self.num_channels:
                 return
-            left = deadline - time.monotonic()
-            if left <= 0:
-                missing = sorted(set(range(self.num_channels)) - set(self._channels))
+            watch.observe(channels_connected=len(self._channels))
+            if (stalled := watch.stalled()) is not None:
+                missing = [str(self._links[i] or i) for i in sorted(set(range(self.num_channels)) - set(self._channels))]
                 raise TransportError(
-                    f"input gate {self.endpoint}: channels {missing} did not connect within {timeout_s}s"
+                    f"input gate {self.endpoint}: channels {', '.join(missing)} did not connect: {stalled}"
                 )
             with self._door.changed:
                 if not self._door.admitted:
-                    self._door.changed.wait(min(left, 0.5))
+                    self._door.changed.wait(0.5)
 
     # ------------------------------------------------------------------ data
 

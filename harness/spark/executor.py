@@ -49,7 +49,7 @@ from harness.history import HistoryWriter
 from harness.job import JobGraph, task_name
 from harness.job_graph import ChannelName, TaskName
 from harness.jobmaster import JobFailure, RescaleRequest
-from harness.progress import ProgressWatch
+from harness.progress import ProgressWatch, Stalled
 from harness.run_store import RunStore
 from harness.spark.cluster import SparkCluster
 from harness.spark.inband_control import InbandFaults
@@ -270,6 +270,8 @@ class SparkExecutor(Driver):
             case ctl.Gather(deployment, value):
                 if dep is not None and deployment == dep.number:
                     self._gather(dep, task, value)
+                else:  # a late task of a deployment that is gone: it must not wait for Peers
+                    self._send(task, ctl.Cancel())
             case ctl.Restored():
                 assert dep is not None
                 dep.restored.add(task)
@@ -331,6 +333,7 @@ class SparkExecutor(Driver):
             self._send(task, ctl.StorageGate(*self.storage_mode))
         if self.stopping_for_rescale:
             self._send(task, ctl.Cancel())
+        self._tell_waiting(dep)
 
     def _gather(self, dep: _Deployment, task: str, value: str) -> None:
         """Every task's Gather in, every task gets all values (in task order): the deployment's
@@ -341,6 +344,16 @@ class SparkExecutor(Driver):
             peers = ctl.Peers([dep.gathered[t] for t in names])
             for t in names:
                 self._send(t, peers)
+        else:
+            self._tell_waiting(dep)
+
+    def _tell_waiting(self, dep: _Deployment) -> None:
+        """Tasks waiting for the deployment's Peers learn that the deployment's start moves on."""
+        n = len(dep.graph.subtasks())
+        if len(dep.gathered) < n:
+            waiting = ctl.Waiting(len(dep.registered), len(dep.gathered), n)
+            for t in dep.gathered:
+                self._send(t, waiting)
 
     def _stats(self, task: str, n_in: int, n_out: int, fired: dict[str, Any]) -> None:
         op, sub = TaskName.parse(task)
@@ -377,7 +390,8 @@ class SparkExecutor(Driver):
         self._job_group = f"statechaos-{self.run_dir.name}-{self.deployments}"
         self.server.job = self._job_group  # a task of a job cancelled before is refused on connecting
         return submit_stage(
-            self.cluster.sc, graph, str(self.run_dir), coords, self.secret, layout, self._job_group
+            self.cluster.sc, graph, str(self.run_dir), coords, self.secret, layout, self._job_group,
+            self.progress.bound_s,
         )
 
     def _drive_once(self, graph: JobGraph, reason: str | None) -> _Outcome:
@@ -385,7 +399,12 @@ class SparkExecutor(Driver):
         self._new_deployment(graph, reason)
         th, result = self._submit(graph)
         while th.is_alive():
-            why = self._out_of_time()
+            try:
+                why = self._out_of_time()
+            except Stalled:
+                self.cluster.sc.cancelAllJobs()
+                th.join(30)
+                raise
             if why is not None:
                 self.cluster.sc.cancelAllJobs()
                 th.join(30)
@@ -436,9 +455,10 @@ class SparkExecutor(Driver):
         return _Outcome("rescale" if self.stopping_for_rescale else "finished")
 
     def _out_of_time(self) -> str | None:
-        """Why the run must stop waiting, or None: nothing it waits for progressed for the stall
-        limit (records emitted and processed, completed checkpoints, deployments, tasks registered,
-        restored, exhausted and ended), or the optional ceiling on the whole run passed."""
+        """Why the run must stop waiting, or None: the optional ceiling on the whole run passed.
+        Raises :class:`Stalled` when nothing it waits for progressed for the stall limit (records
+        emitted and processed, completed checkpoints, deployments, tasks registered, restored,
+        exhausted and ended)."""
         dep = self.dep
         self.progress.observe(
             records=self.records_emitted,
@@ -452,7 +472,7 @@ class SparkExecutor(Driver):
         )
         stalled = self.progress.stalled()
         if stalled is not None:
-            return f"{stalled} (waiting for: {self._waiting_for()})"
+            raise Stalled(stalled, self.progress.stopped(), self._waiting_for(), self.progress.bound_s)
         if self.time_limit_s is not None and time.monotonic() - self._started > self.time_limit_s:
             return f"time limit of {self.time_limit_s:.0f} s reached ({self._waiting_for()})"
         return None

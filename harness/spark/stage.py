@@ -27,9 +27,10 @@ def _stage_body(
     secret: RunSecret,
     layout: list[list[int]],
     job: str,
+    stall_s: float,
 ) -> Any:
     """The barrier stage's function (``job``: its Spark job group, which its tasks name on
-    registration). The run's secret travels inside it (Spark ships the closure to
+    registration; ``stall_s``: how long its tasks' waits may see no progress). The run's secret travels inside it (Spark ships the closure to
     the executors), never on a command line, in a log or in a file. The job travels pickled, with the
     user's modules registered by value, so it is loaded on the executor where a failure can be told
     apart (its code cannot load there) from the job's own failures."""
@@ -51,12 +52,12 @@ def _stage_body(
         ctx = BarrierTaskContext.get()
         mine, attempt = layout[ctx.partitionId()], ctx.taskAttemptId()
         if len(mine) == 1:
-            yield run_subtask(g, run_dir, coordinators, secret, mine[0], attempt, job)
+            yield run_subtask(g, run_dir, coordinators, secret, mine[0], attempt, job, stall_s)
         else:
             from harness.spark.slot_sharing import run_shared
 
             yield from run_shared(
-                lambda p: run_subtask(g, run_dir, coordinators, secret, p, attempt, job), mine
+                lambda p: run_subtask(g, run_dir, coordinators, secret, p, attempt, job, stall_s), mine
             )
 
     return body
@@ -70,6 +71,7 @@ def submit_stage(
     secret: RunSecret,
     layout: list[list[int]],
     group: str,
+    stall_s: float = 120.0,
 ) -> tuple[threading.Thread, dict[str, Any]]:
     """Run the job as one Spark job in job group ``group`` (``sc.cancelJobGroup`` stops it), on a
     thread of its own, one barrier task per slot of ``layout`` (``harness.adaptive.slot_layout``); the
@@ -77,7 +79,7 @@ def submit_stage(
     the cancel) when the thread ends."""
     n = len(layout)
     result: dict[str, Any] = {}
-    body = _stage_body(graph, run_dir, coordinators, secret, layout, group)
+    body = _stage_body(graph, run_dir, coordinators, secret, layout, group, stall_s)
 
     def run() -> None:
         try:

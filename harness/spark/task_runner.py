@@ -20,6 +20,7 @@ from harness.events import ClockSkewed, Event
 from harness.failpoints import Failpoints, InjectedCrash
 from harness.items import CheckpointBarrier, from_wire, to_wire
 from harness.job import JobGraph
+from harness.progress import ProgressWatch
 from harness.run_store import RunStore
 from harness.spark import inband
 from harness.spark.network import Endpoint, advertised_host, bind_host, data_link
@@ -57,17 +58,27 @@ class _Link:
         self.buffer.clear()
         return out
 
-    def request(self, msg: ctl.Message, reply: type[R], timeout_s: float = 30.0) -> R:
+    def request(self, msg: ctl.Message, reply: type[R], stall_s: float = 30.0) -> R:
+        """Send ``msg`` and wait for its ``reply``. The wait follows progress, not the clock: it fails
+        only when ``stall_s`` passed with no word of progress from the driver (a :class:`ctl.Waiting`:
+        other tasks registering and gathering), and ends at once with :class:`Cancelled` when the
+        driver cancels the deployment instead of replying."""
         self.send(msg)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        watch = ProgressWatch(stall_s)
+        while (stalled := watch.stalled()) is None:
             got = self._receive(0.05)
             for i, m in enumerate(got):
                 if isinstance(m, reply):
                     self.buffer.extend(got[i + 1 :])  # what came after the reply (a cancel) is kept
                     return m
-                self.buffer.append(m)
-        raise TimeoutError(f"no {reply.TAG} from the driver within {timeout_s} s")
+                if isinstance(m, ctl.Cancel):
+                    self.buffer.extend(got[i:])
+                    raise Cancelled(f"cancelled while waiting for {reply.TAG}")
+                if isinstance(m, ctl.Waiting):
+                    watch.observe(registered=m.registered, gathered=m.gathered)
+                else:
+                    self.buffer.append(m)
+        raise TimeoutError(f"no {reply.TAG} from the driver: {stalled}")
 
     def cancelled(self, wait_s: float = 1.0) -> bool:
         """Has the driver cancelled this deployment (a rescale)? Waits briefly for the message, which
@@ -79,6 +90,11 @@ class _Link:
                 return True
             if time.monotonic() >= deadline:
                 return False
+
+
+class Cancelled(Exception):
+    """The driver cancelled the deployment while this task was still setting up: it stops without
+    failing (a failure would make Spark relaunch the stage the driver is stopping)."""
 
 
 class _Output:
@@ -174,20 +190,43 @@ def run_subtask(
     partition: int,
     spark_attempt: int,
     job: str,
+    stall_s: float = 120.0,
 ) -> dict[str, Any]:
     """The body of barrier task ``partition`` of the Spark job in group ``job``. Returns a small
-    summary (the stage's output).
+    summary (the stage's output). Its waits while the deployment starts (registration, the peers'
+    endpoints, upstream channels connecting) fail only after ``stall_s`` with no progress.
     ``coordinators`` maps each task to the endpoint of its coordinator link (a proxy, when routed);
     every link opens with the handshake under the run's ``secret``."""
     op, sub, stage = graph.subtasks()[partition]
     name = task_name(op, sub)
     client = CoordinatorClient(tuple(coordinators[name]), name, spark_attempt, secret, job=job)
     link = _Link(client)
+    try:
+        return _run(graph, run_dir, link, secret, partition, job, stall_s, op, sub, stage, name)
+    except Cancelled as e:
+        return {"task": name, "status": "cancelled", "after": str(e)}
+    finally:
+        client.close()
+
+
+def _run(
+    graph: JobGraph,
+    run_dir: str,
+    link: _Link,
+    secret: RunSecret,
+    partition: int,
+    job: str,
+    stall_s: float,
+    op: str,
+    sub: int,
+    stage: int,
+    name: str,
+) -> dict[str, Any]:
     gate: InputGate | None = None
     output: _Output | None = None
     task: Any = None
     try:
-        deploy = link.request(ctl.Register(partition, job), ctl.Deploy, timeout_s=120)
+        deploy = link.request(ctl.Register(partition, job), ctl.Deploy, stall_s)
         deployment, chk_path, net = deploy.deployment, deploy.checkpoint_path, deploy.network
         if "toxics" in net:  # in-band network faults: the run's toxics before any link is dialled
             toxic_layer().replace(net["toxics"])
@@ -200,11 +239,11 @@ def run_subtask(
             gate = InputGate(n_inputs, secret, name, deployment, host=bind_host(net), links=links)
             link.send(ctl.Listening("{}:{}".format(*gate.endpoint)))
         mine = {"task": name, "endpoint": [advertised_host(net), gate.endpoint[1]] if gate else None}
-        gathered = link.request(ctl.Gather(deployment, json.dumps(mine)), ctl.Peers, timeout_s=120).values
+        gathered = link.request(ctl.Gather(deployment, json.dumps(mine)), ctl.Peers, stall_s).values
         everyone = {d["task"]: d["endpoint"] for d in map(json.loads, gathered)}
         names = [down for up, down in channels if up == name]
         if names:
-            ends = [_route(link, net, name, n, tuple(everyone[n])) for n in names]
+            ends = [_route(link, net, name, n, tuple(everyone[n]), stall_s) for n in names]
             # this task's input index at each downstream gate: its place among that task's inputs
             # (not its subtask index: a broadcast source's subtasks come after the keyed inputs)
             at = [[u for u, d in channels if d == n].index(name) for n in names]
@@ -214,7 +253,7 @@ def run_subtask(
             ]
             output = _Output(outs, names)
         if gate is not None:
-            gate.accept(timeout_s=60)
+            gate.accept(stall_s)
             _report_refusals(link, gate)
         clock = SkewedClock(SystemClock(), deploy.skew_ms)
         storage = GatedStorage(
@@ -267,6 +306,14 @@ def run_subtask(
                 with contextlib.suppress(Exception):
                     link.send(ctl.Raised(traceback.format_exc()))
             raise
+    except (Cancelled, ConnectionError, TransportError) as e:
+        # cancelled while setting up (a peer that quit first closes its gate: part of the cancel);
+        # downstream tasks must not take this task's close for a failure either
+        if not isinstance(e, Cancelled) and not link.cancelled():
+            raise
+        if output is not None:
+            output.stop()
+        raise Cancelled(f"{type(e).__name__}: {e}") from None
     finally:
         if task is not None:
             try:
@@ -279,7 +326,6 @@ def run_subtask(
             with contextlib.suppress(Exception):  # the link may be gone; the history then misses them
                 _report_refusals(link, gate)
             gate.close()
-        client.close()
 
 
 def _stats(task: Any, n_in: int, n_out: int, fired: dict[str, int]) -> ctl.Stats:
@@ -294,13 +340,13 @@ def _report_refusals(link: _Link, gate: InputGate) -> None:
         link.send(ctl.Refused(r.peer, r.reason))
 
 
-def _route(link: _Link, net: dict[str, Any], up: str, down: str, real: Endpoint) -> Endpoint:
+def _route(
+    link: _Link, net: dict[str, Any], up: str, down: str, real: Endpoint, stall_s: float
+) -> Endpoint:
     """The endpoint to dial for channel ``up -> down``: the real one, or the driver's router's proxy."""
     if not net.get("routed"):
         return real
-    reply = link.request(
-        ctl.RouteRequest(data_link(up, down), real[0], int(real[1])), ctl.Routed, timeout_s=60
-    )
+    reply = link.request(ctl.RouteRequest(data_link(up, down), real[0], int(real[1])), ctl.Routed, stall_s)
     return (reply.host, reply.port)
 
 

@@ -79,7 +79,7 @@ def test_router_proxies_named_links_and_keeps_toxics_across_redeployments(echo_s
             # links no fault names go direct
             assert router.route("data:source[1]->count[0]", first) == first
             via = router.route("data:source[0]->count[1]", first)
-            assert via != first and _round_trip_ms(via) < 200
+            assert via != first and min(_round_trip_ms(via) for _ in range(3)) < 200
             assert router.route("coord:count[0]", first) != first  # the "every coordinator link" prefix
             fault = ToxicFault(
                 router.proxies_for("data:source[0]->count[1]"),
@@ -95,7 +95,7 @@ def test_router_proxies_named_links_and_keeps_toxics_across_redeployments(echo_s
             assert router.route("data:source[0]->count[1]", second) == via
             assert _round_trip_ms(via) >= 250
             fault.stop()
-            assert _round_trip_ms(via) < 200
+            assert min(_round_trip_ms(via) for _ in range(3)) < 200
         finally:
             router.close()
         names = {p for p in client.proxies()}
@@ -156,7 +156,7 @@ def test_the_links_handshake_passes_a_slicing_and_delaying_proxy(tls):
             outs = []
             t = threading.Thread(target=lambda: outs.append(OutputChannel(via_data, 0, secret, "c[0]", 0)))
             t.start()
-            gate.accept(timeout_s=20)
+            gate.accept(stall_s=20)
             t.join()
             outs[0].send_records(range(100))
             outs[0].close()

@@ -124,8 +124,9 @@ def test_no_progress_with_input_pending_is_stuck_naming_what_stopped(
     monkeypatch.setattr(run_mod, "DriverProcess", fake_driver(commit_at_most=1))
     out = run_sss(SssRun(SPEC, INPUTS, tmp_path, [], stall_s=1.0))
     assert out.verdict == "stuck", out.summary()
-    assert out.stuck_reason == ("no micro-batch was planned or committed for 1 s while 2 of 3 input files "
-                                "were not committed (1 batches committed)")  # fmt: skip
+    assert out.stuck_reason.startswith("no micro-batch was planned or committed for 1 s while 2 of 3 input "
+                                       "files were not committed (1 batches committed) (no progress for ")  # fmt: skip
+    assert "batch_committed (1) unchanged for" in out.stuck_reason, out.stuck_reason  # the watch names it
 
 
 def _call_in_child(armed: str) -> int:

@@ -242,7 +242,7 @@ def test_no_toxic_and_noop_pass_data_both_ways(link):
     assert min(_samples(lambda: _round_trip(link, payload))) < 0.5
     link.add(type="noop", stream="upstream")
     link.add(type="noop")
-    assert _round_trip(link, payload) < 5
+    assert min(_samples(lambda: _round_trip(link, payload))) < 5  # an upper bound: the best of tries
 
 
 @pytest.mark.parametrize("stream", ["upstream", "downstream"])
@@ -394,7 +394,7 @@ def test_a_cut_closes_live_connections_and_refuses_new_ones_until_lifted(link):
     with pytest.raises(OSError):
         _round_trip(link)
     link.restore()
-    assert _round_trip(link) < 1
+    assert min(_samples(lambda: _round_trip(link))) < 1
 
 
 def test_toxics_changing_under_a_live_link_lose_and_reorder_nothing(link):

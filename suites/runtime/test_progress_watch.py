@@ -90,3 +90,56 @@ def test_executors_that_stop_coming_fail_the_wait_saying_how_many_came(monkeypat
         TimeoutError, match=r"2 of 6 executors registered .*executors_registered \(2\) unchanged"
     ):
         c.wait_for_executors(6, timeout_s=10)
+
+
+class _ScriptedDriver:
+    """A coordinator client whose driver answers from a script, one entry per poll; each poll takes
+    one second of a fake clock (so no test here waits on the machine's speed)."""
+
+    def __init__(self, script: list[list[object]]) -> None:
+        import harness.messages as ctl
+
+        self.t, self.sent = 0.0, []
+        self._script = [[ctl.encode(m) for m in step] for step in script]
+
+    def send(self, raw: object) -> None:
+        self.sent.append(raw)
+
+    def poll(self, _timeout_s: float) -> list[object]:
+        self.t += 1.0
+        return self._script.pop(0) if self._script else []
+
+
+def _link(monkeypatch, script):
+    from harness.progress import ProgressWatch
+    from harness.spark import task_runner
+
+    client = _ScriptedDriver(script)
+    monkeypatch.setattr(task_runner, "ProgressWatch", lambda b: ProgressWatch(b, clock=lambda: client.t))
+    return task_runner._Link(client), task_runner  # type: ignore[arg-type]
+
+
+def test_a_tasks_gather_waits_while_other_tasks_keep_registering(monkeypatch):
+    import harness.messages as ctl
+
+    waiting = [[ctl.Waiting(2 + i, 1 + i, 12)] for i in range(10)]  # 10 s: over the 3 s bound in total
+    link, _ = _link(monkeypatch, [*waiting, [ctl.Peers(["a", "b"])]])
+    assert link.request(ctl.Gather(0, "a"), ctl.Peers, stall_s=3).values == ["a", "b"]
+
+
+def test_a_tasks_wait_that_sees_no_progress_fails_naming_what_stopped(monkeypatch):
+    import harness.messages as ctl
+
+    link, _ = _link(monkeypatch, [[ctl.Waiting(12, 5, 12)]])
+    with pytest.raises(TimeoutError, match=r"no peers from the driver: no progress for 4 s \(bound 3 s\): "
+                                           r"registered \(12\) unchanged for 4 s, gathered \(5\)"):  # fmt: skip
+        link.request(ctl.Gather(0, "a"), ctl.Peers, stall_s=3)
+
+
+def test_a_cancel_ends_a_tasks_wait_at_once(monkeypatch):
+    import harness.messages as ctl
+
+    link, task_runner = _link(monkeypatch, [[ctl.Waiting(1, 1, 4)], [ctl.Cancel()]])
+    with pytest.raises(task_runner.Cancelled, match="while waiting for peers"):
+        link.request(ctl.Gather(0, "a"), ctl.Peers, stall_s=60)
+    assert link.cancelled(0.0)  # the cancel stays for the task's loop

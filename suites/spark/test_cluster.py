@@ -76,7 +76,7 @@ def _exchange_task(it):
                 out.send_record([me, dst, i])
             out.send_control(("barrier", 1))
             out.close()
-        gate.accept(timeout_s=30)
+        gate.accept(stall_s=30)
         got, done = [], set()
         deadline = time.monotonic() + 30
         while len(done) < N and time.monotonic() < deadline:

@@ -127,7 +127,7 @@ def test_foreign_clients_are_refused_by_an_input_gate_and_data_is_intact():
         good: list = []
         t = threading.Thread(target=lambda: good.append(OutputChannel(gate.endpoint, 0, SECRET, TASK, 0)))
         t.start()
-        gate.accept(timeout_s=10)
+        gate.accept(stall_s=10)
         t.join()
         good[0].send_records(range(10))
         good[0].close()
@@ -235,7 +235,7 @@ def test_a_silent_client_does_not_block_the_listener_and_is_refused_in_time():
         outs: list = []
         t = threading.Thread(target=lambda: outs.append(OutputChannel(gate.endpoint, 0, SECRET, TASK, 0)))
         t.start()
-        gate.accept(timeout_s=5)
+        gate.accept(stall_s=5)
         t.join()
         (r,) = _until(lambda: gate.take_refusals())
         assert "no complete handshake in time" in r.reason
@@ -257,7 +257,7 @@ def test_tls_links_carry_data_and_refuse_plaintext():
         outs: list = []
         t = threading.Thread(target=lambda: outs.append(OutputChannel(gate.endpoint, 0, tls, TASK, 0)))
         t.start()
-        gate.accept(timeout_s=10)
+        gate.accept(stall_s=10)
         t.join()
         for i in range(2000):
             outs[0].send_record([i, "x" * 50])

@@ -1,5 +1,5 @@
 """A run's limit follows its progress, not the clock: on local-cluster a run whose keyed subtasks
-hang fails once nothing progressed for ``stall_limit_s``, naming what stopped; a run slower than that
+hang fails its liveness check once nothing progressed for ``stall_limit_s``, naming what stopped; a run slower than that
 bound in total but progressing all along passes."""
 
 from __future__ import annotations
@@ -38,15 +38,19 @@ def _scenario(tmp_path: Path, name: str, **options: object) -> Path:
     return path
 
 
-def test_a_run_that_stalls_fails_naming_what_stopped(tmp_path, run_scenario):
+def test_a_run_that_stalls_fails_liveness_naming_what_stopped(tmp_path, run_scenario):
+    """A stall is a finding (the liveness verdict fails, exit 1), not an infrastructure error."""
     outcome = run_scenario(
         _scenario(tmp_path, "stalls", records_per_split=300, hang_after=20), allow_error=True
     )
-    assert outcome.error_kind == "infrastructure" and not outcome.passed
-    text = outcome.error or ""
+    assert outcome.error is None and outcome.result == "failed", outcome.error
+    live = next(v for v in outcome.verdicts if v["oracle"] == "liveness")
+    assert live["status"] == "fails" and "checkpoints_completed" in live["data"]["stopped"], live
+    text = " ".join(live["details"])
     assert "no progress for" in text and f"(bound {STALL_S} s)" in text, text
     assert "checkpoints_completed (0) unchanged for" in text, text  # what stopped, and since when
     assert "waiting for: deployment 0: 4/4 tasks registered" in text, text
+    assert next(v for v in outcome.verdicts if v["oracle"] == "exactly_once")["status"] == "unknown"
 
 
 def test_a_slow_run_that_keeps_progressing_passes(tmp_path, run_scenario, assert_oracles):

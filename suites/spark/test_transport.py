@@ -48,7 +48,7 @@ def _raw_channels(gate: InputGate, idxs) -> list:
 
     t = threading.Thread(target=mk)
     t.start()
-    gate.accept(timeout_s=10)
+    gate.accept(stall_s=10)
     t.join()
     return [got[i] for i in idxs]
 
@@ -80,7 +80,7 @@ def _connect_all(gate: InputGate, n: int, **kw) -> list[OutputChannel]:
 
     t = threading.Thread(target=mk)
     t.start()
-    gate.accept(timeout_s=10)
+    gate.accept(stall_s=10)
     t.join()
     return outs
 
@@ -123,8 +123,11 @@ def test_poll_stops_a_channel_after_a_control_message():
         out.send_record(1)
         out.send_control(("barrier", 1))
         out.send_record(2)
-        time.sleep(0.2)  # everything arrives, likely in one recv
-        first = gate.poll(set(), timeout_s=1, max_messages=100)
+        first: list = []
+        for _ in range(30):  # waits on what arrives, however slowly (30 s with nothing): not a sleep
+            first += gate.poll(set(), timeout_s=1, max_messages=100)
+            if (0, ("barrier", 1)) in first:
+                break
         assert first == [(0, ("records", [1])), (0, ("barrier", 1))]
         # the caller blocks channel 0 now: the already-read record stays buffered
         assert gate.poll({0}, timeout_s=0.1, max_messages=100) == []
@@ -241,8 +244,8 @@ def test_gate_refuses_channels_that_are_not_its_own_and_keeps_going():
 
         t = threading.Thread(target=dial_all)
         t.start()
-        with pytest.raises(TransportError, match=r"channels \[0, 1\] did not connect"):
-            gate.accept(timeout_s=1.5)
+        with pytest.raises(TransportError, match=r"channels 0, 1 did not connect: no progress for"):
+            gate.accept(stall_s=1.5)
         t.join()
         reasons = [r.reason for r in gate.take_refusals()]
         for (_, want), got in zip(wrong, reasons, strict=True):
