@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import pickle
 import struct
+import threading
 from typing import Any, Protocol, runtime_checkable
 
 import msgpack
@@ -76,8 +77,23 @@ def _ext_hook(code: int, data: bytes) -> Any:
     return msgpack.ExtType(code, data)
 
 
+def _new_packer() -> msgpack.Packer:
+    return msgpack.Packer(default=_default, use_bin_type=True, strict_types=True)
+
+
+_local = threading.local()  # one reused packer per thread: building one per value was a tenth of a
+# checkpoint's encoding; a packer resets itself after every pack() (also when it raises)
+
+
 def _packb(value: Any) -> bytes:
-    return msgpack.packb(value, default=_default, use_bin_type=True, strict_types=True)
+    packer = getattr(_local, "packer", None)
+    if packer is None:
+        packer = _local.packer = _new_packer()
+    _local.packer = None  # taken: a nested call (a tuple's or set's items, from _default) builds its own
+    try:
+        return packer.pack(value)
+    finally:
+        _local.packer = packer
 
 
 def _list_hook(items: list) -> list:

@@ -96,14 +96,31 @@ BYTES_DUMPS, BYTES_LOADS = _BYTES.dumps, _BYTES.loads  # bound once, compared by
 JUST_BYTES = {bytes}
 
 
+def _collection_encoder(meta: StateMeta, kind: StateKind, ttl: bool) -> Callable[[Any], Any]:
+    """:func:`enc_value` for one list or map state, with its serializers resolved once (not once per
+    value): the same rows."""
+    ser = get_serializer(meta.value_serializer)
+    dump = None if ser.identity == "msgpack" else ser.dumps
+    if ttl:
+        one = (lambda x: [x[1], x[0]]) if dump is None else (lambda x: [x[1], dump(x[0])])
+    else:
+        one = (lambda x: x) if dump is None else dump
+    if kind is StateKind.LIST:
+        if not ttl and dump is None:
+            return lambda v: [x for x in v]
+        return lambda v: [one(x) for x in v]
+    kdump = get_serializer(meta.map_key_serializer or "msgpack").dumps
+    return lambda v: [[kdump(k), one(x)] for k, x in v.items()]
+
+
 def encoder(meta: StateMeta) -> Callable[[Any], Any] | None:
     """One state's value encoder, resolved once per snapshot instead of once per value; None when
     values go into the (msgpack) section as they are, the common case."""
     ser = get_serializer(meta.value_serializer)
     kind = StateKind(meta.kind)
-    if kind in (StateKind.LIST, StateKind.MAP):
-        return lambda v: enc_value(meta, v)
     ttl = meta.ttl is not None
+    if kind in (StateKind.LIST, StateKind.MAP):
+        return _collection_encoder(meta, kind, ttl)
     if ser.identity == "msgpack":
         return (lambda x: [x[1], x[0]]) if ttl else None
     if ser.identity == "bytes" and not ttl:

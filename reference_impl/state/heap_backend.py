@@ -30,6 +30,7 @@ _IMMUTABLE = (int, float, str, bytes, bool, type(None))
 _IMMUTABLE_TYPES = frozenset(_IMMUTABLE)  # exact types: one set lookup per value on snapshot/restore
 
 
+_FEW = 8  # a namespace with at most this many keys is snapshotted entry by entry, not bucketed first
 _BULK_MIN = 256  # from this many entries of immutable values a namespace is split in one tight pass
 
 
@@ -96,7 +97,8 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
     def _table(self, descriptor: StateDescriptor) -> StateTable:
         table = self._tables.get(descriptor.name)
         if table is not None:
-            self._check_same(table.descriptor, descriptor)
+            if table.descriptor is not descriptor:  # the same object is trivially compatible
+                self._check_same(table.descriptor, descriptor)
             return table
         table = StateTable(descriptor)
         restored = self._restored.get(descriptor.name)
@@ -251,6 +253,24 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
             drop = ttl is not None and ttl.full_snapshot_cleanup
             kind = StateKind(meta.kind)
             for ns, m in data.items():
+                if shared and not drop and 0 < len(m) <= _FEW:
+                    # few keys under this namespace (a window's, a timer's): straight into their key
+                    # groups, without the per-namespace bucket dicts (same content, same order)
+                    for key, v in m.items():
+                        kg = kg_of.get(key)
+                        if kg is None:
+                            kg = kg_of[key] = self._owned_key_group(key)
+                        per_kg = kgs.get(kg)
+                        if per_kg is None:
+                            per_kg = kgs[kg] = {}
+                        per_name = per_kg.get(name)
+                        if per_name is None:
+                            per_name = per_kg[name] = {}
+                        per_ns = per_name.get(ns)
+                        if per_ns is None:
+                            per_ns = per_name[ns] = {}
+                        per_ns[key] = v
+                    continue
                 buckets: dict[int, dict[Any, Any]] = {}  # this namespace's entries by key group
                 if (shared and not drop and m) or (
                     ttl is None and len(m) >= _BULK_MIN and _all_immutable(m.values())

@@ -26,9 +26,13 @@ def _backend(full_snapshot_cleanup: bool) -> tuple[HeapKeyedStateBackend, Manual
     ttl_map = b.get_state(MapStateDescriptor("ttl_map").enable_time_to_live(ttl))
     ttl_list = b.get_state(ListStateDescriptor("ttl_list").enable_time_to_live(ttl))
     value = b.get_state(ValueStateDescriptor("value"))
+    # namespaces holding a few keys each (windows, timers): snapshotted entry by entry
+    per_window, timers = ListStateDescriptor("per_window"), MapStateDescriptor("timers")
     for i in range(300):
         b.set_current_key(f"k{i % 40}")
         clock.set(10 + i)
+        b.get_partitioned_state((i // 3, i // 3 + 5), per_window).add(i)
+        b.get_partitioned_state(i // 20, timers).put(i, True)
         plain_map.put(i, [i, {"n": i}])
         ttl_map.put(i % 7, {"seen": [i]})
         ttl_list.add((i, "x"))
