@@ -14,6 +14,7 @@ when this check is requested."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness.jobs import JobSpec
@@ -23,7 +24,10 @@ from harness.oracles.restored_state import plain
 from harness.oracles.restored_state import ttl_ms as ttl_ms_of
 from harness.oracles.verdict import Verdict
 from harness.reference_run import ReferenceRun
-from reference_impl.timers import TIMER_STATE_PREFIX
+from harness.stream_task import WATERMARK_STATE
+from reference_impl.inspect import CheckpointView
+from reference_impl.state.handles import VOID_NAMESPACE
+from reference_impl.timers import EVENT_TIME, PROCESSING_TIME, TIMER_STATE_PREFIX
 
 __all__ = ["check_checkpoint_state"]
 
@@ -40,10 +44,7 @@ def _plain_group(per_state: dict[str, Any], skipped: frozenset[str]) -> dict[str
 
 def check_checkpoint_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
     c = spec.contract
-    if c.interleaving is not None and c.interleaving_states is None:
-        return Verdict.unknown(
-            "checkpoint_state", f"the job's state depends on interleaving ({c.interleaving}): no model to compare"
-        )
+    no_model = c.interleaving is not None and c.interleaving_states is None
     skipped = c.interleaving_states or frozenset()
     stages = [s.name for s in spec.graph.stages]
     completed = sorted(
@@ -53,7 +54,9 @@ def check_checkpoint_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
         return Verdict.unknown("checkpoint_state", "no checkpoint completed in this run", checkpoints=0)
     starts = art.of_type("run_start")
     run_start = int(starts[0].get("t", 0)) if starts else 0
-    missing = [int(e["checkpoint_id"]) for e in completed if art.checkpoint_view(int(e["checkpoint_id"])) is None]
+    missing = [
+        int(e["checkpoint_id"]) for e in completed if art.checkpoint_view(int(e["checkpoint_id"])) is None
+    ]
     if missing:
         return Verdict.unknown(
             "checkpoint_state",
@@ -62,6 +65,31 @@ def check_checkpoint_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
             checkpoints=len(completed),
         )
     problems: list[str] = []
+    views = [(int(e["checkpoint_id"]), art.checkpoint_view(int(e["checkpoint_id"]))) for e in completed]
+    held = _timers_never_fired(art, [(cid, v) for cid, v in views if v is not None], stages)
+    problems += held.problems
+    broadcast = _broadcast_diverges(views)
+    problems += broadcast.problems
+    judged = held.judged + broadcast.judged
+    if no_model:
+        if not judged and not problems:
+            return Verdict.unknown(
+                "checkpoint_state",
+                f"the job's state depends on interleaving ({c.interleaving}): no model to compare, "
+                "and it has neither timers nor broadcast state to judge",
+                checkpoints=len(completed),
+            )
+        return Verdict.of(
+            "checkpoint_state",
+            problems,
+            f"{len(completed)} completed checkpoints: {_judged(held, broadcast)}; model comparison "
+            f"skipped: the job's state depends on interleaving ({c.interleaving})",
+            "{n} problems in completed checkpoints",
+            checkpoints=len(completed),
+            timers_judged=held.judged,
+            broadcast_judged=broadcast.judged,
+            model_skipped=c.interleaving,
+        )
     ref = ReferenceRun(spec.graph)
     groups = 0
     for e in completed:
@@ -105,11 +133,146 @@ def check_checkpoint_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
         "checkpoint_state",
         problems,
         f"{len(completed)} completed checkpoints ({groups} key groups) equal the fault-free reference "
-        f"at their cuts{partly}",
+        f"at their cuts{partly}; {_judged(held, broadcast)}",
         "{n} differences between completed checkpoints and the fault-free reference",
         checkpoints=len(completed),
         key_groups=groups,
+        timers_judged=held.judged,
+        broadcast_judged=broadcast.judged,
     )
+
+
+@dataclass
+class _Found:
+    problems: list[str] = field(default_factory=list)
+    judged: int = 0  # how many things were judged (timers, broadcast states)
+
+
+def _judged(held: _Found, broadcast: _Found) -> str:
+    return f"{held.judged} timers judged for firing, {broadcast.judged} broadcast states compared across subtasks"
+
+
+def _watermarks(view: CheckpointView, op: str) -> list[int]:
+    opview = view.operators.get(op)
+    if opview is None:
+        return []
+    return [int(w) for st in opview.operator.values() for w in st.get(WATERMARK_STATE, ("", []))[1]]
+
+
+def _pending_timers(view: CheckpointView, op: str) -> dict[tuple[str, int, Any, Any, int], None]:
+    """(domain, key group, namespace, key, timestamp) of every timer pending in ``op``."""
+    out: dict[tuple[str, int, Any, Any, int], None] = {}
+    opview = view.operators.get(op)
+    if opview is None:
+        return out
+    for kg, per_state in opview.keyed.items():
+        for st, by_ns in per_state.items():
+            if not st.startswith(TIMER_STATE_PREFIX):
+                continue
+            domain = st[len(TIMER_STATE_PREFIX) :].split("_", 1)[0]
+            for ns, by_key in by_ns.items():
+                for key, stamps in by_key.items():
+                    for ts in plain(stamps):
+                        out[(domain, kg, ns, key, int(ts))] = None
+    return out
+
+
+def _timers_never_fired(
+    art: RunArtifacts, views: list[tuple[int, CheckpointView]], stages: list[str]
+) -> _Found:
+    """Timers that should have fired but stay pending, read from three completed checkpoints in a row
+    (no reference needed, so it also judges jobs whose state depends on interleaving):
+
+    - event time: a timer at or before the watermark every subtask had at the middle checkpoint,
+      pending in all three while the operator's watermark rose past every subtask's from one
+      checkpoint to the next (so the subtask owning it advanced its watermark after it was there);
+    - processing time: a timer due by the first checkpoint's time still pending in the other two
+      (each subtask fires due processing-time timers before it handles anything in a step), unless a
+      ``clock_skew`` fault shifted a clock or the input had ended (pending processing-time timers are
+      dropped then, as Flink quiesces them).
+
+    Three rather than two: a late record may register a timer at or below the watermark again after
+    it fired; twice in a row at the same instant is not what a job does."""
+    found = _Found()
+    skewed = any(e.get("kind") == "clock_skew" for e in art.of_type("fault_start"))
+    released = [int(e["t"]) for e in art.of_type("input_released")]
+    input_end = min(released) if released else None
+    last = views[-1][0] if views else None
+    for op in stages:
+        timers = [(cid, v, _pending_timers(v, op), _watermarks(v, op)) for cid, v in views]
+        found.judged += sum(len(t) for _, _, t, _ in timers)
+        for (c0, v0, t0, w0), (c1, _v1, t1, w1), (c2, v2, t2, w2) in zip(
+            timers, timers[1:], timers[2:], strict=False
+        ):
+            common = [k for k in t0 if k in t1 and k in t2]
+            if not common:
+                continue
+            wm_rose = bool(w0 and w1 and w2) and min(w1) > max(w0) and min(w2) > max(w1)
+            t_first = int(v0.checkpoint.timestamp_ms)
+            proc_ok = (
+                not skewed
+                and c2 != last
+                and (input_end is None or int(v2.checkpoint.timestamp_ms) < input_end)
+            )
+            shown = 0
+            for domain, kg, ns, key, ts in common:
+                if domain == EVENT_TIME and wm_rose and ts <= min(w1):
+                    why = (
+                        f"the watermark passed it (every subtask's watermark at least {min(w1)} at "
+                        f"checkpoint {c1}, at least {min(w2)} at {c2})"
+                    )
+                elif domain == PROCESSING_TIME and proc_ok and ts <= t_first:
+                    why = f"it was due by checkpoint {c0} (t={t_first} ms)"
+                else:
+                    continue
+                if shown < _MAX_PER_GROUP:
+                    found.problems.append(
+                        f"checkpoints {c0}, {c1}, {c2} {op} key group {kg}: key {key!r}: {domain}-time timer "
+                        f"at {ts}"
+                        + (f" (namespace {ns!r})" if ns not in (None, VOID_NAMESPACE) else "")
+                        + f" is still pending in all three although {why}: it never fired"
+                    )
+                shown += 1
+            if shown > _MAX_PER_GROUP:
+                found.problems.append(
+                    f"checkpoints {c0}-{c2} {op}: {shown - _MAX_PER_GROUP} more such timers"
+                )
+    return found
+
+
+def _broadcast_diverges(views: list[tuple[int, CheckpointView | None]]) -> _Found:
+    """Every subtask of an operator holds the same broadcast state in a checkpoint (each processed the
+    same broadcast elements before the barrier): a subtask whose copy differs lost or gained some."""
+    found = _Found()
+    for cid, view in views:
+        if view is None:
+            continue
+        for op, opview in view.operators.items():
+            names = {
+                n for st in opview.operator.values() for n, (mode, _) in st.items() if mode == "BROADCAST"
+            }
+            for n in sorted(names):
+                copies = {
+                    i: plain(st.get(n, ("BROADCAST", {}))[1]) for i, st in sorted(opview.operator.items())
+                }
+                found.judged += 1
+                first, want = next(iter(copies.items()))
+                for i, got in copies.items():
+                    if got == want:
+                        continue
+                    a, b = dict(want or {}), dict(got or {})
+                    diff = sorted(
+                        {k for k in set(a) | set(b) if a.get(k, _ABSENT) != b.get(k, _ABSENT)}, key=repr
+                    )
+                    shown = ", ".join(
+                        f"{k!r}: {a.get(k, '<absent>')!r} vs {b.get(k, '<absent>')!r}"
+                        for k in diff[:_MAX_PER_GROUP]
+                    )
+                    found.problems.append(
+                        f"checkpoint {cid} {op}: broadcast state {n!r} of subtask {i} differs from subtask "
+                        f"{first}'s in {len(diff)} keys (subtask {first} vs {i}: {shown})"
+                    )
+    return found
 
 
 _ABSENT = object()
