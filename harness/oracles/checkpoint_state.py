@@ -24,8 +24,9 @@ from harness.oracles.restored_state import plain
 from harness.oracles.restored_state import ttl_ms as ttl_ms_of
 from harness.oracles.verdict import Verdict
 from harness.reference_run import ReferenceRun
+from harness.run_store import RunStore
 from harness.stream_task import WATERMARK_STATE
-from reference_impl.inspect import CheckpointView
+from reference_impl.inspect import CheckpointView, inspect_checkpoint
 from reference_impl.state.handles import VOID_NAMESPACE
 from reference_impl.timers import EVENT_TIME, PROCESSING_TIME, TIMER_STATE_PREFIX
 
@@ -54,8 +55,9 @@ def check_checkpoint_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
         return Verdict.unknown("checkpoint_state", "no checkpoint completed in this run", checkpoints=0)
     starts = art.of_type("run_start")
     run_start = int(starts[0].get("t", 0)) if starts else 0
+    kept = RunStore(art.run_dir).restored_from
     missing = [
-        int(e["checkpoint_id"]) for e in completed if art.checkpoint_view(int(e["checkpoint_id"])) is None
+        int(e["checkpoint_id"]) for e in completed if not (kept / f"chk-{e['checkpoint_id']}").is_dir()
     ]
     if missing:
         return Verdict.unknown(
@@ -65,81 +67,98 @@ def check_checkpoint_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
             checkpoints=len(completed),
         )
     problems: list[str] = []
-    views = [(int(e["checkpoint_id"]), art.checkpoint_view(int(e["checkpoint_id"]))) for e in completed]
-    held = _timers_never_fired(art, [(cid, v) for cid, v in views if v is not None], stages)
-    problems += held.problems
-    broadcast = _broadcast_diverges(views)
-    problems += broadcast.problems
-    judged = held.judged + broadcast.judged
+    held = _TimerWatch(art, stages, int(completed[-1]["checkpoint_id"]))
+    broadcast = _Found()
+    ref = ReferenceRun(spec.graph)
+    groups = 0
+    for e in completed:  # one checkpoint in memory at a time, read without a restore's validation
+        cid = int(e["checkpoint_id"])
+        view = inspect_checkpoint(kept / f"chk-{cid}", validate=False)
+        held.add(cid, view)
+        _broadcast_diverges(cid, view, broadcast)
+        if no_model:
+            continue
+        ref = ref.advance(e.get("source_offsets") or {})
+        groups += _compare_with_model(cid, view, ref, stages, skipped, run_start, problems)
+    problems = held.found.problems + broadcast.problems + problems
+    judged = held.found.judged + broadcast.judged
+    data = {
+        "checkpoints": len(completed),
+        "timers_judged": held.found.judged,
+        "broadcast_judged": broadcast.judged,
+    }
     if no_model:
         if not judged and not problems:
             return Verdict.unknown(
                 "checkpoint_state",
                 f"the job's state depends on interleaving ({c.interleaving}): no model to compare, "
                 "and it has neither timers nor broadcast state to judge",
-                checkpoints=len(completed),
+                **data,
             )
         return Verdict.of(
             "checkpoint_state",
             problems,
-            f"{len(completed)} completed checkpoints: {_judged(held, broadcast)}; model comparison "
+            f"{len(completed)} completed checkpoints: {_judged(held.found, broadcast)}; model comparison "
             f"skipped: the job's state depends on interleaving ({c.interleaving})",
             "{n} problems in completed checkpoints",
-            checkpoints=len(completed),
-            timers_judged=held.judged,
-            broadcast_judged=broadcast.judged,
             model_skipped=c.interleaving,
+            **data,
         )
-    ref = ReferenceRun(spec.graph)
-    groups = 0
-    for e in completed:
-        cid = int(e["checkpoint_id"])
-        view = art.checkpoint_view(cid)
-        assert view is not None
-        ref = ref.advance(e.get("source_offsets") or {})
-        expirable = int(view.checkpoint.timestamp_ms) - run_start
-        for op in stages:
-            opview = view.operators.get(op)
-            if opview is None:
-                continue
-            model = ref.state(op)
-            metas = model.states
-            for kg in sorted(set(opview.keyed) | set(model.key_groups)):
-                groups += 1
-                mine = _plain_group(opview.keyed.get(kg, {}), skipped)
-                want = _plain_group(model.key_groups.get(kg, {}), skipped)
-                if mine == want:
-                    continue
-                shown = 0
-                for st in sorted(set(mine) | set(want)):
-                    ttl = ttl_ms_of(metas.get(st))
-                    a, b = mine.get(st, {}), want.get(st, {})
-                    for ns in sorted(set(a) | set(b), key=repr):
-                        ka, kb = a.get(ns, {}), b.get(ns, {})
-                        for key in sorted(set(ka) | set(kb), key=repr):
-                            if ka.get(key, _ABSENT) == kb.get(key, _ABSENT):
-                                continue
-                            if ttl is not None and key not in ka and expirable >= ttl:
-                                continue  # may have expired on the run's clock
-                            if shown < _MAX_PER_GROUP:
-                                problems.append(
-                                    f"checkpoint {cid} {op} key group {kg}: state {st!r} key {key!r}: "
-                                    f"checkpoint has {ka.get(key, '<absent>')!r}, the fault-free reference "
-                                    f"at the checkpoint's offsets has {kb.get(key, '<absent>')!r}"
-                                )
-                            shown += 1
     partly = f" (skipped: {', '.join(sorted(skipped))} and timers: {c.interleaving})" if skipped else ""
     return Verdict.of(
         "checkpoint_state",
         problems,
         f"{len(completed)} completed checkpoints ({groups} key groups) equal the fault-free reference "
-        f"at their cuts{partly}; {_judged(held, broadcast)}",
+        f"at their cuts{partly}; {_judged(held.found, broadcast)}",
         "{n} differences between completed checkpoints and the fault-free reference",
-        checkpoints=len(completed),
         key_groups=groups,
-        timers_judged=held.judged,
-        broadcast_judged=broadcast.judged,
+        **data,
     )
+
+
+def _compare_with_model(
+    cid: int,
+    view: CheckpointView,
+    ref: ReferenceRun,
+    stages: list[str],
+    skipped: frozenset[str],
+    run_start: int,
+    problems: list[str],
+) -> int:
+    """Compare each keyed stage of ``view`` with the reference at its cut; returns the key groups seen."""
+    groups = 0
+    expirable = int(view.checkpoint.timestamp_ms) - run_start
+    for op in stages:
+        opview = view.operators.get(op)
+        if opview is None:
+            continue
+        model = ref.state(op)
+        metas = model.states
+        for kg in sorted(set(opview.keyed) | set(model.key_groups)):
+            groups += 1
+            mine = _plain_group(opview.keyed.get(kg, {}), skipped)
+            want = _plain_group(model.key_groups.get(kg, {}), skipped)
+            if mine == want:
+                continue
+            shown = 0
+            for st in sorted(set(mine) | set(want)):
+                ttl = ttl_ms_of(metas.get(st))
+                a, b = mine.get(st, {}), want.get(st, {})
+                for ns in sorted(set(a) | set(b), key=repr):
+                    ka, kb = a.get(ns, {}), b.get(ns, {})
+                    for key in sorted(set(ka) | set(kb), key=repr):
+                        if ka.get(key, _ABSENT) == kb.get(key, _ABSENT):
+                            continue
+                        if ttl is not None and key not in ka and expirable >= ttl:
+                            continue  # may have expired on the run's clock
+                        if shown < _MAX_PER_GROUP:
+                            problems.append(
+                                f"checkpoint {cid} {op} key group {kg}: state {st!r} key {key!r}: "
+                                f"checkpoint has {ka.get(key, '<absent>')!r}, the fault-free reference "
+                                f"at the checkpoint's offsets has {kb.get(key, '<absent>')!r}"
+                            )
+                        shown += 1
+    return groups
 
 
 @dataclass
@@ -177,9 +196,7 @@ def _pending_timers(view: CheckpointView, op: str) -> dict[tuple[str, int, Any, 
     return out
 
 
-def _timers_never_fired(
-    art: RunArtifacts, views: list[tuple[int, CheckpointView]], stages: list[str]
-) -> _Found:
+class _TimerWatch:
     """Timers that should have fired but stay pending, read from three completed checkpoints in a row
     (no reference needed, so it also judges jobs whose state depends on interleaving):
 
@@ -192,30 +209,36 @@ def _timers_never_fired(
       dropped then, as Flink quiesces them).
 
     Three rather than two: a late record may register a timer at or below the watermark again after
-    it fired; twice in a row at the same instant is not what a job does."""
-    found = _Found()
-    skewed = any(e.get("kind") == "clock_skew" for e in art.of_type("fault_start"))
-    released = [int(e["t"]) for e in art.of_type("input_released")]
-    input_end = min(released) if released else None
-    last = views[-1][0] if views else None
-    for op in stages:
-        timers = [(cid, v, _pending_timers(v, op), _watermarks(v, op)) for cid, v in views]
-        found.judged += sum(len(t) for _, _, t, _ in timers)
-        for (c0, v0, t0, w0), (c1, _v1, t1, w1), (c2, v2, t2, w2) in zip(
-            timers, timers[1:], timers[2:], strict=False
-        ):
-            common = [k for k in t0 if k in t1 and k in t2]
-            if not common:
-                continue
+    it fired; twice in a row at the same instant is not what a job does. Keeps three checkpoints'
+    timers, never the checkpoints."""
+
+    def __init__(self, art: RunArtifacts, stages: list[str], last: int) -> None:
+        self.stages, self.last = stages, last
+        self.skewed = any(e.get("kind") == "clock_skew" for e in art.of_type("fault_start"))
+        released = [int(e["t"]) for e in art.of_type("input_released")]
+        self.input_end = min(released) if released else None
+        self.window: list[tuple[int, int, dict[str, Any], dict[str, list[int]]]] = []
+        self.found = _Found()
+
+    def add(self, cid: int, view: CheckpointView) -> None:
+        timers = {op: _pending_timers(view, op) for op in self.stages}
+        self.found.judged += sum(len(t) for t in timers.values())
+        wms = {op: _watermarks(view, op) for op in self.stages}
+        self.window = [*self.window[-2:], (cid, int(view.checkpoint.timestamp_ms), timers, wms)]
+        if len(self.window) == 3:
+            self._judge()
+
+    def _judge(self) -> None:
+        (c0, t_first, tm0, wm0), (c1, _, tm1, wm1), (c2, t_last, tm2, wm2) = self.window
+        proc_ok = not self.skewed and c2 != self.last and (self.input_end is None or t_last < self.input_end)
+        for op in self.stages:
+            t0, t1, t2 = tm0[op], tm1[op], tm2[op]
+            w0, w1, w2 = wm0[op], wm1[op], wm2[op]
             wm_rose = bool(w0 and w1 and w2) and min(w1) > max(w0) and min(w2) > max(w1)
-            t_first = int(v0.checkpoint.timestamp_ms)
-            proc_ok = (
-                not skewed
-                and c2 != last
-                and (input_end is None or int(v2.checkpoint.timestamp_ms) < input_end)
-            )
             shown = 0
-            for domain, kg, ns, key, ts in common:
+            for domain, kg, ns, key, ts in t0:
+                if (domain, kg, ns, key, ts) not in t1 or (domain, kg, ns, key, ts) not in t2:
+                    continue
                 if domain == EVENT_TIME and wm_rose and ts <= min(w1):
                     why = (
                         f"the watermark passed it (every subtask's watermark at least {min(w1)} at "
@@ -226,7 +249,7 @@ def _timers_never_fired(
                 else:
                     continue
                 if shown < _MAX_PER_GROUP:
-                    found.problems.append(
+                    self.found.problems.append(
                         f"checkpoints {c0}, {c1}, {c2} {op} key group {kg}: key {key!r}: {domain}-time timer "
                         f"at {ts}"
                         + (f" (namespace {ns!r})" if ns not in (None, VOID_NAMESPACE) else "")
@@ -234,45 +257,35 @@ def _timers_never_fired(
                     )
                 shown += 1
             if shown > _MAX_PER_GROUP:
-                found.problems.append(
+                self.found.problems.append(
                     f"checkpoints {c0}-{c2} {op}: {shown - _MAX_PER_GROUP} more such timers"
                 )
-    return found
 
 
-def _broadcast_diverges(views: list[tuple[int, CheckpointView | None]]) -> _Found:
+def _broadcast_diverges(cid: int, view: CheckpointView, found: _Found) -> None:
     """Every subtask of an operator holds the same broadcast state in a checkpoint (each processed the
     same broadcast elements before the barrier): a subtask whose copy differs lost or gained some."""
-    found = _Found()
-    for cid, view in views:
-        if view is None:
-            continue
-        for op, opview in view.operators.items():
-            names = {
-                n for st in opview.operator.values() for n, (mode, _) in st.items() if mode == "BROADCAST"
-            }
-            for n in sorted(names):
-                copies = {
-                    i: plain(st.get(n, ("BROADCAST", {}))[1]) for i, st in sorted(opview.operator.items())
-                }
-                found.judged += 1
-                first, want = next(iter(copies.items()))
-                for i, got in copies.items():
-                    if got == want:
-                        continue
-                    a, b = dict(want or {}), dict(got or {})
-                    diff = sorted(
-                        {k for k in set(a) | set(b) if a.get(k, _ABSENT) != b.get(k, _ABSENT)}, key=repr
-                    )
-                    shown = ", ".join(
-                        f"{k!r}: {a.get(k, '<absent>')!r} vs {b.get(k, '<absent>')!r}"
-                        for k in diff[:_MAX_PER_GROUP]
-                    )
-                    found.problems.append(
-                        f"checkpoint {cid} {op}: broadcast state {n!r} of subtask {i} differs from subtask "
-                        f"{first}'s in {len(diff)} keys (subtask {first} vs {i}: {shown})"
-                    )
-    return found
+    for op, opview in view.operators.items():
+        names = {n for st in opview.operator.values() for n, (mode, _) in st.items() if mode == "BROADCAST"}
+        for n in sorted(names):
+            copies = {i: plain(st.get(n, ("BROADCAST", {}))[1]) for i, st in sorted(opview.operator.items())}
+            found.judged += 1
+            first, want = next(iter(copies.items()))
+            for i, got in copies.items():
+                if got == want:
+                    continue
+                a, b = dict(want or {}), dict(got or {})
+                diff = sorted(
+                    {k for k in set(a) | set(b) if a.get(k, _ABSENT) != b.get(k, _ABSENT)}, key=repr
+                )
+                shown = ", ".join(
+                    f"{k!r}: {a.get(k, '<absent>')!r} vs {b.get(k, '<absent>')!r}"
+                    for k in diff[:_MAX_PER_GROUP]
+                )
+                found.problems.append(
+                    f"checkpoint {cid} {op}: broadcast state {n!r} of subtask {i} differs from subtask "
+                    f"{first}'s in {len(diff)} keys (subtask {first} vs {i}: {shown})"
+                )
 
 
 _ABSENT = object()
