@@ -17,7 +17,7 @@ from chaos.runner import run_scenario
 from chaos.scenario import Scenario
 from suites.runtime.conftest import BASE, failed, fails
 
-pytestmark = [allure.epic("runtime"), allure.feature("oracles catch broken runtimes")]
+pytestmark = [allure.epic("runtime"), allure.feature("oracles catch broken runtimes"), pytest.mark.slow]
 
 
 def _processing_timers_dropped_on_restore(mp):
