@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from hypothesis import HealthCheck, Phase, find, settings
+from hypothesis import HealthCheck, Phase, find, settings, target
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import NoSuchExample
@@ -65,10 +65,21 @@ class Exploration:
     minimal_file: Path | None = None
     failed_checks: list[str] = field(default_factory=list)
     confirmed: bool | None = None  # the minimal scenario failed again when run from its file
+    phases_hit: set[str] = field(default_factory=set)  # the job phases some run's faults struck
 
     @property
     def runs_per_minute(self) -> float:
         return 60.0 * self.runs / self.seconds if self.seconds else 0.0
+
+
+def phase_score(fault_phases: dict[str, list[str]], hit: set[str]) -> float:
+    """How much a run's faults add to the phases struck so far (``hit``, updated): each phase no run
+    had struck before counts 10, each phase struck again 1, so Hypothesis's targeting steers the next
+    schedules toward the phases (alignment, snapshot, timer firing, restore, rescale) still missing."""
+    mine = {p for ps in fault_phases.values() for p in ps}
+    new = mine - hit
+    hit |= mine
+    return 10.0 * len(new) + len(mine)
 
 
 def _run(sc: Scenario, run_dir: Path) -> tuple[list[str], dict[str, Any]]:
@@ -146,6 +157,15 @@ def schedules(space: SearchSpace, max_faults: int) -> st.SearchStrategy[tuple[in
     return st.tuples(st.integers(0, space.seed_range - 1), st.lists(fault, min_size=1, max_size=max_faults))
 
 
+def _phases_line(hit: set[str]) -> str:
+    from chaos.fault_phases import PHASES
+
+    missing = [p for p in PHASES if p not in hit]
+    return f"faults struck {', '.join(p for p in PHASES if p in hit) or 'no phase'}" + (
+        f"; never {', '.join(missing)}" if missing else ""
+    )
+
+
 def _scenario_with(sc: Scenario, seed: int, faults: list[dict[str, Any]]) -> Scenario:
     data = sc.model_dump(mode="json")
     data.update(seed=seed, faults=faults)
@@ -201,8 +221,9 @@ def explore(
             raise _OutOfBudget
         candidate = _scenario_with(sc, *example)
         run_dir = work / f"run-{result.runs:06d}"
-        failed, _ = _run(candidate, run_dir)
+        failed, stats = _run(candidate, run_dir)
         shutil.rmtree(run_dir, ignore_errors=True)
+        target(phase_score(stats.get("fault_phases") or {}, result.phases_hit), label="new phases struck")
         result.runs += 1
         result.seconds = time.perf_counter() - t0
         if failed:
@@ -223,7 +244,7 @@ def explore(
         max_examples=max_runs or 1_000_000,
         deadline=None,
         suppress_health_check=list(HealthCheck),
-        phases=(Phase.reuse, Phase.generate, Phase.shrink),
+        phases=(Phase.reuse, Phase.generate, Phase.target, Phase.shrink),
         derandomize=False,
     )
     try:
@@ -241,7 +262,7 @@ def explore(
         shutil.rmtree(out_dir, ignore_errors=True)  # nothing to keep: only the runs' scratch space
         console.print(
             f"[green]no failure[/green] in {result.runs} runs ({result.seconds:.0f}s, "
-            f"{result.runs_per_minute:.1f} runs/min)"
+            f"{result.runs_per_minute:.1f} runs/min); {_phases_line(result.phases_hit)}"
         )
         return result
     result.seconds = time.perf_counter() - t0

@@ -14,9 +14,10 @@ when this check is requested."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
-from harness.events import CheckpointCompleted
+from harness.events import CheckpointCompleted, FaultStart, InputReleased
 from harness.jobs import JobSpec
 from harness.oracles.artifacts import RunArtifacts
 from harness.oracles.registry import register_oracle
@@ -24,7 +25,11 @@ from harness.oracles.restored_state import plain
 from harness.oracles.restored_state import ttl_ms as ttl_ms_of
 from harness.oracles.verdict import Verdict
 from harness.reference_run import ReferenceRun
-from reference_impl.timers import TIMER_STATE_PREFIX
+from harness.run_store import RunStore
+from harness.stream_task import WATERMARK_STATE
+from reference_impl.inspect import CheckpointView, inspect_checkpoint
+from reference_impl.state.handles import VOID_NAMESPACE
+from reference_impl.timers import EVENT_TIME, PROCESSING_TIME, TIMER_STATE_PREFIX
 
 __all__ = ["check_checkpoint_state"]
 
@@ -41,17 +46,19 @@ def _plain_group(per_state: dict[str, Any], skipped: frozenset[str]) -> dict[str
 
 def check_checkpoint_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
     c = spec.contract
-    if c.interleaving is not None and c.interleaving_states is None:
-        return Verdict.unknown(
-            "checkpoint_state", f"the job's state depends on interleaving ({c.interleaving}): no model to compare"
-        )
+    no_model = c.interleaving is not None and c.interleaving_states is None
     skipped = c.interleaving_states or frozenset()
     stages = [s.name for s in spec.graph.stages]
-    completed = sorted(art.of_type(CheckpointCompleted), key=lambda e: e.checkpoint_id)
+    completed = sorted(
+        art.of_type(CheckpointCompleted), key=lambda e: e.checkpoint_id
+    )
     if not completed:
         return Verdict.unknown("checkpoint_state", "no checkpoint completed in this run", checkpoints=0)
     run_start = art.run_start.t if art.run_start else 0
-    missing = [e.checkpoint_id for e in completed if art.checkpoint_view(e.checkpoint_id) is None]
+    kept = RunStore(art.run_dir).restored_from
+    missing = [
+        e.checkpoint_id for e in completed if not (kept / f"chk-{e.checkpoint_id}").is_dir()
+    ]
     if missing:
         return Verdict.unknown(
             "checkpoint_state",
@@ -60,54 +67,225 @@ def check_checkpoint_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
             checkpoints=len(completed),
         )
     problems: list[str] = []
+    held = _TimerWatch(art, stages, completed[-1].checkpoint_id)
+    broadcast = _Found()
     ref = ReferenceRun(spec.graph)
     groups = 0
-    for e in completed:
+    for e in completed:  # one checkpoint in memory at a time, read without a restore's validation
         cid = e.checkpoint_id
-        view = art.checkpoint_view(cid)
-        assert view is not None
+        view = inspect_checkpoint(kept / f"chk-{cid}", validate=False)
+        held.add(cid, view)
+        _broadcast_diverges(cid, view, broadcast)
+        if no_model:
+            continue
         ref = ref.advance(e.source_offsets or {})
-        expirable = int(view.checkpoint.timestamp_ms) - run_start
-        for op in stages:
-            opview = view.operators.get(op)
-            if opview is None:
-                continue
-            model = ref.state(op)
-            metas = model.states
-            for kg in sorted(set(opview.keyed) | set(model.key_groups)):
-                groups += 1
-                mine = _plain_group(opview.keyed.get(kg, {}), skipped)
-                want = _plain_group(model.key_groups.get(kg, {}), skipped)
-                if mine == want:
-                    continue
-                shown = 0
-                for st in sorted(set(mine) | set(want)):
-                    ttl = ttl_ms_of(metas.get(st))
-                    a, b = mine.get(st, {}), want.get(st, {})
-                    for ns in sorted(set(a) | set(b), key=repr):
-                        ka, kb = a.get(ns, {}), b.get(ns, {})
-                        for key in sorted(set(ka) | set(kb), key=repr):
-                            if ka.get(key, _ABSENT) == kb.get(key, _ABSENT):
-                                continue
-                            if ttl is not None and key not in ka and expirable >= ttl:
-                                continue  # may have expired on the run's clock
-                            if shown < _MAX_PER_GROUP:
-                                problems.append(
-                                    f"checkpoint {cid} {op} key group {kg}: state {st!r} key {key!r}: "
-                                    f"checkpoint has {ka.get(key, '<absent>')!r}, the fault-free reference "
-                                    f"at the checkpoint's offsets has {kb.get(key, '<absent>')!r}"
-                                )
-                            shown += 1
+        groups += _compare_with_model(cid, view, ref, stages, skipped, run_start, problems)
+    problems = held.found.problems + broadcast.problems + problems
+    judged = held.found.judged + broadcast.judged
+    data = {
+        "checkpoints": len(completed),
+        "timers_judged": held.found.judged,
+        "broadcast_judged": broadcast.judged,
+    }
+    if no_model:
+        if not judged and not problems:
+            return Verdict.unknown(
+                "checkpoint_state",
+                f"the job's state depends on interleaving ({c.interleaving}): no model to compare, "
+                "and it has neither timers nor broadcast state to judge",
+                **data,
+            )
+        return Verdict.of(
+            "checkpoint_state",
+            problems,
+            f"{len(completed)} completed checkpoints: {_judged(held.found, broadcast)}; model comparison "
+            f"skipped: the job's state depends on interleaving ({c.interleaving})",
+            "{n} problems in completed checkpoints",
+            model_skipped=c.interleaving,
+            **data,
+        )
     partly = f" (skipped: {', '.join(sorted(skipped))} and timers: {c.interleaving})" if skipped else ""
     return Verdict.of(
         "checkpoint_state",
         problems,
         f"{len(completed)} completed checkpoints ({groups} key groups) equal the fault-free reference "
-        f"at their cuts{partly}",
+        f"at their cuts{partly}; {_judged(held.found, broadcast)}",
         "{n} differences between completed checkpoints and the fault-free reference",
-        checkpoints=len(completed),
         key_groups=groups,
+        **data,
     )
+
+
+def _compare_with_model(
+    cid: int,
+    view: CheckpointView,
+    ref: ReferenceRun,
+    stages: list[str],
+    skipped: frozenset[str],
+    run_start: int,
+    problems: list[str],
+) -> int:
+    """Compare each keyed stage of ``view`` with the reference at its cut; returns the key groups seen."""
+    groups = 0
+    expirable = int(view.checkpoint.timestamp_ms) - run_start
+    for op in stages:
+        opview = view.operators.get(op)
+        if opview is None:
+            continue
+        model = ref.state(op)
+        metas = model.states
+        for kg in sorted(set(opview.keyed) | set(model.key_groups)):
+            groups += 1
+            mine = _plain_group(opview.keyed.get(kg, {}), skipped)
+            want = _plain_group(model.key_groups.get(kg, {}), skipped)
+            if mine == want:
+                continue
+            shown = 0
+            for st in sorted(set(mine) | set(want)):
+                ttl = ttl_ms_of(metas.get(st))
+                a, b = mine.get(st, {}), want.get(st, {})
+                for ns in sorted(set(a) | set(b), key=repr):
+                    ka, kb = a.get(ns, {}), b.get(ns, {})
+                    for key in sorted(set(ka) | set(kb), key=repr):
+                        if ka.get(key, _ABSENT) == kb.get(key, _ABSENT):
+                            continue
+                        if ttl is not None and key not in ka and expirable >= ttl:
+                            continue  # may have expired on the run's clock
+                        if shown < _MAX_PER_GROUP:
+                            problems.append(
+                                f"checkpoint {cid} {op} key group {kg}: state {st!r} key {key!r}: "
+                                f"checkpoint has {ka.get(key, '<absent>')!r}, the fault-free reference "
+                                f"at the checkpoint's offsets has {kb.get(key, '<absent>')!r}"
+                            )
+                        shown += 1
+    return groups
+
+
+@dataclass
+class _Found:
+    problems: list[str] = field(default_factory=list)
+    judged: int = 0  # how many things were judged (timers, broadcast states)
+
+
+def _judged(held: _Found, broadcast: _Found) -> str:
+    return f"{held.judged} timers judged for firing, {broadcast.judged} broadcast states compared across subtasks"
+
+
+def _watermarks(view: CheckpointView, op: str) -> list[int]:
+    opview = view.operators.get(op)
+    if opview is None:
+        return []
+    return [int(w) for st in opview.operator.values() for w in st.get(WATERMARK_STATE, ("", []))[1]]
+
+
+def _pending_timers(view: CheckpointView, op: str) -> dict[tuple[str, int, Any, Any, int], None]:
+    """(domain, key group, namespace, key, timestamp) of every timer pending in ``op``."""
+    out: dict[tuple[str, int, Any, Any, int], None] = {}
+    opview = view.operators.get(op)
+    if opview is None:
+        return out
+    for kg, per_state in opview.keyed.items():
+        for st, by_ns in per_state.items():
+            if not st.startswith(TIMER_STATE_PREFIX):
+                continue
+            domain = st[len(TIMER_STATE_PREFIX) :].split("_", 1)[0]
+            for ns, by_key in by_ns.items():
+                for key, stamps in by_key.items():
+                    for ts in plain(stamps):
+                        out[(domain, kg, ns, key, int(ts))] = None
+    return out
+
+
+class _TimerWatch:
+    """Timers that should have fired but stay pending, read from three completed checkpoints in a row
+    (no reference needed, so it also judges jobs whose state depends on interleaving):
+
+    - event time: a timer at or before the watermark every subtask had at the middle checkpoint,
+      pending in all three while the operator's watermark rose past every subtask's from one
+      checkpoint to the next (so the subtask owning it advanced its watermark after it was there);
+    - processing time: a timer due by the first checkpoint's time still pending in the other two
+      (each subtask fires due processing-time timers before it handles anything in a step), unless a
+      ``clock_skew`` fault shifted a clock or the input had ended (pending processing-time timers are
+      dropped then, as Flink quiesces them).
+
+    Three rather than two: a late record may register a timer at or below the watermark again after
+    it fired; twice in a row at the same instant is not what a job does. Keeps three checkpoints'
+    timers, never the checkpoints."""
+
+    def __init__(self, art: RunArtifacts, stages: list[str], last: int) -> None:
+        self.stages, self.last = stages, last
+        self.skewed = any(e.kind == "clock_skew" for e in art.of_type(FaultStart))
+        released = [e.t for e in art.of_type(InputReleased)]
+        self.input_end = min(released) if released else None
+        self.window: list[tuple[int, int, dict[str, Any], dict[str, list[int]]]] = []
+        self.found = _Found()
+
+    def add(self, cid: int, view: CheckpointView) -> None:
+        timers = {op: _pending_timers(view, op) for op in self.stages}
+        self.found.judged += sum(len(t) for t in timers.values())
+        wms = {op: _watermarks(view, op) for op in self.stages}
+        self.window = [*self.window[-2:], (cid, int(view.checkpoint.timestamp_ms), timers, wms)]
+        if len(self.window) == 3:
+            self._judge()
+
+    def _judge(self) -> None:
+        (c0, t_first, tm0, wm0), (c1, _, tm1, wm1), (c2, t_last, tm2, wm2) = self.window
+        proc_ok = not self.skewed and c2 != self.last and (self.input_end is None or t_last < self.input_end)
+        for op in self.stages:
+            t0, t1, t2 = tm0[op], tm1[op], tm2[op]
+            w0, w1, w2 = wm0[op], wm1[op], wm2[op]
+            wm_rose = bool(w0 and w1 and w2) and min(w1) > max(w0) and min(w2) > max(w1)
+            shown = 0
+            for domain, kg, ns, key, ts in t0:
+                if (domain, kg, ns, key, ts) not in t1 or (domain, kg, ns, key, ts) not in t2:
+                    continue
+                if domain == EVENT_TIME and wm_rose and ts <= min(w1):
+                    why = (
+                        f"the watermark passed it (every subtask's watermark at least {min(w1)} at "
+                        f"checkpoint {c1}, at least {min(w2)} at {c2})"
+                    )
+                elif domain == PROCESSING_TIME and proc_ok and ts <= t_first:
+                    why = f"it was due by checkpoint {c0} (t={t_first} ms)"
+                else:
+                    continue
+                if shown < _MAX_PER_GROUP:
+                    self.found.problems.append(
+                        f"checkpoints {c0}, {c1}, {c2} {op} key group {kg}: key {key!r}: {domain}-time timer "
+                        f"at {ts}"
+                        + (f" (namespace {ns!r})" if ns not in (None, VOID_NAMESPACE) else "")
+                        + f" is still pending in all three although {why}: it never fired"
+                    )
+                shown += 1
+            if shown > _MAX_PER_GROUP:
+                self.found.problems.append(
+                    f"checkpoints {c0}-{c2} {op}: {shown - _MAX_PER_GROUP} more such timers"
+                )
+
+
+def _broadcast_diverges(cid: int, view: CheckpointView, found: _Found) -> None:
+    """Every subtask of an operator holds the same broadcast state in a checkpoint (each processed the
+    same broadcast elements before the barrier): a subtask whose copy differs lost or gained some."""
+    for op, opview in view.operators.items():
+        names = {n for st in opview.operator.values() for n, (mode, _) in st.items() if mode == "BROADCAST"}
+        for n in sorted(names):
+            copies = {i: plain(st.get(n, ("BROADCAST", {}))[1]) for i, st in sorted(opview.operator.items())}
+            found.judged += 1
+            first, want = next(iter(copies.items()))
+            for i, got in copies.items():
+                if got == want:
+                    continue
+                a, b = dict(want or {}), dict(got or {})
+                diff = sorted(
+                    {k for k in set(a) | set(b) if a.get(k, _ABSENT) != b.get(k, _ABSENT)}, key=repr
+                )
+                shown = ", ".join(
+                    f"{k!r}: {a.get(k, '<absent>')!r} vs {b.get(k, '<absent>')!r}"
+                    for k in diff[:_MAX_PER_GROUP]
+                )
+                found.problems.append(
+                    f"checkpoint {cid} {op}: broadcast state {n!r} of subtask {i} differs from subtask "
+                    f"{first}'s in {len(diff)} keys (subtask {first} vs {i}: {shown})"
+                )
 
 
 _ABSENT = object()

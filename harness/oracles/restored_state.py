@@ -72,6 +72,10 @@ def check_restored_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
     skip_model = why if why is not None and skipped_states is None else None
     ref: ReferenceRun | None = None
     models: dict[tuple[int, str], Any] = {}  # (checkpoint, stage) -> the reference's state there
+    Group = tuple[int, str, int]  # (attempt, operator, checkpoint)
+    splits: dict[Group, dict[str, list[Any]]] = {}  # split list state the group's subtasks restored
+    covered: dict[Group, set[int]] = {}  # the subtasks of the group that restored
+    parallelism_of: dict[Group, int] = {}  # and how many there are
     run_start = art.run_start.t if art.run_start else 0
     restores = sorted(
         (e for e in art.of_type(Restore) if e.checkpoint_id is not None),
@@ -98,6 +102,9 @@ def check_restored_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
                     f"{where}: restored watermark {e.watermark}, the checkpoint's subtasks had "
                     f"{sorted(set(marks))} (restore must start at their minimum {min(marks)})"
                 )
+        covered.setdefault((e.attempt, op, cid), set()).add(sub)
+        parallelism_of[(e.attempt, op, cid)] = e.parallelism
+        _compare_operator_state(where, restored, opview, (e.attempt, op, cid), splits, problems)
         for kg in sorted(set(mine) - set(kgr)):
             problems.append(f"{where}: holds key group {kg} outside its range {kgr}")
         for kg in sorted(set(mine) | set(theirs)):
@@ -140,6 +147,23 @@ def check_restored_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
                 f", the fault-free reference fed the input before the checkpoint's offsets has "
                 f"{m if k in want else '<absent>'!r}"
             )
+    for (attempt, op, cid), got in splits.items():
+        if parallelism_of.get((attempt, op, cid), 0) == 0:
+            continue
+        view = art.checkpoint_view(cid)
+        opview = view.operators.get(op) if view is not None else None
+        if opview is None:
+            continue
+        for name, entries in got.items():
+            if len(covered.get((attempt, op, cid), ())) < parallelism_of.get((attempt, op, cid), 0):
+                continue  # not every subtask restored (a region failover): the parts cannot be summed
+            want = _entries(opview, name, "SPLIT_DISTRIBUTE")
+            if sorted(map(repr, entries)) != sorted(map(repr, want)):
+                problems.append(
+                    f"attempt {attempt} {op} from checkpoint {cid}: split list state {name!r}: its subtasks "
+                    f"restored {len(entries)} entries together, the checkpoint has {len(want)} "
+                    f"(restored {_short(entries)}, checkpoint has {_short(want)})"
+                )
     partly = (
         f" (model comparison skipped for {', '.join(sorted(skipped_states))} and timers: {why})"
         if why is not None and skipped_states is not None
@@ -147,7 +171,8 @@ def check_restored_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
     )
     if checked == 0 and not problems:
         return Verdict.unknown(
-            "restored_state", "no subtask restored state from a checkpoint in this run: nothing to compare",
+            "restored_state",
+            "no subtask restored state from a checkpoint in this run: nothing to compare",
             restores=0,
         )
     verdict = Verdict.of(
@@ -163,6 +188,55 @@ def check_restored_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
     if skip_model:
         verdict.summary += f"; model comparison skipped: {skip_model}"
     return verdict
+
+
+def _entries(opview: Any, name: str, mode: str) -> list[Any]:
+    """Every subtask's entries of list state ``name`` in the checkpoint, subtask by subtask."""
+    out: list[Any] = []
+    for _, states in sorted(opview.operator.items()):
+        m, v = states.get(name, (mode, []))
+        if m == mode:
+            out.extend(v)
+    return out
+
+
+def _short(v: Any) -> str:
+    r = repr(v)
+    return r if len(r) <= 200 else r[:200] + "..."
+
+
+def _compare_operator_state(
+    where: str,
+    restored: Any,
+    opview: Any,
+    group: tuple[int, str, int],
+    splits: dict[tuple[int, str, int], dict[str, list[Any]]],
+    problems: list[str],
+) -> None:
+    """Operator state as Flink redistributes it: union list state comes back whole to every subtask
+    (every old subtask's entries), broadcast state as the copy one old subtask had, and split list
+    state's entries, over all subtasks of the attempt, are the checkpoint's (gathered in ``splits``)."""
+    if opview is None or restored.operator is None:
+        return
+    for name, e in restored.operator.states.items():
+        mode = e.mode.value if hasattr(e.mode, "value") else str(e.mode)
+        if mode == "UNION":
+            want = _entries(opview, name, "UNION")
+            if sorted(map(repr, e.value)) != sorted(map(repr, want)):
+                problems.append(
+                    f"{where}: union list state {name!r}: restored {len(e.value)} entries, the checkpoint's "
+                    f"subtasks hold {len(want)} together (every subtask gets them all): restored "
+                    f"{_short(e.value)}, checkpoint has {_short(want)}"
+                )
+        elif mode == "BROADCAST":
+            copies = [plain(st[name][1]) for _, st in sorted(opview.operator.items()) if name in st]
+            if copies and plain(e.value) not in copies:
+                problems.append(
+                    f"{where}: broadcast state {name!r}: restored {_short(e.value)}, which is no old "
+                    f"subtask's copy (subtask 0 had {_short(copies[0])})"
+                )
+        elif mode == "SPLIT_DISTRIBUTE":
+            splits.setdefault(group, {}).setdefault(name, []).extend(e.value)
 
 
 register_oracle("restored_state", check_restored_state)

@@ -10,7 +10,7 @@ import allure
 import pytest
 
 from chaos.cli import main
-from chaos.explore import explore
+from chaos.explore import explore, phase_score
 from chaos.runner import run_scenario
 from chaos.scenario import Scenario, load_scenario
 from suites.runtime.test_broken_variants import _alignment_does_not_block, _source_ignores_restored_offsets
@@ -61,6 +61,16 @@ def test_a_found_failure_is_found_again_first(tmp_path: Path, monkeypatch: pytes
 def test_explore_finds_nothing_on_the_correct_runtime(tmp_path: Path) -> None:
     found = explore(Scenario.model_validate(SMALL), tmp_path, max_runs=6)
     assert found.minimal is None and found.runs >= 6
+    assert found.phases_hit, "the runs' faults struck no phase of the job"  # what steered the search
+
+
+def test_a_phase_no_run_struck_yet_scores_most() -> None:
+    hit: set[str] = set()
+    first = phase_score({"1": ["snapshot"], "2": ["snapshot", "restore"]}, hit)
+    assert hit == {"snapshot", "restore"} and first == 22
+    again = phase_score({"1": ["snapshot"]}, hit)
+    new = phase_score({"1": ["alignment", "snapshot"]}, hit)
+    assert new > again == 1 and "alignment" in hit
 
 
 def test_cli_explore_exit_codes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:

@@ -1,0 +1,108 @@
+"""Planted runtime bugs that only the state inside completed checkpoints shows: no committed record
+differs, and no restore reads the broken part, so only ``checkpoint_state`` (every completed
+checkpoint judged) catches them. Each breaks the runtime in one deliberate way (monkeypatched in the
+test only) and the same scenario holds on the unbroken runtime."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import allure
+import pytest
+
+import harness.task_base as task_base
+import reference_impl.timers as timers
+from chaos.runner import run_scenario
+from chaos.scenario import Scenario
+from suites.runtime.conftest import BASE, failed, fails
+
+pytestmark = [allure.epic("runtime"), allure.feature("oracles catch broken runtimes"), pytest.mark.slow]
+
+
+def _processing_timers_dropped_on_restore(mp):
+    """A restore rebuilds only the event-time queue: restored processing-time timers stay in state
+    but never fire (allround's 50 ms idle timers: no output depends on them)."""
+    orig = timers.InternalTimerService.restore
+
+    def restore(self, snapshots):
+        orig(self, snapshots)
+        self._queues[timers.PROCESSING_TIME] = []
+
+    mp.setattr(timers.InternalTimerService, "restore", restore)
+
+
+def _event_timers_of_one_namespace_dropped_on_restore(mp):
+    """A restore drops the restored event-time timers of every namespace but the void one (as a
+    rebuild reading only the default namespace would): allround's windows never fire... unless their
+    output catches it, which is why this case names no single oracle."""
+    orig = timers.InternalTimerService.restore
+
+    def restore(self, snapshots):
+        orig(self, snapshots)
+        q = self._queues[timers.EVENT_TIME]
+        self._queues[timers.EVENT_TIME] = [e for e in q if e[3] == "VoidNamespace"]
+
+    mp.setattr(timers.InternalTimerService, "restore", restore)
+
+
+def _broadcast_state_lost_in_snapshot(mp):
+    """Only subtask 0 writes its broadcast state into a checkpoint (as if a single copy were enough
+    to redistribute): every other subtask's copy in the checkpoint is empty."""
+    orig = task_base.TaskBase._checkpoint_snapshot
+
+    def snapshot(self):
+        snap = orig(self)
+        if self.subtask > 0 and snap.operator is not None:
+            for e in snap.operator.states.values():
+                if e.mode.value == "BROADCAST":
+                    e.value = {}
+        return snap
+
+    mp.setattr(task_base.TaskBase, "_checkpoint_snapshot", snapshot)
+
+
+ALLROUND: dict[str, Any] = {
+    "job": "allround",
+    "records": 4000,
+    "max_parallelism": 64,
+    "parallelism": {"events": 2, "sessions": 2, "profile": 2},
+    "checkpoint": {"interval_ms": 15, "retained": 2},
+    "checks": ["exactly_once", "sequence", "checkpoint_integrity", "liveness", "checkpoint_state"],
+}
+CRASH = {"faults": [{"at": "checkpoint:3", "kind": "crash_task", "target": "sessions[0]"}]}
+
+# name -> (breaker, scenario overrides, the checks that must catch it; None: any)
+VARIANTS = {
+    "processing-time timers dropped on restore": (
+        _processing_timers_dropped_on_restore,
+        {**ALLROUND, **CRASH},
+        {"checkpoint_state"},
+    ),
+    "event-time timers of windows dropped on restore": (
+        _event_timers_of_one_namespace_dropped_on_restore,
+        {**ALLROUND, **CRASH},
+        None,
+    ),
+    "broadcast state lost in a snapshot": (_broadcast_state_lost_in_snapshot, ALLROUND, {"checkpoint_state"}),
+}
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_a_bug_only_checkpoints_show_is_caught(tmp_path: Path, monkeypatch, name):
+    breaker, overrides, by = VARIANTS[name]
+    runs = iter(range(2))
+
+    def sim_run(**o: Any) -> Any:
+        return run_scenario(Scenario.model_validate({**BASE, **o}), tmp_path / f"run-{next(runs)}")
+
+    healthy = sim_run(**overrides)
+    assert failed(healthy) == set(), f"the scenario must pass on the correct runtime: {healthy.verdicts}"
+    breaker(monkeypatch)
+    broken = sim_run(**overrides)
+    caught = fails(broken)
+    allure.dynamic.parameter("caught by", ", ".join(sorted(caught)) or "nothing")
+    assert caught, f"no oracle caught: {name}"
+    if by is not None:
+        assert by <= caught, f"{name}: caught by {caught}, not by {by}: {broken.verdicts}"
+    assert broken.error is None and not broken.passed  # exit 1: a check failed, not an error (exit 2)
