@@ -82,6 +82,13 @@ class FailpointAction:
 InjectorFactory = Callable[[PlannedFault, random.Random], Injector | None]
 
 
+def _holds_tasks(f: Fault) -> bool:
+    """Whether the fault's kind may keep a task from acting while it lasts (liveness reads it)."""
+    from chaos.faults import FAULT_KINDS
+
+    return FAULT_KINDS[f.kind].holds_tasks
+
+
 def _unbound(*args: Any, **kwargs: Any) -> Any:
     raise RuntimeError("the Nemesis is not bound to an executor yet (pass it as the executor's faults)")
 
@@ -180,6 +187,7 @@ class Nemesis:
             target=None if target is None else str(target),
             trigger=f"{p.kind}={p.value}",
             details=details,
+            holds_tasks=_holds_tasks(p.fault),
         )
         if injector is not None:
             try:
@@ -204,6 +212,7 @@ class Nemesis:
             target=None if tgt is None else str(tgt),
             trigger=f"{p.kind}={p.value}",
             details={"error": error},
+            holds_tasks=_holds_tasks(p.fault),
         )
         self.emit("fault_end", fault_id=p.fault_id, kind=p.fault.kind, error=error)
 

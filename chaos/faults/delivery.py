@@ -64,7 +64,13 @@ class InbandProcessFault(Injector):
     this run's own (its ancestor JVM, by app id and executor id) and acts, or refuses."""
 
     def __init__(
-        self, executor: InbandControls, fault: ProcessFaultParams, action: str, rng: random.Random
+        self,
+        executor: InbandControls,
+        fault: ProcessFaultParams,
+        action: str,
+        rng: random.Random,
+        fault_id: int,
+        instant: bool,
     ) -> None:
         from harness.spark.inband_control import NoTaskThere
 
@@ -72,8 +78,7 @@ class InbandProcessFault(Injector):
             raise InjectorError("in-band faults need an executor whose tasks take control messages (Spark)")
         self.executor, self.fault, self.action = executor, fault, action
         self.kind = fault.kind
-        self.instant = action != "pause_executor"
-        self.fault_id: int | None = None
+        self.instant, self.fault_id = instant, fault_id
         try:
             self.to = executor.inband.target(fault.target_name, rng)
         except NoTaskThere as e:
@@ -84,8 +89,6 @@ class InbandProcessFault(Injector):
     def start(self) -> None:
         from harness.spark.inband_control import NoTaskThere
 
-        if self.fault_id is None:
-            raise InjectorError("in-band fault started without its fault id")
         try:
             self.executor.inband.send(self.fault_id, self.action, self.to, self.fault.duration_ms or 0)
         except NoTaskThere as e:

@@ -206,6 +206,6 @@ class RunArtifacts:
         out = []
         for e in self.of_type("fault_start"):
             d = e.get("details") or {}
-            if e.get("kind") == "storage" and d.get("mode") in ("corrupt", "truncate") and d.get("target"):
+            if d.get("mode") in ("corrupt", "truncate") and d.get("target"):  # a storage fault's
                 out.append((int(e["t"]), str(d["target"])))
         return out

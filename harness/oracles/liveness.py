@@ -1,7 +1,8 @@
 """Liveness: the job ends as finished, and after the last fault heals it finishes or completes a new
 checkpoint within a bound; after a checkpoint is aborted (declined, expired, subsumed) no subtask
 stays blocked in its alignment longer than ``alignment_bound_ms`` (time while a fault that can hold
-a task back is active aside: a paused executor or a cut link cannot deliver the abort)."""
+a task back is active aside: a paused executor or a cut link cannot deliver the abort; each
+``fault_start`` says whether its fault does, in ``holds_tasks``)."""
 
 from __future__ import annotations
 
@@ -15,15 +16,13 @@ from harness.oracles.verdict import Verdict
 __all__ = ["check_liveness", "LivenessConfig"]
 
 
-# faults that cannot keep an abort notification from a task, nor keep the task from acting on it
-_NOT_HOLDING = ("delay_barrier", "clock_skew", "crash_task")
-
-
 def _fault_windows(art: RunArtifacts) -> list[tuple[int, int]]:
     start: dict[int, int] = {}
     out = []
     for e in art.of_type("fault_start", "fault_end"):
-        if e.get("kind") in _NOT_HOLDING:
+        # a fault that cannot keep an abort notification from a task, nor the task from acting on it (a
+        # history without the field: any fault may)
+        if e["type"] == "fault_start" and not e.get("holds_tasks", True):
             continue
         if e["type"] == "fault_start":
             start[e["fault_id"]] = int(e["t"])
