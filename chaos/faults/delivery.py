@@ -6,7 +6,7 @@ and in band on a ``spark://`` master, whose executors are on other hosts.
 
 The history says which delivery acted: ``fault_start``'s details carry ``delivery``; an in-band fault
 is confirmed (or refused, with the reason) by its task in a ``fault_delivered`` event, and a fault
-its task never confirmed did not fire (:func:`unconfirmed`).
+its task never confirmed did not fire (:func:`harness.oracles.fault_schedule.unconfirmed`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from chaos.faults.registry import FaultTarget
 from chaos.injectors.base import Injector, InjectorError, NotReady
 from harness.controls import InbandControls
 
-__all__ = ["Delivery", "ProcessFaultParams", "delivery_of", "InbandProcessFault", "Delivered", "unconfirmed"]
+__all__ = ["Delivery", "ProcessFaultParams", "delivery_of", "InbandProcessFault", "Delivered"]
 
 Delivery = Literal["inband", "out_of_band"]
 # the cluster kinds (chaos.scenario.Scenario.cluster_kind) whose executors this host can signal
@@ -120,27 +120,3 @@ class Delivered(Injector):
 
     def describe(self) -> dict[str, Any]:
         return {**self.inner.describe(), "delivery": "out_of_band"}
-
-
-def unconfirmed(events: list[dict[str, Any]]) -> dict[int, str]:
-    """Fault id -> why an in-band fault did not act: its task refused, failed, or never confirmed."""
-    inband = {
-        e["fault_id"]: e
-        for e in events
-        if e["type"] == "fault_start" and (e.get("details") or {}).get("delivery") == "inband"
-    }
-    last: dict[int, dict[str, Any]] = {}
-    for e in events:
-        if e["type"] == "fault_delivered":
-            last[e["fault_id"]] = e
-    out = {}
-    for fid, start in inband.items():
-        reply = last.get(fid)
-        if reply is None:
-            task = (start.get("details") or {}).get("task")
-            out[fid] = (
-                f"its task {task} never confirmed the in-band fault (it stopped or was redeployed first)"
-            )
-        elif not reply.get("acted"):
-            out[fid] = f"the task refused it in band: {reply.get('reason')}"
-    return out

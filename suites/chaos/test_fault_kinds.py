@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import ast
+from pathlib import Path
 
 import pytest
 

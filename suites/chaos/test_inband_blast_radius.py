@@ -17,9 +17,9 @@ import time
 import psutil
 import pytest
 
-from chaos.faults.delivery import unconfirmed
 from chaos.scenario import Scenario
 from harness.messages import InbandFault, InbandHome, InbandReply, encode
+from harness.oracles.fault_schedule import unconfirmed
 from harness.spark.inband import (
     ExecutorHome,
     Refused,
