@@ -8,7 +8,7 @@ worker container (``worker:N``, else one that runs tasks):
 - ``pause_worker``: freeze it (cgroup freezer) for ``duration_ms``;
 - ``partition_worker``: cut it off the run's network until the fault heals.
 
-Every one also applies to a Structured Streaming query on the docker cluster.
+All but ``restart_worker`` also apply to a Structured Streaming query on the docker cluster.
 """
 
 from __future__ import annotations
@@ -35,12 +35,13 @@ class WorkerKind:
     heal: str | None
     needs_duration: bool = False
     heal_with_duration: str | None = None  # the heal when the fault has a duration_ms (a killed worker)
+    sss: bool = True  # a Structured Streaming query on the docker cluster takes it too
 
 
 WORKER_KINDS = {
     "kill_worker": WorkerKind("kill", None, heal_with_duration="start"),
     "stop_worker": WorkerKind("stop", "start"),
-    "restart_worker": WorkerKind("restart", None),
+    "restart_worker": WorkerKind("restart", None, sss=False),
     "pause_worker": WorkerKind("pause", "unpause", needs_duration=True),
     "partition_worker": WorkerKind(None, None),
 }
@@ -78,7 +79,7 @@ def sss_injector(kind: str, on: SssTarget, rng: random.Random) -> Injector:
     return _container_fault(kind, on.scope, container, False, network)
 
 
-for _name in WORKER_KINDS:
+for _name, _w in WORKER_KINDS.items():
     _params = create_model(
         "".join(p.title() for p in _name.split("_")) + "Fault",
         __base__=WorkerFaultParams,
@@ -88,6 +89,6 @@ for _name in WORKER_KINDS:
     register(
         FaultKind(
             _params, DOCKER, injector, targets="worker", deliveries=("out_of_band",),
-            sss_clusters=DOCKER, sss_injector=sss_injector,
+            sss_clusters=DOCKER if _w.sss else (), sss_injector=sss_injector if _w.sss else None,
         )
     )  # fmt: skip
