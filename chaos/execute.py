@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from chaos.cluster.registry import cluster_for
 from chaos.errors import InfrastructureError, InputError
-from chaos.faults.delivery import unconfirmed
 from chaos.scenario import Scenario
 from chaos.schedule import plan
 from harness.jobs import JobSpec
@@ -93,7 +92,9 @@ def execute_scenario(
     record_input(spec, run_dir)
     stats = cluster_for(sc).run(sc, spec, run_dir, resume=resume)
     stats["fault_phases"] = _fault_phases(run_dir)
-    schedule = [_schedule_verdict(sc, run_dir)] if sc.faults or sc.rescale else []  # nothing planned: no claim
+    # the plan recorded at run_start against what happened; nothing planned: no claim
+    planned = sc.faults or sc.rescale
+    schedule = list(check_all(run_dir, spec, ["fault_schedule"])) if planned else []
     if stats.get("status") == "failed" and _stalled(run_dir):  # a finding: liveness names what stopped
         return _stall_verdicts(sc, spec, run_dir) + schedule, stats
     if stats.get("status") == "failed" and _judged_as_progress(sc, str(stats.get("reason"))):
@@ -195,39 +196,3 @@ class RunGaveUp(InfrastructureError):
         self.stats = stats
 
 
-def _schedule_verdict(sc: Scenario, run_dir: Path) -> Verdict:
-    """A scenario whose faults never acted proved nothing: say so instead of passing quietly. A fault
-    whose injection failed (at its start or while it lasted) did not fire."""
-    from harness.events import FaultEnd, FaultStart, Rescale, read_events
-    from harness.oracles import Verdict
-
-    planned = plan(sc)
-    events = list(read_events(RunStore(run_dir).history))
-    started = {e.fault_id: e for e in events if isinstance(e, FaultStart)}
-    errors: dict[int, str] = {}
-    for e in events:
-        if isinstance(e, FaultStart) and (e.details or {}).get("error"):
-            errors.setdefault(e.fault_id, str(e.details["error"]))
-        elif isinstance(e, FaultEnd) and e.error:
-            errors.setdefault(e.fault_id, str(e.error))
-    for fid, why in unconfirmed(events).items():  # in-band faults: their task confirms that it acted
-        errors.setdefault(fid, why)
-    problems = []
-    for p in planned:
-        if p.fault_id not in started:
-            problems.append(f"fault {p.describe()} never fired: the run ended before its trigger was reached")
-        elif p.fault_id in errors:
-            problems.append(f"fault {p.describe()} did not fire: its injection failed: {errors[p.fault_id]}")
-    rescales = sum(1 for e in events if isinstance(e, Rescale) and e.reason != "adaptive")
-    if rescales < len(sc.rescale):
-        problems.append(
-            f"only {rescales} of {len(sc.rescale)} rescale steps happened: the run ended before the others' "
-            "triggers were reached"
-        )
-    return Verdict.of(
-        "fault_schedule",
-        problems,
-        f"all {len(planned)} planned faults fired and acted"
-        + (f"; all {len(sc.rescale)} rescale steps happened" if sc.rescale else ""),
-        "{n} planned faults or rescales did not take effect",
-    )

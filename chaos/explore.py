@@ -27,13 +27,16 @@ from hypothesis.errors import NoSuchExample
 from hypothesis.reporting import with_reporter
 from rich.console import Console
 
-from chaos.scenario import FAILPOINTS, Scenario
+from chaos.faults import FAULT_KINDS
+from chaos.scenario import Scenario
 
 __all__ = ["SearchSpace", "Exploration", "calibrate", "schedules", "explore"]
 
 # what exploration judges: a generated trigger the run ends before is not a bug of the runtime
 IGNORED_VERDICTS = ("fault_schedule",)
 PROGRESS_EVERY_S = 10.0
+# the kinds explore generates: those whose module gives a generator, in registration order
+EXPLORED = tuple(k for k in FAULT_KINDS.values() if k.explore is not None)
 
 
 class ExploreError(ValueError):
@@ -128,32 +131,9 @@ def calibrate(sc: Scenario, work: Path) -> SearchSpace:
 
 
 def schedules(space: SearchSpace, max_faults: int) -> st.SearchStrategy[tuple[int, list[dict[str, Any]]]]:
-    """(seed, faults) pairs; Hypothesis shrinks toward seed 0, fewer faults, earlier triggers, and the
-    first fault kind listed (a task crash)."""
-    checkpoint = st.integers(1, space.checkpoints).map(lambda n: f"checkpoint:{n}")
-    records = st.integers(1, max(1, space.records - 1)).map(lambda n: f"records:{n}")
-    task = st.sampled_from(space.tasks)
-    crash = st.fixed_dictionaries(
-        {"at": st.one_of(checkpoint, records), "kind": st.just("crash_task"), "target": task}
-    )
-    failpoint = st.builds(
-        lambda fp, target: {
-            "at": f"failpoint:{fp}",
-            "kind": "failpoint",
-            "action": "crash",
-            **({"target": target} if target else {}),
-        },
-        st.sampled_from(FAILPOINTS),
-        st.one_of(st.none(), task),
-    )
-    delay = st.fixed_dictionaries(
-        {
-            "at": checkpoint,
-            "kind": st.just("delay_barrier"),
-            "delay_ms": st.integers(1, 300),
-        }
-    )
-    fault = st.one_of(crash, failpoint, delay)
+    """(seed, faults) pairs, each fault from its kind's own generator (``FaultKind.explore``); Hypothesis
+    shrinks toward seed 0, fewer faults, earlier triggers, and the first such kind (a task crash)."""
+    fault = st.one_of(*(k.explore(space) for k in EXPLORED))
     return st.tuples(st.integers(0, space.seed_range - 1), st.lists(fault, min_size=1, max_size=max_faults))
 
 

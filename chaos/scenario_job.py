@@ -15,10 +15,6 @@ from harness.jobs import JobSpec, UnknownJobError, load_job
 __all__ = ["scenario_job", "job_problems", "default_checks", "checks_for", "DEFAULT_CHECKS"]
 
 DEFAULT_CHECKS = ("exactly_once", "sequence", "restored_state", "checkpoint_integrity", "liveness")
-_TASK_TARGETED = ("crash_task", "clock_skew", "failpoint")  # target: a subtask "op[i]"
-# target: executor:N, or a subtask "op[i]" (in band: the executor running it)
-_EXECUTOR_TARGETED = ("kill_executor", "pause_executor", "kill_python_worker")
-_CHANNEL_KINDS = ("delay_barrier", "network")  # channel: "up[i]->down[j]"
 
 
 def _load(sc: Any, base_dir: Path | None, parallelism: bool) -> JobSpec:
@@ -113,10 +109,13 @@ def job_problems(sc: Any, base_dir: Path | None = None) -> list[tuple[tuple[Any,
                 (loc, f"{name}: operator {t.operator!r} has at most {n} subtasks in this scenario (0..{n - 1})")
             )
 
+    from chaos.faults import FAULT_KINDS
+
     for i, f in enumerate(sc.faults):
-        if f.kind in _TASK_TARGETED and isinstance(f.target, str):
+        targets = FAULT_KINDS[f.kind].targets
+        if targets == "task" and isinstance(f.target, str):
             task(f.target, ("faults", i, "target"))
-        elif f.kind in _TASK_TARGETED and isinstance(f.target, int):
+        elif targets == "task" and isinstance(f.target, int):
             out.append(
                 (
                     ("faults", i, "target"),
@@ -124,15 +123,16 @@ def job_problems(sc: Any, base_dir: Path | None = None) -> list[tuple[tuple[Any,
                 )
             )
         target = f.target_name or ""
-        if f.kind in _EXECUTOR_TARGETED and target and not target.startswith(("executor:", "worker:")):
+        if targets == "executor" and target and not target.startswith(("executor:", "worker:")):
             task(target, ("faults", i, "target"))  # an executor fault aimed at the executor of a subtask
-        if f.kind in _CHANNEL_KINDS and f.channel and "->" in f.channel:
+        channel = getattr(f, "channel", None) if targets == "channel" else None
+        if channel and "->" in channel:
             try:
-                for end in ChannelName.parse(f.channel):
+                for end in ChannelName.parse(channel):
                     task(end, ("faults", i, "channel"))
             except ValueError as e:
                 out.append((("faults", i, "channel"), str(e)))
-        elif f.kind == "network" and f.channel and f.channel.startswith("coordinator:"):
+        elif channel and channel.startswith("coordinator:"):
             task(f.channel.removeprefix("coordinator:"), ("faults", i, "channel"))
     checks = checks_for(sc, base)
     for i, name in enumerate(checks):

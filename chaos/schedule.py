@@ -19,7 +19,7 @@ from chaos.scenario import Fault, Scenario
 from harness.controls import Emit, ExecutorControls
 from harness.events import FaultEnd, FaultStart
 
-__all__ = ["PlannedFault", "plan", "Nemesis", "DEFAULT_RANDOM_WINDOW_MS", "FailpointAction"]
+__all__ = ["PlannedFault", "plan", "Nemesis", "NemesisPlan", "DEFAULT_RANDOM_WINDOW_MS", "FailpointAction"]
 
 DEFAULT_RANDOM_WINDOW_MS = 5_000
 
@@ -41,9 +41,13 @@ class PlannedFault:
     due_at: int | None = None  # when a reached trigger with after_ms fires (or a not-ready one retries)
     not_ready: str | None = None  # why the last attempt found no target yet
 
+    @property
+    def trigger(self) -> str:
+        """``checkpoint=2``, ``time_ms=500+100ms`` (reached, then ``after_ms`` later)."""
+        return f"{self.kind}={self.value}" + (f"+{self.after_ms}ms" if self.after_ms else "")
+
     def describe(self) -> str:
-        after = f"+{self.after_ms}ms" if self.after_ms else ""
-        return f"#{self.fault_id} {self.fault.kind} at {self.kind}={self.value}{after}"
+        return f"#{self.fault_id} {self.fault.kind} at {self.trigger}"
 
 
 def plan(scenario: Scenario) -> list[PlannedFault]:
@@ -83,34 +87,46 @@ class FailpointAction:
 InjectorFactory = Callable[[PlannedFault, random.Random], Injector | None]
 
 
-def _unbound(*args: Any, **kwargs: Any) -> Any:
-    raise RuntimeError("the Nemesis is not bound to an executor yet (pass it as the executor's faults)")
+def _holds_tasks(f: Fault) -> bool:
+    """Whether the fault's kind may keep a task from acting while it lasts (liveness reads it)."""
+    from chaos.faults import FAULT_KINDS
+
+    return FAULT_KINDS[f.kind].holds_tasks
+
+
+@dataclass(frozen=True)
+class NemesisPlan:
+    """The run's planned faults as an executor is given them (:class:`harness.controls.FaultPlan`): it
+    records them in its ``run_start`` and, once constructed, starts a :class:`Nemesis` on its controls.
+    ``injectors(controls)`` gives the factory that builds each planned fault's injector on that
+    executor."""
+
+    planned_faults: list[PlannedFault]
+    injectors: Callable[[ExecutorControls], InjectorFactory]
+
+    def planned(self) -> list[dict[str, Any]]:
+        from harness.oracles.fault_schedule import planned_fault
+
+        return [planned_fault(p.fault_id, p.fault.kind, p.trigger) for p in self.planned_faults]
+
+    def start(self, controls: ExecutorControls, emit: Emit) -> Nemesis:
+        return Nemesis(self.planned_faults, self.injectors(controls), emit)
 
 
 class Nemesis:
-    """Fires planned faults when their triggers are reached and heals them after ``duration_ms``; the
-    :class:`~harness.controls.FaultScheduler` of an executor, which it gets as a constructor argument.
+    """Fires planned faults when their triggers are reached and heals them after ``duration_ms``: the
+    :class:`~harness.controls.FaultScheduler` an executor starts from its :class:`NemesisPlan`.
 
-    ``injectors(controls)``, called when the executor binds it, gives the factory that builds each
-    planned fault's injector on that executor (``factory(planned, rng)``; None when the runtime acts
-    by itself, e.g. at a failpoint). ``emit(type, **fields)`` (the executor's history) comes with the
-    binding too.
+    ``factory(planned, rng)`` builds each planned fault's injector on the executor (None when the
+    runtime acts by itself, e.g. at a failpoint); ``emit(type, **fields)`` writes the executor's history.
     """
 
-    def __init__(
-        self, planned: list[PlannedFault], injectors: Callable[[ExecutorControls], InjectorFactory]
-    ) -> None:
+    def __init__(self, planned: list[PlannedFault], factory: InjectorFactory, emit: Emit) -> None:
         self.planned = planned
-        self.injectors = injectors
-        self.factory: InjectorFactory = _unbound
-        self.emit: Emit = _unbound
+        self.factory, self.emit = factory, emit
         self.records = 0
         self.last_checkpoint = 0
         self.now_ms = 0
-
-    def bind(self, controls: ExecutorControls, emit: Emit) -> None:
-        """The executor this nemesis acts on, and its history."""
-        self.factory, self.emit = self.injectors(controls), emit
 
     # ---------------------------------------------------------------- observations
 
@@ -181,6 +197,7 @@ class Nemesis:
                 target=None if target is None else str(target),
                 trigger=f"{p.kind}={p.value}",
                 details=details,
+                holds_tasks=_holds_tasks(p.fault),
             )
         )
         if injector is not None:
@@ -206,6 +223,7 @@ class Nemesis:
                 target=None if tgt is None else str(tgt),
                 trigger=f"{p.kind}={p.value}",
                 details={"error": error},
+                holds_tasks=_holds_tasks(p.fault),
             )
         )
         self.emit(FaultEnd(fault_id=p.fault_id, kind=p.fault.kind, error=error))

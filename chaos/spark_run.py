@@ -90,7 +90,7 @@ def ship_user_modules(spec: JobSpec) -> list[str]:
     return sorted(shipped)
 
 
-@dataclass
+@dataclass(frozen=True)
 class SparkPlace:
     """Where a Spark run's cluster is and how it is reached: what differs between an embedded
     local-cluster or ``spark://`` master (the defaults) and the docker stack."""
@@ -111,10 +111,13 @@ class SparkRun:
     def run(self, sc: Scenario, spec: JobSpec, run_dir: Path, resume: bool = False) -> dict[str, Any]:
         """``resume``: a new driver takes over ``run_dir`` from one that died (chaos.resume)."""
         with contextlib.ExitStack() as stack:
-            place = SparkPlace(spark_master(sc, spark_slots(sc, spec)))
+            master = spark_master(sc, spark_slots(sc, spec))
             remote = remote_executors() if sc.cluster_kind == "spark" else None  # executors on other hosts
-            if remote is not None:
-                place.spark_kwargs, place.network = remote.spark_kwargs(), remote.hosts()
+            place = (
+                SparkPlace(master)
+                if remote is None
+                else SparkPlace(master, spark_kwargs=remote.spark_kwargs(), network=remote.hosts())
+            )
             return run_on_spark(sc, spec, run_dir, stack, resume, place)
 
 

@@ -3,8 +3,8 @@
 :class:`ExecutorControls` is what fault injectors may do to a running job; every executor offers it
 with the same semantics (checked by ``suites/runtime/test_messages_and_controls.py`` on sim and by the
 Spark executor tests on Spark); :class:`InbandControls` is what in-band faults add on Spark.
-:class:`FaultScheduler` is what an executor tells the fault scheduler
-(``chaos.schedule.Nemesis``), which it receives as a constructor argument and binds to itself.
+:class:`FaultPlan` is what an executor is given as a constructor argument (``chaos.schedule.NemesisPlan``)
+and starts on itself; :class:`FaultScheduler` is what it tells the started scheduler (``chaos.schedule.Nemesis``).
 
 Adding a control is one method on :class:`ExecutorControls` and its implementation in
 ``harness.driver.Driver`` (validation and what is remembered across restarts) plus, per executor, how
@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from harness.events import Emit
 
-__all__ = ["ExecutorControls", "InbandControls", "ProcessHandles", "FaultScheduler", "Emit"]
+__all__ = ["ExecutorControls", "InbandControls", "ProcessHandles", "FaultPlan", "FaultScheduler", "Emit"]
 
 
 @runtime_checkable
@@ -91,11 +91,20 @@ class InbandControls(Protocol):
         ...
 
 
-class FaultScheduler(Protocol):
-    """What an executor tells the fault scheduler while it runs. The executor calls ``bind`` once,
-    when it is constructed, with its controls and its history's ``emit``."""
+class FaultPlan(Protocol):
+    """What an executor is given: the run's planned faults. The executor records them in its
+    ``run_start`` (``planned``) and, when it is constructed, starts them on its controls and its
+    history's ``emit`` (FoundationDB's workload setup/start): the scheduler it gets back is whole."""
 
-    def bind(self, controls: ExecutorControls, emit: Emit) -> None: ...
+    def planned(self) -> list[dict[str, Any]]:
+        """Each planned fault's id, kind and trigger (``harness.oracles.fault_schedule.planned_fault``)."""
+        ...
+
+    def start(self, controls: ExecutorControls, emit: Emit) -> FaultScheduler: ...
+
+
+class FaultScheduler(Protocol):
+    """What an executor tells the started fault scheduler while it runs."""
 
     def on_time(self, now_ms: int) -> None: ...
 

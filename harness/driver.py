@@ -16,7 +16,7 @@ import contextlib
 from pathlib import Path
 from typing import Any, ClassVar
 
-from harness.controls import ExecutorControls, FaultScheduler, ProcessHandles
+from harness.controls import ExecutorControls, FaultPlan, FaultScheduler, ProcessHandles
 from harness.coordinator import CheckpointConfig, CheckpointCoordinator
 from harness.events import RunStalled, RunStart
 from harness.history import HistoryWriter
@@ -32,7 +32,7 @@ __all__ = ["Driver"]
 
 class Driver(ExecutorControls):
     """One run of one job graph: ``run()`` drives it to completion (or failure) and always writes
-    ``run_end``. ``faults`` (the chaos layer's scheduler, or None) is bound to this driver's controls."""
+    ``run_end``. ``faults`` (the chaos layer's plan, or None) is started on this driver's controls."""
 
     EXECUTOR: ClassVar[str] = ""  # the executor's name in ``run_start``
     SIMULATED: ClassVar[bool] = False  # is the run's time simulated (sim) or wall time?
@@ -45,22 +45,25 @@ class Driver(ExecutorControls):
         history: HistoryWriter,
         *,
         seed: int,
-        faults: FaultScheduler | None,
+        faults: FaultPlan | None,
         rescales: list[RescaleRequest] | None,
         max_restarts: int,
         hold_floor_ms: int,
         run_info: dict[str, Any] | None,
+        fsync: bool = True,
     ) -> None:
         self.graph = graph  # the current deployment's graph (a rescale replaces it)
         self.run_dir = run_dir
         self.seed = seed
         self.history = history
         self.run_info = run_info or {}
-        self.master = JobMaster(graph, run_dir, checkpoint, history, max_restarts=max_restarts)
-        self.faults = faults
+        self.master = JobMaster(graph, run_dir, checkpoint, history, max_restarts=max_restarts, fsync=fsync)
+        # the run's plan (fault_schedule judges it), then its faults started on this driver's controls
+        self.plan = {"faults": faults.planned() if faults is not None else [], "rescales": len(rescales or [])}
+        self.faults: FaultScheduler | None = faults.start(self, history.emit) if faults is not None else None
         self.rescales = RescaleSchedule(list(rescales or []))
         self.gate = EndOfInputGate(
-            faults, self.rescales, history.emit, hold_limit_ms(checkpoint.interval_ms, hold_floor_ms)
+            self.faults, self.rescales, history.emit, hold_limit_ms(checkpoint.interval_ms, hold_floor_ms)
         )
         self.coord: CheckpointCoordinator | None = None
         self.skews: dict[str, int] = {}  # task -> clock skew, applied again to every new attempt
@@ -69,8 +72,6 @@ class Driver(ExecutorControls):
         self.completed = 0
         self.final_after: int | None = None  # a checkpoint with this id or later ends the job
         self.root_cause = ""  # a failed run: the first real error behind it
-        if faults is not None:
-            faults.bind(self, history.emit)
 
     # ------------------------------------------------------------------ what each executor implements
 
@@ -235,12 +236,13 @@ class Driver(ExecutorControls):
         """The run's first history event."""
         self.history.emit(
             RunStart(
-            job=self.graph.name,
-            executor=self.EXECUTOR,
-            seed=self.seed,
-            parallelism=self.graph.parallelism(),
-            max_parallelism=self.graph.max_parallelism,
-            config=self._run_config(),
+                job=self.graph.name,
+                executor=self.EXECUTOR,
+                seed=self.seed,
+                parallelism=self.graph.parallelism(),
+                max_parallelism=self.graph.max_parallelism,
+                config=self._run_config(),
+                plan=self.plan,
             )
         )
 

@@ -231,6 +231,7 @@ class RunStart(Event):
     parallelism: dict[str, int]
     max_parallelism: int
     config: dict[str, Any]
+    plan: dict[str, Any] = ABSENT  # the planned faults and rescale steps (harness.oracles.fault_schedule)
 
 
 @event("run_end")
@@ -465,6 +466,7 @@ class FaultStart(Event):
     target: str | None
     trigger: str
     details: dict[str, Any] = field(default_factory=dict)
+    holds_tasks: bool = ABSENT  # can it keep a task from acting while it lasts (the liveness oracle)
     extra: dict[str, Any] = field(default_factory=dict)
 
 

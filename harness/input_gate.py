@@ -46,9 +46,8 @@ class EndOfInputGate:
         out: list[str] = []
         if self.faults is not None:
             out += self.faults.awaiting(REACHABLE_AFTER_INPUT)
-        for req in self.rescales.requests:
-            if not req.done and req.kind in REACHABLE_AFTER_INPUT:
-                out.append(f"rescale at {req.kind}={req.value}")
+        for req in self.rescales.pending(REACHABLE_AFTER_INPUT):
+            out.append(f"rescale at {req.kind}={req.value}")
         if self.rescales.busy:
             out.append("a rescale in progress")
         return out

@@ -61,9 +61,25 @@ class RescaleSchedule:
     checkpoint: the rescale still happens, never silently dropped."""
 
     def __init__(self, requests: list[RescaleRequest]) -> None:
-        self.requests = list(requests)
+        self._requests = list(requests)
         self.savepoint: tuple[int, RescaleRequest] | None = None
         self.ready: RescaleRequest | None = None
+
+    def add(self, req: RescaleRequest) -> None:
+        """A request the run makes by itself (an adaptive scale-up), after the scenario's."""
+        self._requests.append(req)
+
+    def drop(self, reason: str) -> None:
+        """Forget every request made for ``reason`` (pending, waiting for its savepoint, or ready)."""
+        self._requests = [r for r in self._requests if r.reason != reason]
+        if self.ready is not None and self.ready.reason == reason:
+            self.ready = None
+        if self.savepoint is not None and self.savepoint[1].reason == reason:
+            self.savepoint = None
+
+    def pending(self, kinds: tuple[str, ...]) -> list[RescaleRequest]:
+        """Requests not acted on yet whose trigger is of one of ``kinds``."""
+        return [r for r in self._requests if not r.done and r.kind in kinds]
 
     @property
     def busy(self) -> bool:
@@ -71,7 +87,7 @@ class RescaleSchedule:
 
     def check(self, now_ms: int, records: int, coord: Any, completed: int | None = None) -> None:
         """Act on requests due now (``completed``: a checkpoint that just completed)."""
-        for req in self.requests:
+        for req in self._requests:
             if self.busy or not req.due(now_ms, records, completed):
                 continue
             req.done = True
@@ -143,11 +159,12 @@ class JobMaster:
         history: HistoryWriter,
         keep_restore_evidence: bool = True,
         max_restarts: int = 50,
+        fsync: bool = True,
     ) -> None:
         self.job_id = graph.name
         self.run_dir = Path(run_dir)
         self.checkpoint_root = RunStore(self.run_dir).checkpoints
-        self.storage = FileSystemCheckpointStorage(self.checkpoint_root)
+        self.storage = FileSystemCheckpointStorage(self.checkpoint_root, sync=fsync)
         self.config = checkpoint
         self.history = history
         self.keep_restore_evidence = keep_restore_evidence

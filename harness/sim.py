@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.controls import FaultScheduler
+from harness.controls import FaultPlan
 from harness.coordinator import CheckpointConfig, JobFailedError
 from harness.driver import Driver
 from harness.events import RecordsIn, RecordsOut, TimersFired
@@ -76,7 +76,7 @@ class SimExecutor(Driver):
         run_dir: Path,
         checkpoint: CheckpointConfig,
         seed: int = 0,
-        faults: FaultScheduler | None = None,
+        faults: FaultPlan | None = None,
         rescales: list[RescaleRequest] | None = None,
         config: SimConfig | None = None,
         run_info: dict[str, Any] | None = None,
@@ -99,10 +99,10 @@ class SimExecutor(Driver):
             max_restarts=self.cfg.max_restarts,
             hold_floor_ms=10_000,
             run_info=run_info,
+            fsync=False,  # crashes here are of tasks, not of the machine
         )
-        self.master.storage.sync = False  # crashes here are of tasks, not of the machine: no fsync
         self.storage = GatedStorage(self.master.storage, sleep=self._sleep)
-        self.failpoints = Failpoints(faults, sleep=self._sleep)
+        self.failpoints = Failpoints(self.faults, sleep=self._sleep)
         self.keyed_backend_factory = keyed_backend_factory
         self.attempt = -1
         self.tasks: list[Any] = []

@@ -91,8 +91,12 @@ class KillAfterCheckpoint:
         self.recovery_seconds: float | None = None
         self.slots = 0  # the task slots of the deployment that recovered
 
-    def bind(self, controls: Any, emit: Any) -> None:
+    def planned(self) -> list[dict[str, Any]]:
+        return []  # a measurement, not a planned fault: fault_schedule has nothing to judge
+
+    def start(self, controls: Any, emit: Any) -> KillAfterCheckpoint:
         self.ex = controls  # the SparkExecutor: which deployment runs
+        return self
 
     def on_checkpoint_completed(self, checkpoint_id: int) -> None:
         dep = self.ex.dep.number if self.ex is not None and self.ex.dep is not None else 0

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from chaos.faults import FaultTarget, fault_injector
 from chaos.scenario import Scenario
-from chaos.schedule import Nemesis, PlannedFault
+from chaos.schedule import NemesisPlan, PlannedFault
 from harness.controls import ExecutorControls
 from harness.jobs import JobSpec
 
@@ -24,7 +24,9 @@ class Cluster(Protocol):
         ...
 
 
-def nemesis_for(planned: list[PlannedFault], target: Callable[[ExecutorControls], FaultTarget]) -> Nemesis:
-    """The nemesis that fires ``planned`` through each fault kind's injector, on what ``target(controls)``
-    names once the executor (constructed with this nemesis as its ``faults``) binds it."""
-    return Nemesis(planned, lambda controls: fault_injector(target(controls)))
+def nemesis_for(
+    planned: list[PlannedFault], target: Callable[[ExecutorControls], FaultTarget]
+) -> NemesisPlan:
+    """The plan whose nemesis fires ``planned`` through each fault kind's injector, on what
+    ``target(controls)`` names once the executor (constructed with this plan as its ``faults``) starts it."""
+    return NemesisPlan(planned, lambda controls: fault_injector(target(controls)))

@@ -270,17 +270,16 @@ class DockerSparkCluster:
 
 class ExecSignal(Injector):
     """Signal a process inside a run-owned container (the executor JVM, a Python worker): the
-    process faults of other clusters, for executors that are not processes of this host."""
+    process faults of other clusters, for executors that are not processes of this host. The fault
+    kind's module gives the ``signal`` and the shell ``find`` that lists candidate pids (patterns
+    bracketed so they do not match the ``sh -c`` running them); a STOP is undone by a CONT on ``stop``."""
 
-    _PATTERNS = {
-        # bracketed so the pattern does not match the `sh -c` that runs pgrep
-        "kill_executor": ("KILL", "[C]oarseGrainedExecutorBackend"),
-        "pause_executor": ("STOP", "[C]oarseGrainedExecutorBackend"),
-    }
-
-    def __init__(self, scope: RunScope, container: Any, kind: str, rng: random.Random) -> None:
+    def __init__(
+        self, scope: RunScope, container: Any, kind: str, signal: str, find: str, rng: random.Random
+    ) -> None:
         self.scope, self.container, self.kind, self.rng = scope, container, kind, rng
-        self.instant = kind != "pause_executor"
+        self.signal, self.find = signal, find
+        self.instant = signal != "STOP"
         self.pid: int | None = None
 
     def _exec(self, script: str) -> str:
@@ -294,20 +293,14 @@ class ExecSignal(Injector):
 
     def start(self) -> None:
         self.scope.check_container(self.container)
-        if self.kind == "kill_python_worker":
-            # the workers the pyspark daemon forked (the daemon itself is another fault)
-            script = "for d in $(pgrep -f '[p]yspark.daemon'); do pgrep -P $d; done"
-        else:
-            script = f"pgrep -f '{self._PATTERNS[self.kind][1]}'"
-        pids = [int(x) for x in self._exec(script + " || true").split()]
+        pids = [int(x) for x in self._exec(self.find + " || true").split()]
         if not pids:
             raise InjectorError(f"{self.kind}: no such process in {self.container.name}")
         self.pid = self.rng.choice(sorted(pids))
-        sig = "KILL" if self.kind != "pause_executor" else "STOP"
-        self._exec(f"kill -{sig} {self.pid}")
+        self._exec(f"kill -{self.signal} {self.pid}")
 
     def stop(self) -> None:
-        if self.kind == "pause_executor" and self.pid is not None:
+        if self.signal == "STOP" and self.pid is not None:
             pid, self.pid = self.pid, None
             with contextlib.suppress(Exception):  # the container may be gone
                 self.scope.check_container(self.container)

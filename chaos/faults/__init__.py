@@ -1,4 +1,6 @@
-"""Fault kinds, one module each (its parameters, clusters, checks and injector factory).
+"""Fault kinds, one module each holding every fact about its kind (:class:`FaultKind`: parameters,
+clusters, injector, target, whether it holds tasks, explore generator, delivery, Structured Streaming);
+the docker worker kinds share one module, a table of their differences.
 
 Importing this package registers every kind; adding a kind is one module and one line below.
 """
@@ -14,14 +16,10 @@ from chaos.faults import (  # noqa: F401  (each module registers its kind on imp
     failpoint,
     kill_executor,
     kill_python_worker,
-    kill_worker,
     network,
-    partition_worker,
     pause_executor,
-    pause_worker,
-    restart_worker,
-    stop_worker,
     storage,
+    workers,
 )
 from chaos.faults.params import FaultParams
 from chaos.faults.registry import FAULT_KINDS, FaultKind, FaultTarget
@@ -34,9 +32,6 @@ def fault_injector(on: FaultTarget) -> Callable[[Any, random.Random], Injector |
     """The Nemesis' injector factory for a run: each planned fault's kind builds its injector."""
 
     def build(planned: Any, rng: random.Random) -> Injector | None:
-        injector = FAULT_KINDS[planned.fault.kind].injector(planned.fault, on, rng)
-        if hasattr(injector, "fault_id"):  # an in-band fault names its fault in the task's reply
-            injector.fault_id = planned.fault_id
-        return injector
+        return FAULT_KINDS[planned.fault.kind].injector(planned.fault, on, rng, planned.fault_id)
 
     return build

@@ -25,9 +25,10 @@ class ClockSkewFault(FaultParams):
         return self
 
 
-def injector(f: ClockSkewFault, on: FaultTarget, rng: random.Random) -> Injector:
+def injector(f: ClockSkewFault, on: FaultTarget, rng: random.Random, fault_id: int) -> Injector:
     target = f.target_name if f.target is not None else rng.choice(on.executor.task_names())
     return SkewClock(on.executor, target, int(f.skew_ms or 0))
 
 
-register(FaultKind(ClockSkewFault, EVERY_CLUSTER, injector))
+# a skewed clock keeps no task from acting
+register(FaultKind(ClockSkewFault, EVERY_CLUSTER, injector, targets="task", holds_tasks=False))

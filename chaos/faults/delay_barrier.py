@@ -4,7 +4,7 @@ for ``delay_ms``. Every cluster."""
 from __future__ import annotations
 
 import random
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import model_validator
 
@@ -26,9 +26,25 @@ class DelayBarrierFault(FaultParams):
         return self
 
 
-def injector(f: DelayBarrierFault, on: FaultTarget, rng: random.Random) -> Injector:
+def injector(f: DelayBarrierFault, on: FaultTarget, rng: random.Random, fault_id: int) -> Injector:
     channels = on.executor.channel_names()
     return DelayBarrier(on.executor, f.channel or rng.choice(channels), f.delay_ms or 0)
 
 
-register(FaultKind(DelayBarrierFault, EVERY_CLUSTER, injector))
+def explore(space: Any) -> Any:
+    """A barrier held up to 300 ms on a random channel, at a checkpoint the calibration run reached."""
+    from hypothesis import strategies as st
+
+    return st.fixed_dictionaries(
+        {
+            "at": st.integers(1, space.checkpoints).map(lambda n: f"checkpoint:{n}"),
+            "kind": st.just("delay_barrier"),
+            "delay_ms": st.integers(1, 300),
+        }
+    )
+
+
+# a held barrier keeps no task from acting on an abort notification
+register(
+    FaultKind(DelayBarrierFault, EVERY_CLUSTER, injector, targets="channel", holds_tasks=False, explore=explore)
+)

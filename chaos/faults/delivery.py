@@ -6,7 +6,7 @@ and in band on a ``spark://`` master, whose executors are on other hosts.
 
 The history says which delivery acted: ``fault_start``'s details carry ``delivery``; an in-band fault
 is confirmed (or refused, with the reason) by its task in a ``fault_delivered`` event, and a fault
-its task never confirmed did not fire (:func:`unconfirmed`).
+its task never confirmed did not fire (:func:`harness.oracles.fault_schedule.unconfirmed`).
 """
 
 from __future__ import annotations
@@ -20,9 +20,8 @@ from chaos.faults.params import FaultParams
 from chaos.faults.registry import FaultTarget
 from chaos.injectors.base import Injector, InjectorError, NotReady
 from harness.controls import InbandControls
-from harness.events import Event, FaultDelivered, FaultStart
 
-__all__ = ["Delivery", "ProcessFaultParams", "delivery_of", "InbandProcessFault", "Delivered", "unconfirmed"]
+__all__ = ["Delivery", "ProcessFaultParams", "delivery_of", "InbandProcessFault", "Delivered"]
 
 Delivery = Literal["inband", "out_of_band"]
 # the cluster kinds (chaos.scenario.Scenario.cluster_kind) whose executors this host can signal
@@ -65,7 +64,13 @@ class InbandProcessFault(Injector):
     this run's own (its ancestor JVM, by app id and executor id) and acts, or refuses."""
 
     def __init__(
-        self, executor: InbandControls, fault: ProcessFaultParams, action: str, rng: random.Random
+        self,
+        executor: InbandControls,
+        fault: ProcessFaultParams,
+        action: str,
+        rng: random.Random,
+        fault_id: int,
+        instant: bool,
     ) -> None:
         from harness.spark.inband_control import NoTaskThere
 
@@ -73,8 +78,7 @@ class InbandProcessFault(Injector):
             raise InjectorError("in-band faults need an executor whose tasks take control messages (Spark)")
         self.executor, self.fault, self.action = executor, fault, action
         self.kind = fault.kind
-        self.instant = action != "pause_executor"
-        self.fault_id: int | None = None
+        self.instant, self.fault_id = instant, fault_id
         try:
             self.to = executor.inband.target(fault.target_name, rng)
         except NoTaskThere as e:
@@ -85,8 +89,6 @@ class InbandProcessFault(Injector):
     def start(self) -> None:
         from harness.spark.inband_control import NoTaskThere
 
-        if self.fault_id is None:
-            raise InjectorError("in-band fault started without its fault id")
         try:
             self.executor.inband.send(self.fault_id, self.action, self.to, self.fault.duration_ms or 0)
         except NoTaskThere as e:
@@ -118,25 +120,3 @@ class Delivered(Injector):
 
     def describe(self) -> dict[str, Any]:
         return {**self.inner.describe(), "delivery": "out_of_band"}
-
-
-def unconfirmed(events: list[Event]) -> dict[int, str]:
-    """Fault id -> why an in-band fault did not act: its task refused, failed, or never confirmed."""
-    inband = {
-        e.fault_id: e for e in events if isinstance(e, FaultStart) and (e.details or {}).get("delivery") == "inband"
-    }
-    last: dict[int, FaultDelivered] = {}
-    for e in events:
-        if isinstance(e, FaultDelivered):
-            last[e.fault_id] = e
-    out = {}
-    for fid, start in inband.items():
-        reply = last.get(fid)
-        if reply is None:
-            task = (start.details or {}).get("task")
-            out[fid] = (
-                f"its task {task} never confirmed the in-band fault (it stopped or was redeployed first)"
-            )
-        elif not reply.acted:
-            out[fid] = f"the task refused it in band: {reply.extra.get('reason')}"
-    return out

@@ -8,7 +8,13 @@ from typing import Any
 from chaos.faults.registry import FaultTarget
 from chaos.injectors.base import InjectorError
 
-__all__ = ["executor_target", "worker_container", "in_worker_container"]
+__all__ = [
+    "executor_target",
+    "worker_container",
+    "in_worker_container",
+    "sss_worker_container",
+    "EXECUTOR_JVM",
+]
 
 
 def executor_target(spark: Any, target: str | None, rng: random.Random) -> tuple[str, int]:
@@ -33,11 +39,27 @@ def worker_container(on: FaultTarget, target: str | None, rng: random.Random) ->
     return on.docker.pick_worker(on.spark, target, rng)
 
 
-def in_worker_container(kind: str, on: FaultTarget, target: str | None, rng: random.Random) -> Any | None:
+# the executor JVM inside a worker container (bracketed: the pattern must not match the sh -c running it)
+EXECUTOR_JVM = "pgrep -f '[C]oarseGrainedExecutorBackend'"
+
+
+def in_worker_container(
+    kind: str, on: FaultTarget, target: str | None, signal: str, find: str, rng: random.Random
+) -> Any | None:
     """On the docker cluster a process fault is sent into a worker's container (the executor's
-    processes live there, not on this host): its injector; elsewhere None."""
+    processes live there, not on this host): ``signal`` to one of the pids ``find`` lists; elsewhere None."""
     if on.docker is None:
         return None
     from chaos.cluster.docker_spark import ExecSignal
 
-    return ExecSignal(on.scope, worker_container(on, target, rng), kind, rng)
+    return ExecSignal(on.scope, worker_container(on, target, rng), kind, signal, find, rng)
+
+
+def sss_worker_container(kind: str, docker: Any, rng: random.Random) -> Any:
+    """A Structured Streaming run's worker container that runs one of the query's executors (its JVM
+    found inside the container), else any."""
+    workers = docker.worker_containers()
+    if not workers:
+        raise InjectorError(f"{kind}: no worker container of this run is running")
+    busy = [c for c in workers if c.exec_run(["sh", "-c", EXECUTOR_JVM]).exit_code == 0]
+    return rng.choice(busy or workers)

@@ -5,13 +5,14 @@ so there is no injector. Every cluster."""
 from __future__ import annotations
 
 import random
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import model_validator
 
 from chaos.faults.params import FaultParams, MaybeDuration
 from chaos.faults.registry import EVERY_CLUSTER, FaultKind, FaultTarget, register
 from chaos.injectors.base import Injector
+from harness.failpoints import FAILPOINTS
 
 
 class FailpointFault(FaultParams):
@@ -30,8 +31,25 @@ class FailpointFault(FaultParams):
         return self
 
 
-def injector(f: FailpointFault, on: FaultTarget, rng: random.Random) -> Injector | None:
+def injector(f: FailpointFault, on: FaultTarget, rng: random.Random, fault_id: int) -> Injector | None:
     return None
 
 
-register(FaultKind(FailpointFault, EVERY_CLUSTER, injector))
+def explore(space: Any) -> Any:
+    """A crash at a named failpoint, of any subtask or of one the calibration run deployed."""
+    from hypothesis import strategies as st
+
+    return st.builds(
+        lambda fp, target: {
+            "at": f"failpoint:{fp}",
+            "kind": "failpoint",
+            "action": "crash",
+            **({"target": target} if target else {}),
+        },
+        st.sampled_from(FAILPOINTS),
+        st.one_of(st.none(), st.sampled_from(space.tasks)),
+    )
+
+
+# its delay holds the task at the failpoint
+register(FaultKind(FailpointFault, EVERY_CLUSTER, injector, targets="task", explore=explore))

@@ -9,9 +9,9 @@ import random
 from typing import Literal
 
 from chaos.faults.delivery import Delivered, InbandProcessFault, ProcessFaultParams, delivery_of
-from chaos.faults.executors import executor_target, in_worker_container
-from chaos.faults.registry import SPARK_CLUSTERS, FaultKind, FaultTarget, register
-from chaos.injectors.base import Injector
+from chaos.faults.executors import EXECUTOR_JVM, executor_target, in_worker_container, sss_worker_container
+from chaos.faults.registry import SPARK_CLUSTERS, FaultKind, FaultTarget, SssTarget, register
+from chaos.injectors.base import Injector, InjectorError
 from chaos.injectors.process import KillProcess
 
 
@@ -19,13 +19,26 @@ class KillExecutorFault(ProcessFaultParams):
     kind: Literal["kill_executor"]
 
 
-def injector(f: KillExecutorFault, on: FaultTarget, rng: random.Random) -> Injector:
+def injector(f: KillExecutorFault, on: FaultTarget, rng: random.Random, fault_id: int) -> Injector:
     if delivery_of(f, on) == "inband":
-        return InbandProcessFault(on.executor, f, "kill_executor", rng)
-    if (inside := in_worker_container(f.kind, on, f.target_name, rng)) is not None:
+        return InbandProcessFault(on.executor, f, "kill_executor", rng, fault_id, instant=True)
+    if (inside := in_worker_container(f.kind, on, f.target_name, "KILL", EXECUTOR_JVM, rng)) is not None:
         return Delivered(inside)
     _, pid = executor_target(on.spark, f.target_name, rng)
-    return Delivered(KillProcess(on.scope, pid, "executor"))
+    return Delivered(KillProcess(on.scope, pid, "executor", f.kind))
 
 
-register(FaultKind(KillExecutorFault, SPARK_CLUSTERS, injector))
+def sss_injector(kind: str, on: SssTarget, rng: random.Random) -> Injector:
+    if on.docker is None:
+        raise InjectorError(f"{kind} needs cluster docker")
+    from chaos.cluster.docker_spark import ExecSignal
+
+    return ExecSignal(on.scope, sss_worker_container(kind, on.docker, rng), kind, "KILL", EXECUTOR_JVM, rng)
+
+
+register(
+    FaultKind(
+        KillExecutorFault, SPARK_CLUSTERS, injector, targets="executor", deliveries=("inband", "out_of_band"),
+        sss_clusters=("local", "docker"), sss_injector=sss_injector,
+    )
+)  # fmt: skip

@@ -16,6 +16,10 @@ from chaos.faults.registry import SPARK_CLUSTERS, FaultKind, FaultTarget, regist
 from chaos.injectors.base import Injector, InjectorError
 from chaos.injectors.process import KillProcess
 
+# in a docker worker's container: the workers the pyspark daemon forked (the daemon itself is
+# ``process: daemon``, in band only)
+_FORKED_WORKERS = "for d in $(pgrep -f '[p]yspark.daemon'); do pgrep -P $d; done"
+
 
 class KillPythonWorkerFault(ProcessFaultParams):
     kind: Literal["kill_python_worker"]
@@ -28,17 +32,24 @@ class KillPythonWorkerFault(ProcessFaultParams):
         return self
 
 
-def injector(f: KillPythonWorkerFault, on: FaultTarget, rng: random.Random) -> Injector:
+def injector(f: KillPythonWorkerFault, on: FaultTarget, rng: random.Random, fault_id: int) -> Injector:
     if f.process == "daemon" or delivery_of(f, on) == "inband":
         action = "kill_python_daemon" if f.process == "daemon" else "kill_python_worker"
-        return InbandProcessFault(on.executor, f, action, rng)
-    if (inside := in_worker_container(f.kind, on, f.target_name, rng)) is not None:
+        return InbandProcessFault(on.executor, f, action, rng, fault_id, instant=True)
+    if (inside := in_worker_container(f.kind, on, f.target_name, "KILL", _FORKED_WORKERS, rng)) is not None:
         return Delivered(inside)
     eid, _ = executor_target(on.spark, f.target_name, rng)
     workers = on.spark.python_worker_pids().get(eid, [])
     if not workers:
         raise InjectorError(f"executor {eid} has no Python worker running")
-    return Delivered(KillProcess(on.scope, rng.choice(workers), "python_worker"))
+    return Delivered(KillProcess(on.scope, rng.choice(workers), "python_worker", f.kind))
 
 
-register(FaultKind(KillPythonWorkerFault, SPARK_CLUSTERS, injector))
+# a Structured Streaming query's Python workers are killed in band, through the run directory every
+# executor sees (harness.sss.python_faults): the query's run loop arms it, on any cluster
+register(
+    FaultKind(
+        KillPythonWorkerFault, SPARK_CLUSTERS, injector, targets="executor", deliveries=("inband", "out_of_band"),
+        sss_clusters=SPARK_CLUSTERS,
+    )
+)  # fmt: skip

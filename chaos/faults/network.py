@@ -14,7 +14,7 @@ from pydantic import Field, model_validator
 
 from chaos.errors import EnvironmentProblem
 from chaos.faults.params import FaultParams
-from chaos.faults.registry import SPARK_CLUSTERS, FaultKind, FaultTarget, register
+from chaos.faults.registry import SPARK_CLUSTERS, FaultKind, FaultTarget, SssTarget, register
 from chaos.injectors.base import Injector, InjectorError, NotReady
 from chaos.injectors.inband_network import InbandCut, InbandToxic
 from chaos.injectors.network import DisableLink, ToxicFault
@@ -111,7 +111,7 @@ def _inband(f: NetworkFault, on: FaultTarget, link: str, rng: random.Random) -> 
     return InbandToxic(ex.tell, links, str(f.toxic), dict(f.attributes), stream, f.toxicity, on.scope.run_id)
 
 
-def injector(f: NetworkFault, on: FaultTarget, rng: random.Random) -> Injector:
+def injector(f: NetworkFault, on: FaultTarget, rng: random.Random, fault_id: int) -> Injector:
     link = network_link(f.channel)
     if delivery(f, on.cluster_kind) == "inband":
         return _inband(f, on, link, rng)
@@ -129,4 +129,18 @@ def injector(f: NetworkFault, on: FaultTarget, rng: random.Random) -> Injector:
     )
 
 
-register(FaultKind(NetworkFault, SPARK_CLUSTERS, injector))
+def sss_injector(kind: str, on: SssTarget, rng: random.Random) -> Injector:
+    """On a Structured Streaming query: a toxic (or ``disable``) on the driver's proxied link."""
+    if on.link is None:
+        raise InjectorError("network faults need the driver's proxies: cluster docker")
+    if on.toxic == "disable":
+        return DisableLink(on.link.proxies)
+    return ToxicFault(on.link.proxies, on.toxic, on.attributes, on.stream, 1.0, on.scope.run_id)
+
+
+register(
+    FaultKind(
+        NetworkFault, SPARK_CLUSTERS, injector, targets="channel", deliveries=("inband", "out_of_band"),
+        sss_clusters=("docker",), sss_injector=sss_injector,
+    )
+)  # fmt: skip

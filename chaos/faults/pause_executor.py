@@ -11,9 +11,9 @@ from typing import Literal
 from pydantic import model_validator
 
 from chaos.faults.delivery import Delivered, InbandProcessFault, ProcessFaultParams, delivery_of
-from chaos.faults.executors import executor_target, in_worker_container
-from chaos.faults.registry import SPARK_CLUSTERS, FaultKind, FaultTarget, register
-from chaos.injectors.base import Injector
+from chaos.faults.executors import EXECUTOR_JVM, executor_target, in_worker_container, sss_worker_container
+from chaos.faults.registry import SPARK_CLUSTERS, FaultKind, FaultTarget, SssTarget, register
+from chaos.injectors.base import Injector, InjectorError
 from chaos.injectors.process import PauseProcess
 
 
@@ -27,13 +27,26 @@ class PauseExecutorFault(ProcessFaultParams):
         return self
 
 
-def injector(f: PauseExecutorFault, on: FaultTarget, rng: random.Random) -> Injector:
+def injector(f: PauseExecutorFault, on: FaultTarget, rng: random.Random, fault_id: int) -> Injector:
     if delivery_of(f, on) == "inband":
-        return InbandProcessFault(on.executor, f, "pause_executor", rng)
-    if (inside := in_worker_container(f.kind, on, f.target_name, rng)) is not None:
+        return InbandProcessFault(on.executor, f, "pause_executor", rng, fault_id, instant=False)
+    if (inside := in_worker_container(f.kind, on, f.target_name, "STOP", EXECUTOR_JVM, rng)) is not None:
         return Delivered(inside)
     _, pid = executor_target(on.spark, f.target_name, rng)
-    return Delivered(PauseProcess(on.scope, pid, "executor"))
+    return Delivered(PauseProcess(on.scope, pid, "executor", f.kind))
 
 
-register(FaultKind(PauseExecutorFault, SPARK_CLUSTERS, injector))
+def sss_injector(kind: str, on: SssTarget, rng: random.Random) -> Injector:
+    if on.docker is None:
+        raise InjectorError(f"{kind} needs cluster docker")
+    from chaos.cluster.docker_spark import ExecSignal
+
+    return ExecSignal(on.scope, sss_worker_container(kind, on.docker, rng), kind, "STOP", EXECUTOR_JVM, rng)
+
+
+register(
+    FaultKind(
+        PauseExecutorFault, SPARK_CLUSTERS, injector, targets="executor", deliveries=("inband", "out_of_band"),
+        sss_clusters=("local", "docker"), sss_injector=sss_injector,
+    )
+)  # fmt: skip

@@ -30,7 +30,7 @@ class StorageFault(FaultParams):
         return self
 
 
-def injector(f: StorageFault, on: FaultTarget, rng: random.Random) -> Injector:
+def injector(f: StorageFault, on: FaultTarget, rng: random.Random, fault_id: int) -> Injector:
     if f.mode in ("corrupt", "truncate"):
         d = on.executor.latest_checkpoint_dir()
         if d is None:
@@ -40,4 +40,5 @@ def injector(f: StorageFault, on: FaultTarget, rng: random.Random) -> Injector:
     return StorageGateFault(on.executor, str(f.mode), f.delay_ms or 0)
 
 
+# a closed storage gate holds the tasks writing their snapshots
 register(FaultKind(StorageFault, EVERY_CLUSTER, injector))

@@ -10,31 +10,21 @@ from chaos.scope import RunScope
 
 __all__ = ["ContainerFault", "PartitionContainer"]
 
-_ACTIONS = {
-    "kill_worker": ("kill", None),
-    "stop_worker": ("stop", "start"),
-    "restart_worker": ("restart", None),
-    "pause_worker": ("pause", "unpause"),
-}
-
 
 class ContainerFault(Injector):
-    """``kill_worker`` / ``restart_worker`` are instant; ``stop_worker`` and ``pause_worker`` heal on stop.
+    """A Docker SDK call on a worker container (``action``: kill, stop, restart, pause), undone on
+    ``stop`` by ``heal`` (start, unpause; None: instant, nothing to undo). The fault kind's module
+    (:mod:`chaos.faults.workers`) says which call each kind makes."""
 
-    ``restart_killed``: a killed worker is started again when the fault heals (after its duration), as
-    a supervisor would bring it back; otherwise it stays dead."""
-
-    def __init__(self, scope: RunScope, container: Any, kind: str, restart_killed: bool = False) -> None:
-        if kind not in _ACTIONS:
-            raise ValueError(f"unknown container fault {kind!r}; expected one of {', '.join(_ACTIONS)}")
+    def __init__(self, scope: RunScope, container: Any, kind: str, action: str, heal: str | None) -> None:
         self.scope, self.container, self.kind = scope, container, kind
-        self._heal = "start" if kind == "kill_worker" and restart_killed else _ACTIONS[kind][1]
-        self.instant = self._heal is None
+        self._action, self._heal = action, heal
+        self.instant = heal is None
         self._active = False
 
     def start(self) -> None:
         self.scope.check_container(self.container)
-        action, _ = _ACTIONS[self.kind]
+        action = self._action
         try:
             if action == "stop":
                 self.container.stop(timeout=1)
@@ -62,10 +52,8 @@ class ContainerFault(Injector):
 class PartitionContainer(Injector):
     """Disconnect a container from the run's network; reconnect it (same aliases) on ``stop``."""
 
-    kind = "partition_worker"
-
-    def __init__(self, scope: RunScope, container: Any, network: Any) -> None:
-        self.scope, self.container, self.network = scope, container, network
+    def __init__(self, scope: RunScope, container: Any, network: Any, kind: str) -> None:
+        self.scope, self.container, self.network, self.kind = scope, container, network, kind
         self._aliases: list[str] | None = None
 
     def start(self) -> None:

@@ -19,9 +19,8 @@ class KillProcess(Injector):
 
     instant = True
 
-    def __init__(self, scope: RunScope, pid: int, role: str = "executor") -> None:
-        self.scope, self.pid, self.role = scope, pid, role
-        self.kind = "kill_python_worker" if role == "python_worker" else "kill_executor"
+    def __init__(self, scope: RunScope, pid: int, role: str, kind: str) -> None:
+        self.scope, self.pid, self.role, self.kind = scope, pid, role, kind
 
     def start(self) -> None:
         self.scope.check_pid(self.pid, self.role)
@@ -38,10 +37,8 @@ class PauseProcess(Injector):
     """SIGSTOP a run-owned process (and its children, so a paused executor's Python workers stop too),
     then SIGCONT them all on ``stop``."""
 
-    kind = "pause_executor"
-
-    def __init__(self, scope: RunScope, pid: int, role: str = "executor") -> None:
-        self.scope, self.pid, self.role = scope, pid, role
+    def __init__(self, scope: RunScope, pid: int, role: str, kind: str) -> None:
+        self.scope, self.pid, self.role, self.kind = scope, pid, role, kind
         self._stopped: list[int] = []
 
     def start(self) -> None:

@@ -1,48 +1,31 @@
-"""The faults that act on a Structured Streaming query's docker cluster: the runtime's container
-injectors on a worker container (kill, stop, pause, partition), a signal to the executor JVM inside
-one, and a Toxiproxy toxic (or ``disable``) on the driver's link (:mod:`chaos.sss.driver_link`)."""
+"""The faults that act on a Structured Streaming query's cluster, read from the fault kinds' own
+modules (:mod:`chaos.faults`): a kind applies to a query on the clusters its ``sss_clusters`` names,
+and when it has an ``sss_injector`` this module builds it on the run's docker stack or driver link
+(:mod:`chaos.sss.driver_link`)."""
 
 from __future__ import annotations
 
 import random
 from typing import Any
 
-from chaos.injectors.base import Injector, InjectorError
+from chaos.faults import FAULT_KINDS
+from chaos.faults.registry import SssTarget, kinds_where
+from chaos.injectors.base import Injector
 from chaos.scope import RunScope
 
-__all__ = ["WORKER_FAULTS", "CLUSTER_FAULTS", "cluster_injector"]
+__all__ = ["WORKER_FAULTS", "CLUSTER_FAULTS", "SSS_KINDS", "cluster_injector"]
 
-WORKER_FAULTS = ("kill_worker", "stop_worker", "pause_worker", "partition_worker")
-CLUSTER_FAULTS = (*WORKER_FAULTS, "kill_executor", "pause_executor", "network")
+# every kind that applies to a query, and those this module builds (on the docker stack or driver link)
+SSS_KINDS = kinds_where(lambda k: bool(k.sss_clusters))
+CLUSTER_FAULTS = kinds_where(lambda k: k.sss_injector is not None)
+# the kinds acting on a worker container
+WORKER_FAULTS = kinds_where(lambda k: k.sss_injector is not None and k.targets == "worker")
 
 
 def cluster_injector(kind: str, docker: Any, link: Any, scope: RunScope, rng: random.Random, toxic: str = "",
                      attributes: dict[str, Any] | None = None, stream: str = "downstream") -> Injector:  # fmt: skip
     """The injector for ``kind`` on the run's docker stack (``docker``, a DockerSparkCluster) or its
     driver link; InjectorError when the run has neither."""
-    if kind == "network":
-        from chaos.injectors.network import DisableLink, ToxicFault
-
-        if link is None:
-            raise InjectorError("network faults need the driver's proxies: cluster docker")
-        if toxic == "disable":
-            return DisableLink(link.proxies)
-        return ToxicFault(link.proxies, toxic, attributes or {}, stream, 1.0, scope.run_id)
-    if docker is None:
-        raise InjectorError(f"{kind} needs cluster docker")
-    from chaos.cluster.docker_spark import ExecSignal
-    from chaos.injectors.containers import ContainerFault, PartitionContainer
-
-    workers = docker.worker_containers()
-    if not workers:
-        raise InjectorError(f"{kind}: no worker container of this run is running")
-    # a worker that runs one of the query's executors (its JVM found inside the container), else any
-    busy = [
-        c for c in workers if c.exec_run(["pgrep", "-f", "[C]oarseGrainedExecutorBackend"]).exit_code == 0
-    ]
-    container = rng.choice(busy or workers)
-    if kind in ("kill_executor", "pause_executor"):
-        return ExecSignal(scope, container, kind, rng)
-    if kind == "partition_worker":
-        return PartitionContainer(scope, container, docker.stack.network())
-    return ContainerFault(scope, container, kind)
+    build = FAULT_KINDS[kind].sss_injector
+    assert build is not None, f"{kind} is no cluster fault of a Structured Streaming query"
+    return build(kind, SssTarget(docker, link, scope, toxic, dict(attributes or {}), stream), rng)

@@ -497,7 +497,7 @@ def _inject(fault: SssFault, driver: DriverProcess, checkpoint: Path, scope: Run
             emit("fault_skipped", kind=fault.kind, batch=batch, why="no executor running")
             return driver, True
         pid = rng.choice(pids)
-        inj = KillProcess(scope, pid) if fault.kind == "kill_executor" else PauseProcess(scope, pid)
+        inj = (KillProcess if fault.kind == "kill_executor" else PauseProcess)(scope, pid, "executor", fault.kind)
     else:
         return _restart(fault, driver, checkpoint, scope, rng, emit, start, batch, trigger)
     inj.start()

@@ -33,7 +33,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from chaos.errors import FieldProblems, InputError
-from chaos.sss.cluster_faults import WORKER_FAULTS
+from chaos.faults.registry import kinds_where
 from chaos.sss.damage import DAMAGE_CLASSES
 from chaos.trigger import Duration, Strict, parse_duration_ms
 from harness.sss.query import DEFAULT_INPUT, QuerySpec
@@ -73,10 +73,12 @@ def _problems(e: ValidationError) -> list[tuple[tuple[Any, ...], str]]:
     return out
 
 
-LOCAL_FAULTS = ("kill_executor", "pause_executor")
-DOCKER_FAULTS = (*WORKER_FAULTS, "network")
+# from the fault kinds' own modules (chaos.faults: sss_clusters, sss_injector): those struck on a
+# local-cluster's executors too, those on the docker cluster only, and those the query's run loop arms
 # in band through the run directory, which every executor sees at the same path (harness.sss.python_faults)
-PYTHON_FAULTS = ("kill_python_worker",)
+LOCAL_FAULTS = kinds_where(lambda k: k.sss_injector is not None and "local" in k.sss_clusters)
+DOCKER_FAULTS = kinds_where(lambda k: k.sss_injector is not None and k.sss_clusters == ("docker",))
+PYTHON_FAULTS = kinds_where(lambda k: bool(k.sss_clusters) and k.sss_injector is None)
 SSS_FAULT_KINDS = (*LOCAL_FAULTS, *DOCKER_FAULTS, "kill_driver", *PYTHON_FAULTS, *DAMAGE_CLASSES)
 DEFAULT_LOCAL = DEFAULT_MASTER
 

@@ -12,6 +12,7 @@ from harness.jobs import JobSpec
 from harness.oracles.artifacts import RunArtifacts
 from harness.oracles.checkpoint_state import check_checkpoint_state
 from harness.oracles.exactly_once import check_exactly_once
+from harness.oracles.fault_schedule import check_fault_schedule
 from harness.oracles.integrity import IntegrityConfig, check_checkpoint_integrity
 from harness.oracles.liveness import LivenessConfig, check_liveness
 from harness.oracles.registry import ORACLES, Oracle, register_oracle
@@ -40,6 +41,7 @@ __all__ = [
     "check_ttl",
     "check_checkpoint_integrity",
     "check_liveness",
+    "check_fault_schedule",
 ]
 
 

@@ -210,6 +210,6 @@ class RunArtifacts:
         out = []
         for e in self.of_type(FaultStart):
             d = e.details or {}
-            if e.kind == "storage" and d.get("mode") in ("corrupt", "truncate") and d.get("target"):
+            if d.get("mode") in ("corrupt", "truncate") and d.get("target"):  # a storage fault's
                 out.append((e.t, str(d["target"])))
         return out

@@ -2,7 +2,8 @@
 naming what stopped: the ``stalled`` event), and after the last fault heals it finishes or completes a new
 checkpoint within a bound; after a checkpoint is aborted (declined, expired, subsumed) no subtask
 stays blocked in its alignment longer than ``alignment_bound_ms`` (time while a fault that can hold
-a task back is active aside: a paused executor or a cut link cannot deliver the abort)."""
+a task back is active aside: a paused executor or a cut link cannot deliver the abort; each
+``fault_start`` says whether its fault does, in ``holds_tasks``)."""
 
 from __future__ import annotations
 
@@ -24,15 +25,13 @@ from harness.oracles.verdict import Verdict
 __all__ = ["check_liveness", "LivenessConfig"]
 
 
-# faults that cannot keep an abort notification from a task, nor keep the task from acting on it
-_NOT_HOLDING = ("delay_barrier", "clock_skew", "crash_task")
-
-
 def _fault_windows(art: RunArtifacts) -> list[tuple[int, int]]:
     start: dict[int, int] = {}
     out = []
     for e in art.of_type(FaultStart, FaultEnd):
-        if e.kind in _NOT_HOLDING:
+        # a fault that cannot keep an abort notification from a task, nor the task from acting on it (a
+        # history without the field: any fault may)
+        if isinstance(e, FaultStart) and e.holds_tasks is False:
             continue
         if isinstance(e, FaultStart):
             start[e.fault_id] = e.t

@@ -28,7 +28,7 @@ from typing import Any
 import harness.messages as ctl
 from harness.abort_cause import AbortCause, AbortReason
 from harness.adaptive import AdaptiveConfig, Fit, fit, slot_layout
-from harness.controls import FaultScheduler, ProcessHandles
+from harness.controls import FaultPlan, ProcessHandles
 from harness.coordinator import CheckpointConfig, JobFailedError
 from harness.driver import Driver
 from harness.events import (
@@ -89,7 +89,7 @@ class SparkExecutor(Driver):
         checkpoint: CheckpointConfig,
         cluster: SparkCluster,
         seed: int = 0,
-        faults: FaultScheduler | None = None,
+        faults: FaultPlan | None = None,
         rescales: list[RescaleRequest] | None = None,
         max_restarts: int = 10,
         time_limit_s: float | None = None,
@@ -580,17 +580,12 @@ class SparkExecutor(Driver):
         self.capacity_since = self.capacity_since or t
         if t - self.capacity_since >= bound:
             self.capacity_since = None
-            self.rescales.requests.append(
+            self.rescales.add(
                 RescaleRequest("time_ms", 0, larger.parallelism, True, reason="adaptive", slots=larger.slots)
             )
 
     def _drop_adaptive_requests(self) -> None:
-        rs = self.rescales
-        rs.requests = [r for r in rs.requests if r.reason != "adaptive"]
-        if rs.ready is not None and rs.ready.reason == "adaptive":
-            rs.ready = None
-        if rs.savepoint is not None and rs.savepoint[1].reason == "adaptive":
-            rs.savepoint = None
+        self.rescales.drop("adaptive")
 
     def _holds_for_scale_up(self, exhausted_all: bool, now: int) -> bool:
         """The end of input waits while the job runs smaller than configured; once every source is

@@ -52,8 +52,7 @@ def test_kill_hook_kills_after_the_checkpoint_and_times_the_next_deployment() ->
         cluster = SimpleNamespace(executor_pids=lambda: {"1": victim.pid, "0": victim.pid}, sc=sc)
         ex = SimpleNamespace(dep=SimpleNamespace(number=0), slots=2)
         hook = KillAfterCheckpoint(cluster, after=2)
-        hook.bind(ex, lambda *a, **k: None)
-        assert hook.ex is ex
+        assert hook.start(ex, lambda *a, **k: None) is hook and hook.ex is ex
         hook.on_checkpoint_completed(1)
         hook.on_time(0)  # nothing measured yet: the run goes on
         assert hook.killed_at is None and victim.poll() is None and not cancelled

@@ -37,18 +37,18 @@ def _wait_status(pid: int, want: str) -> str:
 def test_kill_refuses_a_process_the_run_did_not_start(child):
     scope = RunScope("r1", pids=lambda: [])
     with pytest.raises(BlastRadiusError, match=f"pid {child.pid}.*not started by run r1"):
-        KillProcess(scope, child.pid).start()
+        KillProcess(scope, child.pid, "executor", "kill_executor").start()
     assert child.poll() is None
 
 
 def test_kill_and_pause_act_on_run_owned_processes(child):
     scope = RunScope("r1", pids=lambda: [child.pid])
-    pause = PauseProcess(scope, child.pid)
+    pause = PauseProcess(scope, child.pid, "executor", "pause_executor")
     pause.start()
     assert _wait_status(child.pid, psutil.STATUS_STOPPED) == psutil.STATUS_STOPPED
     pause.stop()
     assert _wait_status(child.pid, psutil.STATUS_SLEEPING) != psutil.STATUS_STOPPED
-    KillProcess(scope, child.pid).start()
+    KillProcess(scope, child.pid, "executor", "kill_executor").start()
     assert child.wait(timeout=5) == -9
 
 
@@ -78,14 +78,14 @@ def test_container_without_the_run_label_is_refused():
     calls = []
     foreign = SimpleNamespace(name="someone-elses-db", labels={}, kill=lambda: calls.append("kill"))
     with pytest.raises(BlastRadiusError, match="someone-elses-db"):
-        ContainerFault(scope, foreign, "kill_worker").start()
+        ContainerFault(scope, foreign, "kill_worker", "kill", None).start()
     other_run = SimpleNamespace(
         name="w", labels={PROJECT_LABEL: "statechaos-r2"}, kill=lambda: calls.append("kill")
     )
     with pytest.raises(BlastRadiusError, match="statechaos-r2"):
-        ContainerFault(scope, other_run, "kill_worker").start()
+        ContainerFault(scope, other_run, "kill_worker", "kill", None).start()
     ours = SimpleNamespace(
         name="w", labels={PROJECT_LABEL: "statechaos-r1"}, kill=lambda: calls.append("kill")
     )
-    ContainerFault(scope, ours, "kill_worker").start()
+    ContainerFault(scope, ours, "kill_worker", "kill", None).start()
     assert calls == ["kill"]

@@ -17,10 +17,10 @@ import time
 import psutil
 import pytest
 
-from chaos.faults.delivery import unconfirmed
 from chaos.scenario import Scenario
 from harness.events import FaultDelivered, FaultStart
 from harness.messages import InbandFault, InbandHome, InbandReply, encode
+from harness.oracles.fault_schedule import unconfirmed
 from harness.spark.inband import (
     ExecutorHome,
     Refused,

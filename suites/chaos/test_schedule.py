@@ -46,8 +46,7 @@ def _nemesis(seed: int):
     def factory(p, rng):
         return Recording(log, f"{p.fault.kind}#{p.fault_id}", instant=p.fault.kind != "clock_skew")
 
-    nemesis = Nemesis(planned, lambda _controls: factory)
-    nemesis.bind(None, lambda ev: events.append((ev.TAG, ev.fields())))  # type: ignore[arg-type]
+    nemesis = Nemesis(planned, factory, lambda ev: events.append((ev.TAG, ev.fields())))
     return planned, nemesis, log, events
 
 
@@ -108,8 +107,7 @@ def test_after_ms_fires_that_long_after_the_condition():
         "#2 crash_task at records=100+250ms",
     ]
     log: list[str] = []
-    nem = Nemesis(planned, lambda _controls: lambda p, rng: Recording(log, f"#{p.fault_id}", True))
-    nem.bind(None, lambda *a, **k: None)  # type: ignore[arg-type]
+    nem = Nemesis(planned, lambda p, rng: Recording(log, f"#{p.fault_id}", True), lambda *a, **k: None)
     nem.on_time(5000)
     nem.on_checkpoint_completed(2)
     nem.on_records(100)

@@ -245,8 +245,7 @@ def test_a_fault_whose_target_is_not_there_yet_waits_for_it():
             raise NotReady("no completed checkpoint to damage yet")
         return Corrupt()
 
-    nemesis = Nemesis(plan(sc), lambda _controls: factory)
-    nemesis.bind(None, lambda ev: events.append((ev.TAG, ev.fields())))  # type: ignore[arg-type]
+    nemesis = Nemesis(plan(sc), factory, lambda ev: events.append((ev.TAG, ev.fields())))
     for t in range(5, 40):
         nemesis.on_time(t)
     assert events == [] and nemesis.awaiting(("records",)), "retrying, and the gate waits for it"
@@ -254,8 +253,9 @@ def test_a_fault_whose_target_is_not_there_yet_waits_for_it():
     nemesis.on_time(41)
     assert [t for t, _ in events] == ["fault_start", "fault_end"] and "error" not in events[0][1]["details"]
 
-    never = Nemesis(plan(sc), lambda _controls: lambda p, rng: (_ for _ in ()).throw(NotReady("no link yet")))
-    never.bind(None, lambda ev: events.append((ev.TAG, ev.fields())))  # type: ignore[arg-type]
+    never = Nemesis(
+        plan(sc), lambda p, rng: (_ for _ in ()).throw(NotReady("no link yet")), lambda ev: events.append((ev.TAG, ev.fields()))
+    )
     never.on_time(10)
     events.clear()
     never.heal_all()  # the run ended: the fault is recorded as not fired, with why
