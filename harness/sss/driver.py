@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.sss.checkpoint_log import committed_batches
+from harness.sss.deferred_state import defer
 from harness.sss.errors import spark_error_gist
+from harness.sss.pyspark_env import has_state_source
 from harness.sss.sink import chaos_sink, user_sink
 from harness.sss.spec import APPLY, SssSpec, load_function
 from harness.sss.state_vars import StateVar, discover_state_vars
@@ -93,6 +95,11 @@ def dump_state(spark: Any, workdir: Path, spec: SssSpec, name: str, batch: int |
     if not done:
         return
     batch = max(done) if batch is None else batch
+    import pyspark
+
+    if not has_state_source(pyspark.__version__):  # read after the run, by statechaos's own Spark
+        defer(workdir, name, batch, pyspark.__version__)
+        return
     out: dict[str, Any] = {"batch": batch, "vars": {}, "timers": None, "metadata": None, "error": None}
     try:
         meta = spark.read.format("state-metadata").load(str(checkpoint)).collect()
