@@ -118,8 +118,9 @@ def verdicts_of(sc: SssScenario, out: SssOutcome) -> list[Verdict]:
     return [
         output_verdict,
         state_verdict,
-        # a builder's query declares no state variables: its stores are judged by the replay instead
-        *([metadata_verdict] if sc.query.builder is None else []),
+        # a builder's query declares no state variables (its stores are judged by the replay instead);
+        # a pyspark before 4.0 has no state-metadata source
+        *([metadata_verdict] if sc.judges_metadata else []),
         Verdict.of("liveness", live, "every input file was committed", "{n} liveness problems"),
         ran,
         schedule,

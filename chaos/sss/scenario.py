@@ -36,7 +36,7 @@ from chaos.errors import InputError
 from chaos.sss.cluster_faults import WORKER_FAULTS
 from chaos.sss.damage import DAMAGE_CLASSES
 from chaos.trigger import Duration, Strict, parse_duration_ms
-from harness.sss.pyspark_env import PysparkEnvError, missing_feature, parse_version
+from harness.sss.pyspark_env import STATE_METADATA, PysparkEnvError, missing_feature, parse_version
 from harness.sss.query import DEFAULT_INPUT, QuerySpec
 from harness.sss.spec import APPLY, DEFAULT_MASTER, SpecError, SssSpec, load_function
 
@@ -318,11 +318,20 @@ class SssScenario(Strict):
     def spec(self) -> SssSpec | QuerySpec:
         return self.query.spec()
 
+    @property
+    def judges_metadata(self) -> bool:
+        """Whether ``state_metadata`` applies: a processor's declared variables against Spark's
+        state-metadata source, which a builder's query (no variables) and a pyspark before 4.0 (no such
+        source; it writes no metadata the check could judge) do not have."""
+        return self.query.builder is None and (
+            self.spark is None or missing_feature(self.spark, STATE_METADATA) is None
+        )
+
     def checks(self) -> list[str]:
         """The checks this scenario's run reports (chaos.sss.execute)."""
         if self.expect != "pass":
             return ["expected_verdict", "fault_schedule"]
-        metadata = ["state_metadata"] if self.query.builder is None else []  # a builder declares no variables
+        metadata = ["state_metadata"] if self.judges_metadata else []
         return ["exactly_once", "restored_state", *metadata, "liveness", "query_ran", "fault_schedule"]
 
 

@@ -21,7 +21,8 @@ def defer(workdir: Path, name: str, batch: int, version: str) -> None:
     state_dir = workdir / "state"
     state_dir.mkdir(exist_ok=True)
     tmp = state_dir / f".{name}.json.tmp"
-    tmp.write_text(json.dumps({"batch": batch, "deferred": f"pyspark {version} has no state data source"}))
+    tmp.write_text(json.dumps({"batch": batch, "deferred": f"pyspark {version} has no state data source",
+                               "written_by": version}))  # fmt: skip
     tmp.rename(state_dir / f"{name}.json")
 
 

@@ -79,7 +79,8 @@ def _state_row(row: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in row.asDict(recursive=False).items():
         fields = set(v.__fields__) if hasattr(v, "__fields__") else set()
-        if fields in ({"value", "ttlExpirationMs"}, {"groupState", "timeoutTimestamp"}):
+        # apply's state row has no timeoutTimestamp when the function has no timeout (NoTimeout)
+        if fields in ({"value", "ttlExpirationMs"}, {"groupState", "timeoutTimestamp"}, {"groupState"}):
             out[k] = {f: canon(x) for f, x in v.asDict(recursive=False).items()}
         else:
             out[k] = canon(v)

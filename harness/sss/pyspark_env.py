@@ -20,6 +20,7 @@ from pathlib import Path
 __all__ = [
     "MIN_VERSION",
     "FEATURES",
+    "STATE_METADATA",
     "PysparkEnvError",
     "parse_version",
     "missing_feature",
@@ -45,6 +46,7 @@ FEATURES: dict[str, tuple[tuple[int, int, int], str]] = {
     "the state metadata source (format state-metadata)": ((4, 0, 0), "SPARK-45794"),
 }
 STATE_SOURCE = "the state data source (format statestore)"
+STATE_METADATA = "the state metadata source (format state-metadata)"
 
 
 class PysparkEnvError(Exception):
