@@ -62,7 +62,9 @@ def test_a_feature_the_version_lacks_is_refused_naming_both() -> None:
          "spark: .*a builder's query runs on statechaos's own pyspark"),
     ],
 )  # fmt: skip
-def test_what_cannot_run_on_another_version_is_refused(spark: str, cluster: str, query: str, problem: str) -> None:
+def test_what_cannot_run_on_another_version_is_refused(
+    spark: str, cluster: str, query: str, problem: str
+) -> None:
     with pytest.raises(ScenarioError, match=problem):
         parse_scenario(_scenario(spark, query, cluster), "v.yaml", ROOT)
 
@@ -71,14 +73,18 @@ def test_feature_versions_as_spark_released_them() -> None:
     assert env.missing_feature("3.4.0", "applyInPandasWithState") is None
     assert "3.5.0" in (env.missing_feature("3.4.1", "dropDuplicatesWithinWatermark") or "")
     assert env.missing_feature("4.0.0", "transformWithStateInPandas") is None
-    assert not env.has_state_source("3.5.3") and env.has_state_source("4.0.0") and env.has_state_source("4.3.0.dev0")
+    assert (
+        not env.has_state_source("3.5.3")
+        and env.has_state_source("4.0.0")
+        and env.has_state_source("4.3.0.dev0")
+    )
     assert env.java_majors("3.4.1") == (8, 11, 17) and env.java_majors("4.0.1") == (17, 21)
 
 
 def test_java_the_version_does_not_support_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     java = tmp_path / "bin" / "java"
     java.parent.mkdir()
-    java.write_text('#!/bin/sh\necho \'openjdk version "21.0.2" 2024-01-16\' >&2\n')
+    java.write_text("#!/bin/sh\necho 'openjdk version \"21.0.2\" 2024-01-16' >&2\n")
     java.chmod(0o755)
     monkeypatch.setenv("JAVA_HOME", str(tmp_path))
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
@@ -87,7 +93,9 @@ def test_java_the_version_does_not_support_is_named(tmp_path: Path, monkeypatch:
     assert env.check_java_for("4.0.1") == str(java)
 
 
-def test_a_half_built_environment_is_rebuilt_never_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_half_built_environment_is_rebuilt_never_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(env.ENVS, str(tmp_path))
     half = tmp_path / "3.5.3"
     (half / "bin").mkdir(parents=True)
@@ -118,7 +126,9 @@ def test_a_failed_build_leaves_nothing_to_reuse(tmp_path: Path, monkeypatch: pyt
         if cmd[1:3] == ["-m", "venv"]:
             (Path(cmd[3]) / "bin").mkdir(parents=True)
             return subprocess.CompletedProcess(cmd, 0, "", "")
-        raise subprocess.CalledProcessError(1, cmd, "", "ERROR: No matching distribution found for pyspark==3.4.9")
+        raise subprocess.CalledProcessError(
+            1, cmd, "", "ERROR: No matching distribution found for pyspark==3.4.9"
+        )
 
     monkeypatch.setattr(env.subprocess, "run", fake_run)
     with pytest.raises(env.PysparkEnvError, match="No matching distribution found for pyspark==3.4.9"):
@@ -132,7 +142,9 @@ def test_sss_command_fault_options_match_the_scenario_fields() -> None:
     assert _fault("kill_executor@1").at == ""
     import argparse
 
-    with pytest.raises(argparse.ArgumentTypeError, match="kill_python_worker takes OPTION one of worker, daemon"):
+    with pytest.raises(
+        argparse.ArgumentTypeError, match="kill_python_worker takes OPTION one of worker, daemon"
+    ):
         _fault("kill_python_worker@2:after_sink_write")
 
 
