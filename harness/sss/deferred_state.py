@@ -69,13 +69,17 @@ def main(argv: list[str] | None = None) -> int:
     cluster.start()
     try:
         for path in pending(workdir):
-            name, batch = path.stem, int(json.loads(path.read_text())["batch"])
-            dump_state(cluster.spark, workdir, spec, name, batch=batch)
+            wanted = json.loads(path.read_text())
+            dump_state(cluster.spark, workdir, spec, path.stem, batch=int(wanted["batch"]))
             got = json.loads(path.read_text())
             if got.get("error"):
                 _unreadable(
                     path, f"pyspark {pyspark.__version__} (statechaos's) could not read it: {got['error']}"
                 )
+            else:  # who wrote the checkpoint, who read it
+                got["read_by"] = f"pyspark {pyspark.__version__}, after the run"
+                got["written_by"] = wanted.get("written_by")
+                path.write_text(json.dumps(got))
     finally:
         cluster.stop()
     return 0
