@@ -160,3 +160,49 @@ def test_a_group_state_row_without_timeout_is_read_by_field_name() -> None:
     assert row["value"] == {"groupState": [12]}
     image = GroupStateModel.spark_image({"group_state": [row]})
     assert list(image[GROUP_STATE].values()) == [((12,), NO_TIMESTAMP)]
+
+
+def test_state_no_spark_could_read_is_unknown_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint of a pyspark without a state data source that statechaos's Spark cannot read
+    either: restored_state is unknown naming why, never a refusal by the user's Spark."""
+    import json
+
+    import harness.sss.deferred_state as deferred
+    from chaos.sss.execute import verdicts_of
+    from chaos.sss.run import SssOutcome
+    from chaos.sss.scenario import SssScenario
+    from harness.oracles.verdict import status_of
+    from harness.sss.oracles import check_run
+
+    deferred.defer(tmp_path, "start-1", 1, "3.5.3")
+    assert [p.name for p in deferred.pending(tmp_path)] == ["start-1.json"]
+
+    def failing(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(cmd, 1, "", "Traceback ...\nSparkException: unsupported format")
+
+    monkeypatch.setattr(deferred.subprocess, "run", failing)
+    deferred.read_deferred(tmp_path)
+    assert not deferred.pending(tmp_path)
+    assert (
+        "SparkException: unsupported format"
+        in json.loads((tmp_path / "state" / "start-1.json").read_text())["unreadable"]
+    )
+
+    from harness.sss.spec import SssSpec
+
+    spec = SssSpec("examples.sss.null_first:tally", "user", "user string, n long", "note string, user string, total long",
+                   api="applyInPandasWithState", state_schema="total long")  # fmt: skip
+    (tmp_path / "checkpoint").mkdir()
+    check = check_run(tmp_path, spec, 0)
+    assert not check.refused and check.state_unknown
+    sc = SssScenario.model_validate(
+        {"name": "v", "engine": "sss", "spark": "3.5.3", "query": {"processor": spec.processor, "api": spec.api,
+         "key": "user", "input_schema": spec.input_schema, "output_schema": spec.output_schema,
+         "state_schema": spec.state_schema}, "input": {"generator": "examples.sss.null_first:make_inputs"}}
+    )  # fmt: skip
+    verdicts = {v.oracle: v for v in verdicts_of(sc, SssOutcome("unknown", check, [], 1, []))}
+    assert status_of(verdicts["restored_state"].to_dict()) == "unknown"
+    assert "SparkException: unsupported format" in verdicts["restored_state"].summary
+    assert "state_metadata" not in verdicts  # pyspark 3.5 has no state-metadata source to judge
