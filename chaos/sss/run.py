@@ -155,7 +155,8 @@ def run_sss(run: SssRun) -> SssOutcome:
     run.spec.validate()
     run.workdir.mkdir(parents=True, exist_ok=True)
     python = None
-    if run.pyspark is not None:  # the user's version: a Java it supports, and its venv (built once)
+    # the user's version (unless it is ours): a Java it supports, and its venv (built once)
+    if run.pyspark is not None and run.pyspark != importlib.metadata.version("pyspark"):
         try:
             check_java_for(run.pyspark)
             python = ensure_env(run.pyspark, say=lambda m: print(m, file=sys.stderr, flush=True))
