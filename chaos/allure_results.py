@@ -334,8 +334,11 @@ def write_allure_results(outcomes: Iterable[Any], alluredir: Path) -> None:
                 {"name": "framework", "value": "statechaos"},
                 *([{"name": "tag", "value": f"pyspark {v}"}] if (v := _pyspark(o)) else []),
             ],
-            "parameters": [{"name": "seed", "value": str(o.seed)}, {"name": "cluster", "value": o.cluster},
-                           *([{"name": "pyspark", "value": v}] if v else [])],
+            "parameters": [
+                {"name": "seed", "value": str(o.seed)},
+                {"name": "cluster", "value": o.cluster},
+                *([{"name": "pyspark", "value": v}] if v else []),
+            ],
             "steps": steps,
             "attachments": run_attachments(alluredir, run_dir, replay_command(run_dir), o.verdicts),
         }
