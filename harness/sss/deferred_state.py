@@ -1,7 +1,7 @@
 """State reads of a run whose pyspark has no state data source (before 4.0), made after the run with
 statechaos's own pyspark (``python -m harness.sss.deferred_state WORKDIR``): Spark reads the
 checkpoints earlier versions wrote. The driver records what it would have read (``state/NAME.json``
-with ``deferred``: the batch); this fills each in as the driver would have (:func:`harness.sss.driver.dump_state`).
+with ``deferred``: :func:`harness.sss.driver.defer_state_read`); this fills each in as the driver would have (:func:`harness.sss.driver.dump_state`).
 A read this Spark cannot make is marked ``unreadable`` with the reason: the restored-state check is
 then ``unknown``, never a refusal by the user's Spark, which never tried."""
 
@@ -13,17 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["defer", "pending", "read_deferred", "main"]
-
-
-def defer(workdir: Path, name: str, batch: int, version: str) -> None:
-    """Record that ``state/NAME.json`` (the state after ``batch``) is to be read after the run."""
-    state_dir = workdir / "state"
-    state_dir.mkdir(exist_ok=True)
-    tmp = state_dir / f".{name}.json.tmp"
-    tmp.write_text(json.dumps({"batch": batch, "deferred": f"pyspark {version} has no state data source",
-                               "written_by": version}))  # fmt: skip
-    tmp.rename(state_dir / f"{name}.json")
+__all__ = ["pending", "read_deferred", "main"]
 
 
 def pending(workdir: Path) -> list[Path]:

@@ -174,9 +174,10 @@ def test_state_no_spark_could_read_is_unknown_with_the_reason(
     from chaos.sss.run import SssOutcome
     from chaos.sss.scenario import SssScenario
     from harness.oracles.verdict import status_of
+    from harness.sss.driver import defer_state_read
     from harness.sss.oracles import check_run
 
-    deferred.defer(tmp_path, "start-1", 1, "3.5.3")
+    defer_state_read(tmp_path, "start-1", 1, "3.5.3")
     assert [p.name for p in deferred.pending(tmp_path)] == ["start-1.json"]
 
     def failing(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
