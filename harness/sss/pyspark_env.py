@@ -130,7 +130,14 @@ def requirements(version: str) -> list[str]:
     elif v < (4, 0, 0):
         reqs += ["pandas>=2.0,<2.1", "pyarrow>=12,<15", "numpy>=1.23,<2"]
     else:
-        reqs += ["pandas>=2.2,<3", "pyarrow>=15", "numpy>=1.26", "protobuf>=5.28,<8"]
+        # pyspark 4.0's applyInPandasWithState reader fails on pyarrow 26 with pandas 2.3
+        # (RecordBatch.slice: 'float' object cannot be interpreted as an integer)
+        newest = (
+            ["pandas>=2.2,<2.3", "pyarrow>=15,<20", "numpy>=1.26,<2.3"]
+            if v < (4, 1, 0)
+            else ["pandas>=2.2,<3", "pyarrow>=15", "numpy>=1.26"]
+        )
+        reqs += [*newest, "protobuf>=5.28,<8"]
     return reqs
 
 
