@@ -114,8 +114,6 @@ def _cmd_sss(args: argparse.Namespace) -> int:
         for f in args.fault:
             if args.builder is not None and (f.at or f.kind == "kill_python_worker"):
                 raise _BadInput(f"--fault {f.kind}: not available for a builder's query yet (a processor's only)")
-            if f.at and not sink:
-                raise _BadInput(f"--fault {f.kind}@{f.after_batches}:{f.at}: strikes inside your sink; give --sink-foreach-batch")
         if args.pyspark:
             from chaos.sss.scenario import pyspark_problem
             from harness.sss.pyspark_env import PysparkEnvError, parse_version
