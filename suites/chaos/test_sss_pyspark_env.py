@@ -207,3 +207,38 @@ def test_state_no_spark_could_read_is_unknown_with_the_reason(
     assert status_of(verdicts["restored_state"].to_dict()) == "unknown"
     assert "SparkException: unsupported format" in verdicts["restored_state"].summary
     assert "state_metadata" not in verdicts  # pyspark 3.5 has no state-metadata source to judge
+
+
+def test_sss_command_passes_sink_faults_and_pyspark_to_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import chaos.sss.run as sss_run
+    from chaos.cli import main
+
+    seen: list[sss_run.SssRun] = []
+
+    def fake_run(run: sss_run.SssRun) -> object:
+        seen.append(run)
+        raise sss_run.SparkEnvironmentError("stop here")
+
+    monkeypatch.setattr(sss_run, "run_sss", fake_run)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.csv").write_text("u0,3\n")
+    args = ["sss", "examples.sss.null_first:tally", "--api", "applyInPandasWithState", "--key", "user",
+            "--input-schema", "user string, n long", "--output-schema", "note string, user string, total long",
+            "--state-schema", "total long", "--input", str(tmp_path / "in"), "--workdir", str(tmp_path / "w")]  # fmt: skip
+    assert main([*args, "--sink-foreach-batch", "examples.sss.sink:write_by_batch_id", "--sink-read",
+                 "examples.sss.sink:read", "--fault", "kill_python_worker@1:daemon",
+                 "--fault", "kill_driver@2:after_sink_write", "--pyspark", "3.5.3"]) == 2  # fmt: skip
+    run = seen[0]
+    assert run.sink == {
+        "foreach_batch": "examples.sss.sink:write_by_batch_id",
+        "read": "examples.sss.sink:read",
+    }
+    assert [(f.kind, f.process, f.at) for f in run.faults] == [
+        ("kill_python_worker", "daemon", ""),
+        ("kill_driver", "worker", "after_sink_write"),
+    ]
+    assert run.pyspark == "3.5.3"
+    assert main([*args, "--pyspark", "3.3.0"]) == 2
+    assert "supports 3.4.0 and later" in capsys.readouterr().out
