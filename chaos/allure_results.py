@@ -332,13 +332,23 @@ def write_allure_results(outcomes: Iterable[Any], alluredir: Path) -> None:
                 {"name": "story", "value": o.name},
                 {"name": "suite", "value": "statechaos run"},
                 {"name": "framework", "value": "statechaos"},
+                *([{"name": "tag", "value": f"pyspark {v}"}] if (v := _pyspark(o)) else []),
             ],
-            "parameters": [{"name": "seed", "value": str(o.seed)}, {"name": "cluster", "value": o.cluster}],
+            "parameters": [
+                {"name": "seed", "value": str(o.seed)},
+                {"name": "cluster", "value": o.cluster},
+                *([{"name": "pyspark", "value": v}] if v else []),
+            ],
             "steps": steps,
             "attachments": run_attachments(alluredir, run_dir, replay_command(run_dir), o.verdicts),
         }
         (alluredir / f"{result['uuid']}-result.json").write_text(json.dumps(result, indent=2))
     write_environment(alluredir, run_environment(outcomes))
+
+
+def _pyspark(outcome: Any) -> str:
+    """The PySpark a Structured Streaming run's query ran under (its ``spark:``), or ''."""
+    return str((getattr(outcome, "stats", None) or {}).get("pyspark") or "")
 
 
 def run_environment(outcomes: Iterable[Any]) -> dict[str, str]:

@@ -79,6 +79,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from chaos.runner import run_scenarios
 
     scenarios = load_scenarios(args.paths)
+    if args.pyspark:  # the query's PySpark: engine: sss scenarios only (the runtime runs on ours)
+        from chaos.sss.scenario import is_sss
+
+        if other := [str(p) for p, sc in scenarios if not is_sss(sc)]:
+            raise UsageError(
+                f"--pyspark {args.pyspark}: only engine: sss scenarios run on another pyspark, not {other[0]}"
+            )
+        scenarios = [(p, sc.with_overrides(spark=args.pyspark)) for p, sc in scenarios]
     return run_scenarios(
         scenarios,
         cluster=args.cluster,
@@ -207,6 +215,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("paths", nargs="+", help="scenario files or folders of *.yaml")
     r.add_argument("--cluster", help="override the cluster: sim, local, docker or spark://host:port")
     r.add_argument("--seed", type=int, help="override the seed")
+    r.add_argument(
+        "--pyspark",
+        metavar="VERSION",
+        help="run engine: sss queries under this PySpark (a cached venv built from PyPI), e.g. 3.5.3",
+    )
     r.add_argument("--json", metavar="FILE", help="write a machine-readable report")
     r.add_argument("--alluredir", metavar="DIR", help="write Allure results")
     r.add_argument(

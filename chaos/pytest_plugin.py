@@ -287,6 +287,9 @@ def attach_outcome(outcome: Any, node: pytest.Item | None = None) -> None:
             add(value)
     allure.dynamic.parameter("seed", outcome.seed)
     allure.dynamic.parameter("cluster", outcome.cluster)
+    if pyspark := (getattr(outcome, "stats", None) or {}).get("pyspark"):  # a Structured Streaming run
+        allure.dynamic.tag(f"pyspark {pyspark}")
+        allure.dynamic.parameter("pyspark", pyspark)
     end = int(getattr(outcome, "started_ms", 0)) + int(outcome.seconds * 1000)
     for step in [run_step(outcome), *verdict_steps(outcome.verdicts, end)]:
         _timed_step(step)

@@ -28,15 +28,28 @@ class _BadInput(ValueError):
     pass
 
 
+# KIND@BATCHES:OPTION, as the scenario fields: kill_python_worker's ``process``, a kill's sink window ``at``
+_OPTIONS = {"kill_python_worker": ("process", ("worker", "daemon")),
+            "kill_driver": ("at", ("during_sink_write", "after_sink_write")),
+            "kill_executor": ("at", ("during_sink_write", "after_sink_write"))}  # fmt: skip
+
+
 def _fault(text: str) -> Any:
     from chaos.sss.run import SssFault
 
-    kind, sep, after = text.partition("@")
+    kind, sep, rest = text.partition("@")
+    after, _, option = rest.partition(":")
     if kind not in FAULT_KINDS or not sep or not after.isdigit():
         raise argparse.ArgumentTypeError(
-            f"{text!r}: want KIND@BATCHES with KIND one of {', '.join(FAULT_KINDS)}"
+            f"{text!r}: want KIND@BATCHES[:OPTION] with KIND one of {', '.join(FAULT_KINDS)}"
         )
-    return SssFault(kind, int(after))
+    if not option:
+        return SssFault(kind, int(after))
+    field, allowed = _OPTIONS.get(kind, ("", ()))
+    if option not in allowed:
+        hint = f"one of {', '.join(allowed)}" if allowed else "none"
+        raise argparse.ArgumentTypeError(f"{text!r}: {kind} takes OPTION {hint}")
+    return SssFault(kind, int(after), **{field: option})
 
 
 def _processor_arg(text: str) -> tuple[str, Any]:
@@ -93,13 +106,32 @@ def _cmd_sss(args: argparse.Namespace) -> int:
                            state_schema=args.state_schema, timeout=args.timeout, output_mode=mode,
                            time_mode=args.time_mode, processor_args=dict(args.processor_arg))  # fmt: skip
         spec.validate()
+        if (args.sink_foreach_batch is None) != (args.sink_read is None):
+            raise _BadInput("your sink needs both --sink-foreach-batch and --sink-read")
+        sink = {"foreach_batch": args.sink_foreach_batch, "read": args.sink_read} if args.sink_read else None
+        if sink and args.builder is not None:
+            raise _BadInput("--sink-foreach-batch: a builder's query writes through statechaos's sink")
+        for f in args.fault:
+            if args.builder is not None and (f.at or f.kind == "kill_python_worker"):
+                raise _BadInput(f"--fault {f.kind}: not available for a builder's query yet (a processor's only)")
+        if args.pyspark:
+            from chaos.sss.scenario import pyspark_problem
+            from harness.sss.pyspark_env import PysparkEnvError, parse_version
+
+            try:
+                parse_version(args.pyspark)
+            except PysparkEnvError as e:
+                raise _BadInput(f"--pyspark: {e}") from None
+            kind = "local" if args.master.startswith("local") else "other"
+            if problem := pyspark_problem(args.pyspark, spec, kind):
+                raise _BadInput(f"--pyspark {args.pyspark}: {problem[1]}")
         inputs = _inputs(Path(args.input), spec.input_columns())
         workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="statechaos-sss-"))
         if workdir.exists() and any(workdir.iterdir()):
             raise _BadInput(f"--workdir {workdir}: not empty (a query's checkpoint must start fresh)")
         out = run_sss(SssRun(spec, inputs, workdir, list(args.fault), master=args.master,
                              trigger_ms=args.trigger_ms, tail_ms=args.tail_ms, seed=args.seed,
-                             stall_s=args.stall_limit_s,
+                             stall_s=args.stall_limit_s, sink=sink, pyspark=args.pyspark,
                              differential=args.differential))  # fmt: skip
     except (SpecError, _BadInput, SparkEnvironmentError) as e:
         print(f"error: {e}")
@@ -111,6 +143,7 @@ def _cmd_sss(args: argparse.Namespace) -> int:
             "verdict": out.verdict, "violations": out.check.violations, "processor_errors": out.processor_errors,
             "refused": out.check.refused + out.failures, "events": out.events, "starts": out.starts,
             "unknown": getattr(out.check, "unknown", []), "replay": getattr(out.check, "replay_note", ""),
+            "pyspark": out.pyspark,
         }, indent=2, default=str))  # fmt: skip
     return 0 if out.verdict == "pass" else 1
 
@@ -142,7 +175,8 @@ def add_sss_parser(sub: Any) -> None:
     s.add_argument("--output-schema", help="DDL of the processor's output rows")
     s.add_argument("--input", required=True, help="folder of CSV files, one per micro-batch, in name order")
     s.add_argument("--fault", action="append", type=_fault, default=[], metavar="KIND@BATCHES",
-                   help=f"strike once BATCHES micro-batches committed; KIND: {', '.join(FAULT_KINDS)}")  # fmt: skip
+                   help=f"strike once BATCHES micro-batches committed; KIND: {', '.join(FAULT_KINDS)}; OPTION: "
+                        "kill_python_worker@N:daemon (or :worker), kill_driver@N:after_sink_write (or during_sink_write)")  # fmt: skip
     s.add_argument("--master", default=DEFAULT_MASTER,
                    help="local-cluster[W,C,MEM], docker (the compose stack), or spark://host:port")  # fmt: skip
     s.add_argument("--trigger-ms", type=int, default=1000)
@@ -150,6 +184,12 @@ def add_sss_parser(sub: Any) -> None:
         "--tail-ms", type=int, default=0, help="keep running this long past the last input (timers)"
     )
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--pyspark", metavar="VERSION",
+                   help="run the query under this PySpark (3.4.0 or later; a venv built from PyPI once, then cached)")
+    s.add_argument("--sink-foreach-batch", metavar="MODULE:FUNCTION",
+                   help="your foreachBatch function fn(df, batch_id, path) (or a factory fn(path)), run under chaos")
+    s.add_argument("--sink-read", metavar="MODULE:FUNCTION",
+                   help="read(spark, path): what your sink holds, judged for exactly-once")
     s.add_argument("--stall-limit-s", type=float, default=120.0, metavar="SECONDS",
                    help="stuck when no micro-batch is planned or committed this long while input or timers are pending")  # fmt: skip
     s.add_argument("--differential", action="store_true",

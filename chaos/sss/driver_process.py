@@ -22,9 +22,14 @@ class DriverProcess:
     query) in its own session (process group), with the import
     path and ``PATH`` the query needs; killed as a whole, as losing the driver host would."""
 
-    def __init__(self, workdir: Path, module: str = "harness.sss.driver") -> None:
+    def __init__(self, workdir: Path, module: str = "harness.sss.driver", python: Path | None = None) -> None:
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])
+        if python is not None:  # the user's pyspark (harness.sss.pyspark_env): ours must not shadow it
+            root = str(_harness_only(workdir, Path(root)))
+            for var in ("SPARK_HOME", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
+                env.pop(var, None)
+        exe = str(python) if python is not None else sys.executable
         # the project, the working directory and this process's import path, where the processor's
         # module is found (local executors too; remote ones get it pickled by value)
         own = [
@@ -32,10 +37,10 @@ class DriverProcess:
         ]
         paths = [root, os.getcwd(), *own, env.get("PYTHONPATH", "")]
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
-        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        env["PATH"] = os.pathsep.join([str(Path(exe).parent), env.get("PATH", "")])
         self.log = open(workdir / "driver.log", "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", module, str(workdir)],
+            [exe, "-m", module, str(workdir)],
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
         )  # fmt: skip
 
@@ -76,3 +81,16 @@ class DriverProcess:
         with contextlib.suppress(FileNotFoundError):
             (workdir / "stop").unlink()
         return rc
+
+
+def _harness_only(workdir: Path, root: Path) -> Path:
+    """A folder holding only statechaos's ``harness`` and ``reference_impl`` packages (links), for
+    the import path of a driver running another pyspark: ``root`` may be a site-packages folder that
+    also holds the harness's own pyspark, pandas and numpy."""
+    lib = workdir / "pylib"
+    lib.mkdir(exist_ok=True)
+    for pkg in ("harness", "reference_impl"):
+        link = lib / pkg
+        if not link.exists():
+            link.symlink_to(root / pkg, target_is_directory=True)
+    return lib

@@ -37,7 +37,7 @@ def execute_sss(sc: SssScenario, run_dir: Path) -> tuple[list[Verdict], dict[str
              for f in sc.faults],
             master=sc.master, trigger_ms=sc.trigger, tail_ms=sc.tail, time_limit_s=sc.timeout_s, seed=sc.seed,
             stall_s=sc.stall_limit_s, sink=sc.sink.model_dump() if sc.sink else None,
-            differential=sc.differential,
+            differential=sc.differential, pyspark=sc.spark,
         )  # fmt: skip
     except (SpecError, ValueError) as e:
         raise InputError(f"scenario {sc.name!r}: {e}") from None
@@ -46,7 +46,8 @@ def execute_sss(sc: SssScenario, run_dir: Path) -> tuple[list[Verdict], dict[str
     except SpecError as e:  # the processor named cannot be loaded
         raise InputError(f"scenario {sc.name!r}: {e}") from None
     stats = {"verdict": out.verdict, "driver_starts": out.starts, "batches_checked": out.check.batches_checked,
-             "states_checked": out.check.states_checked, "input_files": len(inputs)}  # fmt: skip
+             "states_checked": out.check.states_checked, "input_files": len(inputs),
+             "pyspark": out.pyspark}  # fmt: skip
     if getattr(out.check, "replay_note", ""):
         stats["replay"] = out.check.replay_note
     return verdicts_of(sc, out), stats
@@ -91,6 +92,9 @@ def verdicts_of(sc: SssScenario, out: SssOutcome) -> list[Verdict]:
         output_verdict = Verdict.unknown("exactly_once", "no batch wrote output to compare")
     if not out.check.states_checked and not state:
         state_verdict = Verdict.unknown("restored_state", "Spark's state was never read")
+    unread = getattr(out.check, "state_unknown", [])
+    if unread and not state:  # the user's pyspark has no state data source and ours could not read it
+        state_verdict = Verdict.unknown("restored_state", "; ".join(unread[:3]))
     unknown = getattr(out.check, "unknown", [])
     if unknown and not output and not state:  # the replay could not decide: never a finding
         reason = "; ".join(unknown[:3])
@@ -114,8 +118,9 @@ def verdicts_of(sc: SssScenario, out: SssOutcome) -> list[Verdict]:
     return [
         output_verdict,
         state_verdict,
-        # a builder's query declares no state variables: its stores are judged by the replay instead
-        *([metadata_verdict] if sc.query.builder is None else []),
+        # a builder's query declares no state variables (its stores are judged by the replay instead);
+        # a pyspark before 4.0 has no state-metadata source
+        *([metadata_verdict] if sc.judges_metadata else []),
         Verdict.of("liveness", live, "every input file was committed", "{n} liveness problems"),
         ran,
         schedule,

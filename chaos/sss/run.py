@@ -20,9 +20,11 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import importlib.metadata
 import itertools
 import json
 import random
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,9 +41,11 @@ from harness.progress import ProgressWatch
 from harness.run_store import RunStore
 from harness.spark.cluster import SparkEnvironmentError
 from harness.sss.checkpoint_log import committed_batches, read_offsets, source_files
+from harness.sss.deferred_state import read_deferred
 from harness.sss.driver import EXIT_NO_SPARK
 from harness.sss.errors import spark_error_gist
 from harness.sss.oracles import SssCheck, check_run
+from harness.sss.pyspark_env import PysparkEnvError, check_java_for, ensure_env
 from harness.sss.python_faults import ARMED, arm, fired
 from harness.sss.query import QuerySpec
 from harness.sss.sink import ARMED as SINK_ARMED
@@ -92,6 +96,7 @@ class SssRun:
     sink: dict[str, str] | None = None  # the user's {foreach_batch, read} (harness.sss.sink), else ours
     seed: int = 0
     differential: bool = False  # also read Spark's state after every committed batch and compare each
+    pyspark: str | None = None  # the query's PySpark (a cached venv, harness.sss.pyspark_env); None: ours
 
 
 @dataclass
@@ -109,14 +114,16 @@ class SssOutcome:
     failures: list[str]
     processor_errors: list[str] = field(default_factory=list)
     stuck_reason: str = ""  # what stopped progressing (verdict stuck)
+    pyspark: str = ""  # the PySpark version the query ran under
 
     def summary(self) -> str:
         lines = [f"verdict: {self.verdict} ({self.starts} driver starts, {self.check.batches_checked} "
-                 f"batches and {self.check.states_checked} restored states checked)"]  # fmt: skip
+                 f"batches and {self.check.states_checked} restored states checked, pyspark {self.pyspark})"]  # fmt: skip
         lines += [f"  your processor raised {e}" for e in self.processor_errors]
         lines += [f"  refused: {r}" for r in self.check.refused + self.failures]
         lines += [f"  violation: {v}" for v in self.check.violations]
         lines += [f"  unknown: {u}" for u in getattr(self.check, "unknown", [])]
+        lines += [f"  unknown: state not read: {u}" for u in getattr(self.check, "state_unknown", [])]
         if getattr(self.check, "replay_note", ""):
             lines.append(f"  replay: {self.check.replay_note}")
         return "\n".join(lines)
@@ -150,6 +157,14 @@ def run_sss(run: SssRun) -> SssOutcome:
     """Run ``run`` to the end of its input (or its time limit) and judge it."""
     run.spec.validate()
     run.workdir.mkdir(parents=True, exist_ok=True)
+    python = None
+    # the user's version (unless it is ours): a Java it supports, and its venv (built once)
+    if run.pyspark is not None and run.pyspark != importlib.metadata.version("pyspark"):
+        try:
+            check_java_for(run.pyspark)
+            python = ensure_env(run.pyspark, say=lambda m: print(m, file=sys.stderr, flush=True))
+        except PysparkEnvError as e:
+            raise SparkEnvironmentError(str(e)) from None
     with contextlib.ExitStack() as stack:
         docker = None
         if run.master == "docker":
@@ -165,10 +180,10 @@ def run_sss(run: SssRun) -> SssOutcome:
 
             link = DriverLink(docker, run.workdir.name)
             stack.callback(link.close)
-        return _run(run, docker, link)
+        return _run(run, docker, link, python)
 
 
-def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
+def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> SssOutcome:
     w = run.workdir
     (w / "input").mkdir(parents=True, exist_ok=True)
     master, kwargs = (docker.master_url, docker.spark_kwargs()) if docker else (run.master, {})
@@ -224,7 +239,8 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
             if (w / "starts").exists()
             else 0
         )
-        d = DriverProcess(w, "harness.sss.query_driver" if isinstance(run.spec, QuerySpec) else "harness.sss.driver")
+        d = DriverProcess(w, "harness.sss.query_driver" if isinstance(run.spec, QuerySpec) else "harness.sss.driver",
+                          python)  # fmt: skip
         emit("driver_start", start=n, next_batch=_next_batch(checkpoint))
         if n:
             done = committed_batches(checkpoint)
@@ -368,6 +384,7 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
 
         check: SssCheck = check_replay(w, run.spec, written)
     else:
+        read_deferred(w)  # a pyspark without a state data source: its checkpoint read by ours
         check = check_run(w, run.spec, written)
     processor_errors = [f"in Spark: {e}" for e in raised.errors] + check.processor_errors
     if processor_errors:
@@ -378,12 +395,13 @@ def _run(run: SssRun, docker: Any, link: Any) -> SssOutcome:
         verdict = "caught"
     elif stuck or stalled:  # unread input of a run that stopped progressing: stuck, not a wrong result
         verdict = "stuck"
-    elif getattr(check, "unknown", None):
+    elif getattr(check, "unknown", None) or getattr(check, "state_unknown", None):
         verdict = "unknown"
     else:
         verdict = "pass"
     starts = sum(1 for p in (w / "starts").glob("[0-9]*") if p.name.isdigit())
-    return SssOutcome(verdict, check, events, starts, failures, processor_errors, "; ".join(stalled))
+    return SssOutcome(verdict, check, events, starts, failures, processor_errors, "; ".join(stalled),
+                      run.pyspark or importlib.metadata.version("pyspark"))  # fmt: skip
 
 
 def _python_kills(w: Path, emit: Any, events: list[dict[str, Any]]) -> None:

@@ -36,8 +36,9 @@ from chaos.errors import FieldProblems, InputError
 from chaos.faults.registry import kinds_where
 from chaos.sss.damage import DAMAGE_CLASSES
 from chaos.trigger import Duration, Strict, parse_duration_ms
+from harness.sss.pyspark_env import STATE_METADATA, PysparkEnvError, missing_feature, parse_version
 from harness.sss.query import DEFAULT_INPUT, QuerySpec
-from harness.sss.spec import DEFAULT_MASTER, SpecError, SssSpec, load_function
+from harness.sss.spec import APPLY, DEFAULT_MASTER, SpecError, SssSpec, load_function
 
 __all__ = [
     "SssScenario",
@@ -218,6 +219,8 @@ class SssScenario(Strict):
     # no micro-batch planned or committed (nor a driver ready) this long while input or timers are
     # pending: the run is stuck, and its liveness verdict says what stopped
     stall_limit_s: Annotated[float, Field(gt=0)] = 120  # as the runtime's scenarios name it
+    # the PySpark the query runs under (harness.sss.pyspark_env): a cached venv; unset: statechaos's own
+    spark: str | None = None
     _base_dir: Path | None = PrivateAttr(default=None)
 
     @field_validator("trigger", "tail", mode="before")
@@ -233,6 +236,23 @@ class SssScenario(Strict):
         raise ValueError(
             f"unknown cluster {v!r} for an sss scenario; expected local, local-cluster[W,C,MEM], docker or spark://host:port"
         )
+
+    @field_validator("spark", mode="before")
+    @classmethod
+    def _spark(cls, v: Any) -> Any:
+        if v is None:
+            return v
+        try:
+            parse_version(str(v))
+        except PysparkEnvError as e:
+            raise ValueError(str(e)) from None
+        return str(v)
+
+    @model_validator(mode="after")
+    def _spark_has_features(self) -> SssScenario:
+        if self.spark is not None and (problem := pyspark_problem(self.spark, self.query.spec(), self.cluster_kind)):
+            raise ValueError(f"@{problem[0]}@ {problem[1]}")
+        return self
 
     @model_validator(mode="after")
     def _faults_fit_cluster(self) -> SssScenario:
@@ -283,8 +303,11 @@ class SssScenario(Strict):
         self._base_dir = base_dir
         return self
 
-    def with_overrides(self, cluster: str | None = None, seed: int | None = None) -> SssScenario:
+    def with_overrides(self, cluster: str | None = None, seed: int | None = None,
+                       spark: str | None = None) -> SssScenario:  # fmt: skip
         data = self.model_dump(exclude_unset=True)
+        if spark is not None:
+            data["spark"] = spark
         if cluster is not None:
             data["cluster"] = cluster
         if seed is not None:
@@ -299,12 +322,35 @@ class SssScenario(Strict):
     def spec(self) -> SssSpec | QuerySpec:
         return self.query.spec()
 
+    @property
+    def judges_metadata(self) -> bool:
+        """Whether ``state_metadata`` applies: a processor's declared variables against Spark's
+        state-metadata source, which a builder's query (no variables) and a pyspark before 4.0 (no such
+        source; it writes no metadata the check could judge) do not have."""
+        return self.query.builder is None and (
+            self.spark is None or missing_feature(self.spark, STATE_METADATA) is None
+        )
+
     def checks(self) -> list[str]:
         """The checks this scenario's run reports (chaos.sss.execute)."""
         if self.expect != "pass":
             return ["expected_verdict", "fault_schedule"]
-        metadata = ["state_metadata"] if self.query.builder is None else []  # a builder declares no variables
+        metadata = ["state_metadata"] if self.judges_metadata else []
         return ["exactly_once", "restored_state", *metadata, "liveness", "query_ran", "fault_schedule"]
+
+
+def pyspark_problem(version: str, spec: SssSpec | QuerySpec, cluster_kind: str) -> tuple[str, str] | None:
+    """(field, problem) when the query cannot run on pyspark ``version`` here: a feature that version
+    lacks, named with the version; a builder's query (its replay and state reads run on statechaos's
+    own pyspark); executors that are not this machine's (they run their own pyspark)."""
+    if isinstance(spec, QuerySpec):
+        return "spark", (f"pyspark {version}: a builder's query runs on statechaos's own pyspark (its replay "
+                         "reads state with it); a processor or GroupState function runs on another version")  # fmt: skip
+    if cluster_kind != "local":
+        return "spark", f"pyspark {version} runs on local or local-cluster only (other executors run their own pyspark)"
+    feature = "applyInPandasWithState" if spec.api == APPLY else "transformWithStateInPandas"
+    why = missing_feature(version, feature)
+    return ("query.api", why) if why else None
 
 
 def is_sss(obj: Any) -> bool:

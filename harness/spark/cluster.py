@@ -121,14 +121,25 @@ def parse_master(cluster: str, slots_needed: int) -> str:
     )
 
 
+def _min_java() -> tuple[str, int]:
+    """This process's pyspark and the oldest Java it runs on: 17 for 4.x, 8 before (a user's pyspark
+    under chaos.sss, harness.sss.pyspark_env, which checks the exact list before the run)."""
+    import importlib.metadata
+
+    version = importlib.metadata.version("pyspark")
+    return version, 17 if int(version.split(".")[0]) >= 4 else 8
+
+
 def check_java() -> str:
-    """Path of a Java 17+ binary (JAVA_HOME first, then PATH); SparkEnvironmentError if none."""
+    """Path of a Java binary (JAVA_HOME first, then PATH) this pyspark runs on (17+ for pyspark 4);
+    SparkEnvironmentError if none."""
     candidates = []
     if os.environ.get("JAVA_HOME"):
         candidates.append(os.path.join(os.environ["JAVA_HOME"], "bin", "java"))
     if shutil.which("java"):
         candidates.append(shutil.which("java"))
     hint = "install Java 17 or 21 and set JAVA_HOME, or run through ./dev (it finds or installs one)"
+    pyspark, minimum = _min_java()
     too_old = []
     for java in candidates:
         if not java or not os.access(java, os.X_OK):
@@ -137,12 +148,12 @@ def check_java() -> str:
             out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30).stderr
         except (OSError, subprocess.TimeoutExpired):
             continue
-        m = re.search(r'version "(\d+)', out)
-        if m and int(m.group(1)) >= 17:
+        m = re.search(r'version "(\d+)(?:\.(\d+))?', out)
+        if m and (int(m.group(2) or 0) if m.group(1) == "1" else int(m.group(1))) >= minimum:
             return java
         too_old.append(f"{java} is Java {m.group(1) if m else '?'}")
     if too_old:
-        raise SparkEnvironmentError(f"{'; '.join(too_old)}; pyspark 4 needs Java 17+: {hint}")
+        raise SparkEnvironmentError(f"{'; '.join(too_old)}; pyspark {pyspark} needs Java {minimum}+: {hint}")
     raise SparkEnvironmentError(f"no Java found (JAVA_HOME unset or invalid, no java on PATH): {hint}")
 
 

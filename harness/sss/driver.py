@@ -23,12 +23,13 @@ from typing import Any
 
 from harness.sss.checkpoint_log import committed_batches
 from harness.sss.errors import spark_error_gist
+from harness.sss.pyspark_env import has_state_source
 from harness.sss.sink import chaos_sink, user_sink
 from harness.sss.spec import APPLY, SssSpec, load_function
 from harness.sss.state_vars import StateVar, discover_state_vars
 from harness.sss.values import canon, canon_row
 
-__all__ = ["ROCKSDB", "spark_conf", "main"]
+__all__ = ["ROCKSDB", "spark_conf", "defer_state_read", "main"]
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 EXIT_QUERY_FAILED = 3
@@ -77,7 +78,8 @@ def _state_row(row: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in row.asDict(recursive=False).items():
         fields = set(v.__fields__) if hasattr(v, "__fields__") else set()
-        if fields in ({"value", "ttlExpirationMs"}, {"groupState", "timeoutTimestamp"}):
+        # apply's state row has no timeoutTimestamp when the function has no timeout (NoTimeout)
+        if fields in ({"value", "ttlExpirationMs"}, {"groupState", "timeoutTimestamp"}, {"groupState"}):
             out[k] = {f: canon(x) for f, x in v.asDict(recursive=False).items()}
         else:
             out[k] = canon(v)
@@ -93,6 +95,11 @@ def dump_state(spark: Any, workdir: Path, spec: SssSpec, name: str, batch: int |
     if not done:
         return
     batch = max(done) if batch is None else batch
+    import pyspark
+
+    if not has_state_source(pyspark.__version__):  # read after the run, by statechaos's own Spark
+        defer_state_read(workdir, name, batch, pyspark.__version__)
+        return
     out: dict[str, Any] = {"batch": batch, "vars": {}, "timers": None, "metadata": None, "error": None}
     try:
         meta = spark.read.format("state-metadata").load(str(checkpoint)).collect()
@@ -111,6 +118,17 @@ def dump_state(spark: Any, workdir: Path, spec: SssSpec, name: str, batch: int |
     state_dir.mkdir(exist_ok=True)
     tmp = state_dir / f".{name}.json.tmp"
     tmp.write_text(json.dumps(out, default=str))
+    tmp.rename(state_dir / f"{name}.json")
+
+
+def defer_state_read(workdir: Path, name: str, batch: int, version: str) -> None:
+    """Record that ``state/NAME.json`` (the state after ``batch``) is to be read after the run, by
+    statechaos's own Spark (:mod:`harness.sss.deferred_state`): pyspark ``version`` has no state data source."""
+    state_dir = workdir / "state"
+    state_dir.mkdir(exist_ok=True)
+    tmp = state_dir / f".{name}.json.tmp"
+    tmp.write_text(json.dumps({"batch": batch, "deferred": f"pyspark {version} has no state data source",
+                               "written_by": version}))  # fmt: skip
     tmp.rename(state_dir / f"{name}.json")
 
 

@@ -45,6 +45,7 @@ class SssCheck:
     batches_checked: int = 0
     states_checked: int = 0
     metadata_checked: int = 0  # state reads whose state-metadata named the query's operator
+    state_unknown: list[str] = field(default_factory=list)  # state reads no Spark could make (deferred_state)
 
     @property
     def ok(self) -> bool:
@@ -201,7 +202,9 @@ def check_run(workdir: Path, spec: SssSpec, files_written: int) -> SssCheck:
     dumps: dict[int, list[tuple[str, dict[str, Any]]]] = {}
     for path in sorted((workdir / "state").glob("*.json")):
         d = json.loads(path.read_text())
-        if d.get("error"):
+        if d.get("unreadable") or d.get("deferred"):  # a pyspark without a state data source: read later
+            result.state_unknown.append(f"{path.name} (batch {d['batch']}): {d.get('unreadable') or d['deferred']}")
+        elif d.get("error"):
             result.refused.append(f"{path.name}: state data source refused batch {d['batch']}: {d['error']}")
         else:
             dumps.setdefault(int(d["batch"]), []).append((path.name, d))

@@ -18,7 +18,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql.streaming import StatefulProcessor
+try:
+    from pyspark.sql.streaming import StatefulProcessor
+except ImportError:  # pyspark < 4.0 has no transformWithState: only faulting_function runs there
+    StatefulProcessor = object  # type: ignore[misc,assignment]
 
 __all__ = ["ARMED", "FaultingProcessor", "faulting_function", "arm", "fired"]
 

@@ -45,7 +45,7 @@ def fake_driver(
     model: list[ProcessorModel] = []
 
     class FakeDriver:
-        def __init__(self, w: Path, module: str = "harness.sss.driver") -> None:
+        def __init__(self, w: Path, module: str = "harness.sss.driver", python: Path | None = None) -> None:
             self.w, self.proc, self.alive = w, _Proc(), True
             starts = w / "starts"
             starts.mkdir(exist_ok=True)
