@@ -3,30 +3,40 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from chaos.cluster.sim import SimCluster
 from chaos.scenario import parse_scenario
 from chaos.scenario_job import scenario_job
-from harness.history import read_history
+from harness.events import (
+    BarrierAlignment,
+    CheckpointAborted,
+    Event,
+    FaultEnd,
+    FaultStart,
+    RunEnd,
+    RunStart,
+    from_json,
+    read_history,
+)
 from harness.oracles import ORACLES, RunArtifacts, check_liveness
 from harness.run_store import RunStore
 
 
-def _aborted_alignment(holds: bool | None) -> list[dict]:
+def _aborted_alignment(holds: bool | None) -> list[Event]:
     """A subtask blocked 500 ms in the alignment of an aborted checkpoint, while a fault was active."""
-    start = {"type": "fault_start", "t": 0, "fault_id": 1, "kind": "some_kind"}
+    start = FaultStart(t=0, fault_id=1, kind="some_kind", target=None, trigger="checkpoint=1")
     if holds is not None:
-        start["holds_tasks"] = holds
+        start = dataclasses.replace(start, holds_tasks=holds)
     return [
-        {"type": "run_start", "t": 0},
+        RunStart(t=0, job="j", executor="sim", seed=0, parallelism={}, max_parallelism=128, config={}),
         start,
-        {"type": "checkpoint_aborted", "t": 100, "checkpoint_id": 1},
-        {"type": "alignment", "t": 600, "checkpoint_id": 1, "blocked_ms": 600, "operator": "count",
-         "subtask": 0, "outcome": "aborted"},
-        {"type": "fault_end", "t": 700, "fault_id": 1, "kind": "some_kind"},
-        {"type": "run_end", "t": 800, "status": "finished"},
-    ]  # fmt: skip
+        CheckpointAborted(t=100, checkpoint_id=1, reason="declined"),
+        BarrierAlignment(t=600, checkpoint_id=1, blocked_ms=600, operator="count", subtask=0, outcome="aborted"),
+        FaultEnd(t=700, fault_id=1, kind="some_kind"),
+        RunEnd(t=800, status="finished", reason="done", records_committed=0, attempts=1),
+    ]
 
 
 def test_liveness_reads_whether_a_fault_holds_tasks_from_its_fault_start(tmp_path: Path):
@@ -39,21 +49,29 @@ def test_liveness_reads_whether_a_fault_holds_tasks_from_its_fault_start(tmp_pat
 
 
 def _schedule(events: list[dict]) -> object:
-    return ORACLES["fault_schedule"].run(RunArtifacts(Path("."), events), None)
+    typed = [from_json({"seq": i, "t": i, **e}) for i, e in enumerate(events)]
+    return ORACLES["fault_schedule"].run(RunArtifacts(Path("."), typed), None)
+
+
+_START = {"job": "j", "executor": "sim", "seed": 0, "parallelism": {}, "max_parallelism": 128, "config": {}}
+_FIRED = {"kind": "crash_task", "target": None, "trigger": "checkpoint=2"}
 
 
 def test_fault_schedule_judges_the_plan_recorded_at_run_start():
     plan = {"faults": [{"fault_id": 1, "kind": "crash_task", "trigger": "checkpoint=2"},
                        {"fault_id": 2, "kind": "crash_task", "trigger": "records=9+5ms"}], "rescales": 1}  # fmt: skip
-    fired = [{"type": "fault_start", "fault_id": 1, "details": {}}, {"type": "fault_end", "fault_id": 1}]
-    v = _schedule([{"type": "run_start", "plan": plan}, *fired])
+    fired = [
+        {"type": "fault_start", "fault_id": 1, "details": {}, **_FIRED},
+        {"type": "fault_end", "fault_id": 1, "kind": "crash_task"},
+    ]
+    v = _schedule([{"type": "run_start", "plan": plan, **_START}, *fired])
     assert not v.passed and v.details == [
         "fault #2 crash_task at records=9+5ms never fired: the run ended before its trigger was reached",
         "only 0 of 1 rescale steps happened: the run ended before the others' triggers were reached",
     ]
     plan1 = {"faults": plan["faults"][:1], "rescales": 0}
-    assert _schedule([{"type": "run_start", "plan": plan1}, *fired]).passed
-    unknown = _schedule([{"type": "run_start"}, *fired])
+    assert _schedule([{"type": "run_start", "plan": plan1, **_START}, *fired]).passed
+    unknown = _schedule([{"type": "run_start", **_START}, *fired])
     assert unknown.status.value == "unknown" and "no plan" in unknown.summary
 
 
