@@ -251,7 +251,7 @@ class SssScenario(Strict):
     @model_validator(mode="after")
     def _spark_has_features(self) -> SssScenario:
         if self.spark is not None and (problem := pyspark_problem(self.spark, self.query.spec(), self.cluster_kind)):
-            raise ValueError(f"@{problem[0]}@ {problem[1]}")
+            raise FieldProblems.at(tuple(problem[0].split(".")), problem[1])
         return self
 
     @model_validator(mode="after")

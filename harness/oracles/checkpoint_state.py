@@ -214,7 +214,8 @@ class _TimerWatch:
 
     def __init__(self, art: RunArtifacts, stages: list[str], last: int) -> None:
         self.stages, self.last = stages, last
-        self.skewed = any(e.kind == "clock_skew" for e in art.of_type(FaultStart))
+        # a fault that shifts a subtask's clock says by how much (chaos.injectors.runtime.ClockSkew)
+        self.skewed = any("skew_ms" in (e.details or {}) for e in art.of_type(FaultStart))
         released = [e.t for e in art.of_type(InputReleased)]
         self.input_end = min(released) if released else None
         self.window: list[tuple[int, int, dict[str, Any], dict[str, list[int]]]] = []
