@@ -26,8 +26,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from harness.sss.driver import _sink, spark_conf
 from harness.sss.query import QuerySpec, build_query
+from harness.sss.query_run import json_sink, spark_conf, start_query
 from harness.sss.values import canon
 
 __all__ = ["read_all_state", "rewrite_timestamp", "CANONICAL_T0", "main"]
@@ -124,9 +124,7 @@ def _replay(spark: Any, spec: QuerySpec, chaos: Path, out: Path, batches: list[i
         if clock == "canonical":
             entry = rewrite_timestamp(entry, CANONICAL_T0 + 1000 * i)
         (cp / "offsets" / str(b)).write_text(entry)
-        q = (df.writeStream.outputMode(spec.output_mode).foreachBatch(_sink(output))
-             .option("checkpointLocation", str(cp)).trigger(once=True).start())  # fmt: skip
-        q.awaitTermination()
+        start_query(df.writeStream.outputMode(spec.output_mode), json_sink(output), cp, None).awaitTermination()
         if not (cp / "commits" / str(b)).exists():
             raise RuntimeError(f"the replay did not commit batch {b} (Spark ran another batch?)")
         state[str(b)] = read_all_state(spark, cp, b)
