@@ -217,3 +217,24 @@ def test_a_replay_that_cannot_run_is_unknown_not_a_crash(tmp_path: Path, monkeyp
     assert not check.violations and check.unknown == [
         "the fault-free replay could not be had: the replay wrote no result (see replay.log)"
     ]
+
+
+def test_a_builders_run_ends_once_only_the_clock_drives_its_batches(tmp_path: Path) -> None:
+    """Processing-time timers and TTL run a batch every trigger forever: once the last batches read no
+    new input and kept the watermark, the run may end; a watermark still moving keeps it going."""
+    from chaos.sss.run import _settled
+
+    cp = tmp_path / "checkpoint"
+    (cp / "offsets").mkdir(parents=True)
+    (cp / "commits").mkdir()
+
+    def batch(b: int, log_offset: int, watermark: int) -> None:
+        (cp / "offsets" / str(b)).write_text(
+            f'v1\n{{"batchWatermarkMs":{watermark},"batchTimestampMs":{b}}}\n{{"logOffset":{log_offset}}}')  # fmt: skip
+        (cp / "commits" / str(b)).write_text("v1\n{}")
+
+    for b, (off, wm) in enumerate([(0, 0), (1, 0), (1, 5), (1, 5), (1, 5)]):
+        batch(b, off, wm)
+    assert not _settled(cp)  # batch 2 moved the watermark: only two clock-driven batches since
+    batch(5, 1, 5)
+    assert _settled(cp)
