@@ -81,6 +81,16 @@ def read_sink(spark: Any, read: str, workdir: Path) -> None:
 Hook = Callable[[Any, int], None]
 
 
+def _stop_between_batches(query: Any, limit_s: float = 60.0) -> None:
+    """Stop ``query`` between two micro-batches where it can: a query whose batches follow the clock
+    (processing-time timers, TTL) is never idle, and a batch cut short at the stop may have reached the
+    sink without being committed, which the replay (committed batches only) cannot account for."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit_s and query.status.get("isTriggerActive"):
+        time.sleep(0.02)
+    query.stop()
+
+
 def run_query(workdir: Path, make_writer: Callable[[Any, dict[str, Any]], Any],
               on_start: Hook | None = None, on_stop: Hook | None = None) -> int:  # fmt: skip
     """One driver start in ``workdir``: start Spark, ``on_start(spark, start_no)``, start the query
@@ -120,7 +130,7 @@ def run_query(workdir: Path, make_writer: Callable[[Any, dict[str, Any]], Any],
                 (workdir / "failure.txt").write_text(str(query.exception()))
                 return EXIT_QUERY_FAILED
             time.sleep(0.05)
-        query.stop()
+        _stop_between_batches(query)
         if sink:
             read_sink(spark, sink["read"], workdir)
         if on_stop is not None:
