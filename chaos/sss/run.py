@@ -36,11 +36,11 @@ from chaos.sss.driver_process import DriverProcess
 from harness.history import HistoryWriter
 from harness.spark.cluster import SparkEnvironmentError
 from harness.sss.checkpoint_log import committed_batches, read_offsets, source_files
-from harness.sss.driver import EXIT_NO_SPARK
 from harness.sss.errors import spark_error_gist
 from harness.sss.oracles import SssCheck, check_run
 from harness.sss.python_faults import ARMED, arm, fired
 from harness.sss.query import QuerySpec
+from harness.sss.query_run import EXIT_NO_SPARK
 from harness.sss.sink import ARMED as SINK_ARMED
 from harness.sss.sink import RELEASE as SINK_RELEASE
 from harness.sss.sink import arm_sink, sink_hit

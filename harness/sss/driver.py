@@ -21,6 +21,7 @@ from harness.sss.values import canon, canon_row
 
 __all__ = ["ROCKSDB", "EXIT_NO_SPARK", "EXIT_QUERY_FAILED", "spark_conf", "main"]
 
+
 def read_state(spark: Any, checkpoint: Path, batch_id: int, var: StateVar) -> list[dict[str, Any]]:
     """Rows of one state variable at ``batch_id`` through Spark's own state data source."""
     reader = (
