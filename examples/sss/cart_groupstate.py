@@ -74,8 +74,3 @@ SPEC = {
     "timeout": TIMEOUT,
 }
 
-
-def build(spark: Any, events: Any) -> Any:
-    """``cart_sessions`` as a user's query (``query.builder``, output mode ``update``), judged against
-    the fault-free replay instead of the model: the same query the processor path runs."""
-    return events.groupBy(KEY).applyInPandasWithState(cart_sessions, OUTPUT_SCHEMA, STATE_SCHEMA, "Update", TIMEOUT)
