@@ -73,4 +73,3 @@ SPEC = {
     "state_schema": STATE_SCHEMA,
     "timeout": TIMEOUT,
 }
-
