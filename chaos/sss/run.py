@@ -42,12 +42,12 @@ from harness.run_store import RunStore
 from harness.spark.cluster import SparkEnvironmentError
 from harness.sss.checkpoint_log import committed_batches, read_offsets, source_files
 from harness.sss.deferred_state import read_deferred
-from harness.sss.driver import EXIT_NO_SPARK
 from harness.sss.errors import spark_error_gist
 from harness.sss.oracles import SssCheck, check_run
 from harness.sss.pyspark_env import PysparkEnvError, check_java_for, ensure_env
 from harness.sss.python_faults import ARMED, arm, fired
 from harness.sss.query import QuerySpec
+from harness.sss.query_run import EXIT_NO_SPARK
 from harness.sss.sink import ARMED as SINK_ARMED
 from harness.sss.sink import RELEASE as SINK_RELEASE
 from harness.sss.sink import arm_sink, sink_hit
@@ -349,7 +349,8 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
                 and not heals
                 and written == len(run.inputs)
                 and _finished(checkpoint, written, tail_ms)
-                and (isinstance(run.spec, SssSpec) or _idle(seen, last_change, run.trigger_ms))
+                and (isinstance(run.spec, SssSpec) or _idle(seen, last_change, run.trigger_ms)
+                     or _settled(checkpoint))
             ):
                 break
             if (why := watch.stalled()) is not None or over_time():
@@ -468,6 +469,15 @@ def _idle(seen: tuple[int, int], last_change: float, trigger_ms: int) -> bool:
     new batch: an event-time query runs no-data batches while its watermark still moves (windows
     close, state is evicted), and those belong to the run."""
     return seen[0] == seen[1] and time.monotonic() - last_change > 3 * trigger_ms / 1000
+
+
+def _settled(checkpoint: Path, n: int = 3) -> bool:
+    """A user's query whose last ``n`` committed batches read no new input and kept the same watermark:
+    what runs on is driven by the clock alone (processing-time timers, TTL, which run a batch every
+    trigger), the event-time state has nothing left to do, and the run may end."""
+    done = set(committed_batches(checkpoint))
+    last = [b for b in read_offsets(checkpoint) if b.batch in done][-(n + 1):]
+    return len(last) == n + 1 and len({(b.source_offsets, b.watermark_ms) for b in last}) == 1
 
 
 def _can_strike(fault: SssFault, checkpoint: Path) -> bool:

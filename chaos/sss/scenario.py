@@ -256,14 +256,7 @@ class SssScenario(Strict):
 
     @model_validator(mode="after")
     def _faults_fit_cluster(self) -> SssScenario:
-        # a builder's query runs in harness.sss.query_driver, which has no user sink, sink window or
-        # in-band worker kill yet: refused here rather than run and never struck (or silently ignored)
-        if self.query.builder is not None and self.sink is not None:
-            raise FieldProblems.at("sink", "a builder's query writes through statechaos's sink (a user sink needs a processor)")
         for i, f in enumerate(self.faults):
-            if self.query.builder is not None and (f.at is not None or f.kind in PYTHON_FAULTS):
-                what = f"at: {f.at}" if f.at is not None else f.kind
-                raise FieldProblems.at(("faults", i, "kind"), f"{what} is not available for a builder's query yet (a processor's only)")
             if f.kind in DOCKER_FAULTS and self.cluster_kind != "docker":
                 raise FieldProblems.at(
                     ("faults", i, "kind"), f"fault kind {f.kind!r} needs cluster docker, but cluster is {self.cluster!r}"

@@ -5,14 +5,25 @@ session window operator keeps each open session in its state store (``op0/defaul
 ``make_inputs`` writes, per micro-batch, a burst of clicks for some users; a user who skips a batch
 has its session closed. ``build_dedup`` is a second query on the same input:
 ``dropDuplicatesWithinWatermark`` on (user, click) with clicks repeated in the next batch.
-``build_leaky`` is the broken twin of ``build``: a click counter in the Python worker's memory."""
+The broken twins keep something outside the state store, in a side store of files that lives as long
+as the query object the builder made (one per driver start, one per replay), as a cache on local disk
+or in a service keyed by the deployment would: fault-free, the run and its replay agree; a driver
+restart starts an empty side store, and the run is caught.
+
+- ``build_leaky`` (``sessions-leaky-local.yaml``): each click numbered per user from the side store,
+  the session's highest number in the output and the state; after a restart numbering starts again.
+- ``build_dedup_leaky`` (``dedup-leaky-local.yaml``): the dedup key includes "first delivery?", taken
+  from the side store. Fault-free a redelivered click is not first, so it is kept (the key differs);
+  after a restart the side store has forgotten the original, the redelivery counts as first, its key
+  equals the original's, and ``dropDuplicatesWithinWatermark`` drops it: a row lost after a restart."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType
+from pyspark.sql.types import BooleanType, LongType
 
 INPUT_SCHEMA = "user string, ts timestamp, click long"
 
@@ -30,21 +41,58 @@ def build_dedup(spark: Any, events: Any) -> Any:
     return events.withWatermark("ts", "10 seconds").dropDuplicatesWithinWatermark(["user", "click"])
 
 
-@F.udf(LongType())
-def _numbered(user):  # noqa: ANN001, ANN202 - type hints would make pyspark guess a pandas UDF
-    import sys
+def _side_store() -> str:
+    """A new side store's folder (the twins' state outside the state store), one per query built."""
+    import tempfile
+    import uuid
 
-    seen = sys.__dict__.setdefault("_sessions_seen", {})  # one Python worker's memory, not Spark's state
-    seen[user] = seen.get(user, 0) + 1
-    return seen[user]
+    return str(Path(tempfile.gettempdir()) / "statechaos-side-store" / uuid.uuid4().hex)
+
+
+def _numbered(folder: str) -> Any:
+    @F.udf(LongType())
+    def nth(user):  # noqa: ANN001, ANN202 - type hints would make pyspark guess a pandas UDF
+        import os
+
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"n-{user}")
+        n = (int(open(path).read()) if os.path.exists(path) else 0) + 1  # noqa: SIM115, PTH123
+        with open(path, "w") as f:  # noqa: PTH123
+            f.write(str(n))
+        return n
+
+    return nth
+
+
+def _first_delivery(folder: str) -> Any:
+    @F.udf(BooleanType())
+    def first(user, click):  # noqa: ANN001, ANN202
+        import os
+
+        os.makedirs(folder, exist_ok=True)
+        try:
+            os.close(os.open(os.path.join(folder, f"seen-{user}-{click}"), os.O_CREAT | os.O_EXCL))
+            return True
+        except FileExistsError:
+            return False
+
+    return first
 
 
 def build_leaky(spark: Any, events: Any) -> Any:
     return (
         events.withWatermark("ts", "5 seconds")
-        .withColumn("nth", _numbered("user"))
+        .withColumn("nth", _numbered(_side_store())("user"))
         .groupBy(F.session_window("ts", "5 seconds"), "user")
         .agg(F.count("*").alias("clicks"), F.max("nth").alias("nth"))
+    )
+
+
+def build_dedup_leaky(spark: Any, events: Any) -> Any:
+    return (
+        events.withWatermark("ts", "10 seconds")
+        .withColumn("first", _first_delivery(_side_store())("user", "click"))
+        .dropDuplicatesWithinWatermark(["user", "click", "first"])
     )
 
 

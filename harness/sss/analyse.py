@@ -20,8 +20,8 @@ __all__ = ["analyse", "main"]
 
 def analyse(spec: QuerySpec) -> dict[str, str]:
     from harness.spark.cluster import SparkCluster
-    from harness.sss.driver import _sink, spark_conf
     from harness.sss.errors import spark_error_gist
+    from harness.sss.query_run import json_sink, spark_conf, start_query
 
     cluster = SparkCluster("local[1]", extra_conf=spark_conf(), app_name="statechaos-sss-analyse")
     cluster.start()
@@ -35,9 +35,8 @@ def analyse(spec: QuerySpec) -> dict[str, str]:
             except Exception as e:  # the schema does not parse, a column is unknown, ...
                 return {"field": "input_schema", "problem": spark_error_gist(f"{type(e).__name__}: {e}")}
             try:
-                q = (df.writeStream.outputMode(spec.output_mode).foreachBatch(_sink(Path(tmp)))
-                     .option("checkpointLocation", str(Path(tmp) / "checkpoint")).trigger(once=True).start())  # fmt: skip
-                q.awaitTermination()
+                start_query(df.writeStream.outputMode(spec.output_mode), json_sink(Path(tmp)),
+                            Path(tmp) / "checkpoint", None).awaitTermination()
             except Exception as e:
                 gist = spark_error_gist(f"{type(e).__name__}: {e}") or str(e).splitlines()[0]
                 field = "output_mode" if "output mode" in gist.lower() or "outputmode" in gist.lower() else "builder"

@@ -18,6 +18,7 @@ class BatchOffsets:
     timestamp_ms: int
     source_offset: int  # the file source's log offset (-1: no file yet)
     source_offsets: tuple[int, ...] = ()  # every source's, in the plan's order (several inputs)
+    watermark_ms: int = 0  # batchWatermarkMs
 
 
 def _ids(folder: Path) -> list[int]:
@@ -41,7 +42,8 @@ def read_offsets(checkpoint: Path) -> list[BatchOffsets]:
             raise ValueError(f"{path}: not an offset log entry (want a version line, metadata, offsets)")
         meta = json.loads(lines[1])
         offsets = tuple(-1 if s.strip() in ("", "-") else int(json.loads(s)["logOffset"]) for s in lines[2:])
-        out.append(BatchOffsets(n, int(meta["batchTimestampMs"]), offsets[0], offsets))
+        out.append(BatchOffsets(n, int(meta["batchTimestampMs"]), offsets[0], offsets,
+                                int(meta.get("batchWatermarkMs", 0))))  # fmt: skip
     return out
 
 

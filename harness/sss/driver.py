@@ -1,53 +1,26 @@
-"""The Spark driver of a Structured Streaming query under test, run as its own process
-(``python -m harness.sss.driver WORKDIR``) so that chaos can SIGKILL it and restart it from the
-query's checkpoint location.
-
-``WORKDIR`` holds ``run.json`` (spec, master, trigger, the cluster's driver settings), ``input/`` (the file source, CSV files the
-orchestrator appends), ``checkpoint/``, ``output/`` (the exactly-once sink: ``foreachBatch`` writes
-batch N's rows to ``batch-N.json`` by rename, so a replayed batch replaces its own file and never
-adds rows), ``starts/`` (``N`` holds the pid of start N, ``N.ready`` appears once its query
-runs) and ``state/`` (what Spark's state data source read at each start, ``start-N.json``, and after
-the final stop, ``final-N.json``). A file ``stop`` asks
-the driver to stop the query and exit 0. A query that fails writes ``failure.txt`` and exits 3; exit 4: Spark cannot start here.
+"""The Spark driver of a processor's query under test (``python -m harness.sss.driver WORKDIR``), run as
+its own process so that chaos can SIGKILL it and restart it from the query's checkpoint location.
+The ``WORKDIR`` layout, files and exit codes are :mod:`harness.sss.query_run`'s; this driver also
+writes ``state/``: what Spark's state data source read at each start (``start-N.json``) and after
+the final stop (``final-N.json``), which the model's oracles judge.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
-import time
-import traceback
 from pathlib import Path
 from typing import Any
 
 from harness.sss.checkpoint_log import committed_batches
 from harness.sss.errors import spark_error_gist
 from harness.sss.pyspark_env import has_state_source
-from harness.sss.sink import chaos_sink, user_sink
+from harness.sss.query_run import EXIT_NO_SPARK, EXIT_QUERY_FAILED, ROCKSDB, run_query, spark_conf
 from harness.sss.spec import APPLY, SssSpec, load_function
 from harness.sss.state_vars import StateVar, discover_state_vars
 from harness.sss.values import canon, canon_row
 
-__all__ = ["ROCKSDB", "spark_conf", "defer_state_read", "main"]
-
-ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-EXIT_QUERY_FAILED = 3
-EXIT_NO_SPARK = 4  # Spark cannot run here (Java, memory): an environment problem, not a verdict
-
-
-def spark_conf() -> dict[str, str]:
-    """The state store settings every run uses: RocksDB (transformWithState requires it), changelog
-    checkpointing on, and snapshots every 2 versions uploaded by a 1 s maintenance task, so a short run
-    has snapshot (``N.zip``) and changelog (``N.changelog``) files for damage to hit."""
-    return {
-        "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
-        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
-        "spark.sql.streaming.stateStore.minDeltasForSnapshot": "2",
-        "spark.sql.streaming.stateStore.maintenanceInterval": "1s",
-        "spark.sql.shuffle.partitions": "2",
-        "spark.sql.session.timeZone": "UTC",
-    }
+__all__ = ["ROCKSDB", "EXIT_NO_SPARK", "EXIT_QUERY_FAILED", "spark_conf", "defer_state_read", "main"]
 
 
 def read_state(spark: Any, checkpoint: Path, batch_id: int, var: StateVar) -> list[dict[str, Any]]:
@@ -132,26 +105,6 @@ def defer_state_read(workdir: Path, name: str, batch: int, version: str) -> None
     tmp.rename(state_dir / f"{name}.json")
 
 
-def read_sink(spark: Any, read: str, workdir: Path) -> None:
-    """What the user's ``read(spark, path)`` returns for the sink folder, canonical, to
-    ``sink-read.json`` (the exactly-once oracle's input)."""
-    got = load_function(read)(spark, str(workdir / "sink"))
-    rows = got.collect() if hasattr(got, "collect") else list(got)
-    tmp = workdir / ".sink-read.json.tmp"
-    tmp.write_text(json.dumps([canon_row(r) for r in rows]))
-    tmp.rename(workdir / "sink-read.json")
-
-
-def _sink(output: Path) -> Any:
-    def write_batch(df: Any, batch_id: int) -> None:
-        rows = [canon_row(r) for r in df.collect()]
-        tmp = output / f".batch-{batch_id}.json.tmp"
-        tmp.write_text(json.dumps(rows, default=str))
-        os.replace(tmp, output / f"batch-{batch_id}.json")  # idempotent by batch id
-
-    return write_batch
-
-
 def _query(spark: Any, spec: SssSpec, source: Any, armed: str | None = None) -> Any:
     """The stateful query over ``source``, as a stream writer in the spec's output mode. The user's
     module is pickled by value, so executors that cannot import it (containers, a remote cluster)
@@ -180,61 +133,23 @@ def _query(spark: Any, spec: SssSpec, source: Any, armed: str | None = None) -> 
 
 
 def run(workdir: Path) -> int:
-    from harness.spark.cluster import SparkCluster, SparkEnvironmentError
+    spec = SssSpec.from_json(json.dumps(json.loads((workdir / "run.json").read_text())["spec"]))
 
-    cfg = json.loads((workdir / "run.json").read_text())
-    spec = SssSpec.from_json(json.dumps(cfg["spec"]))
-    starts = workdir / "starts"
-    starts.mkdir(exist_ok=True)
-    start_no = sum(1 for p in starts.iterdir() if p.name.isdigit())
-    (starts / str(start_no)).write_text(str(os.getpid()))
-    output = workdir / "output"
-    output.mkdir(exist_ok=True)
-    (workdir / "sink").mkdir(exist_ok=True)  # the user's sink's folder (sink.foreach_batch)
-    kwargs = dict(cfg.get("cluster_kwargs") or {})  # a docker stack's: driver address, executors' Python
-    conf = {**spark_conf(), **kwargs.pop("extra_conf", {})}
-    cluster = SparkCluster(cfg["master"], extra_conf=conf, app_name=f"statechaos-sss-{start_no}", **kwargs)
-    try:
-        cluster.start()
-    except SparkEnvironmentError as e:
-        (workdir / "failure.txt").write_text(str(e))
-        return EXIT_NO_SPARK
-    try:
-        spark = cluster.spark
-        dump_state(spark, workdir, spec, f"start-{start_no}")
+    def writer(spark: Any, cfg: dict[str, Any]) -> Any:
         stream = (
             spark.readStream.schema(spec.input_schema)
             .option("maxFilesPerTrigger", 1)
             .csv(str(workdir / "input"))
         )
-        sink = cfg.get("sink") or {}
-        write = user_sink(sink["foreach_batch"], workdir / "sink") if sink else _sink(output)
-        query = (
-            _query(spark, spec, stream, cfg.get("python_fault_file"))
-            .foreachBatch(chaos_sink(write, workdir))
-            .option("checkpointLocation", str(workdir / "checkpoint"))
-            .trigger(processingTime=f"{cfg['trigger_ms']} milliseconds")
-            .start()
-        )
-        (starts / f"{start_no}.ready").write_text(str(query.id))
-        while not (workdir / "stop").exists():
-            if query.exception() is not None:
-                (workdir / "failure.txt").write_text(str(query.exception()))
-                return EXIT_QUERY_FAILED
-            time.sleep(0.05)
-        query.stop()
-        if sink:
-            read_sink(spark, sink["read"], workdir)
+        return _query(spark, spec, stream, cfg.get("python_fault_file"))
+
+    def on_stop(spark: Any, start_no: int) -> None:
         dump_state(spark, workdir, spec, f"final-{start_no}")
-        if cfg.get("state_every_batch"):  # differential mode: the state after every committed batch
-            for b in committed_batches(workdir / "checkpoint"):
+        if json.loads((workdir / "run.json").read_text()).get("state_every_batch"):
+            for b in committed_batches(workdir / "checkpoint"):  # differential: the state after every batch
                 dump_state(spark, workdir, spec, f"batch-{b:05d}", batch=b)
-        return 0
-    except Exception:
-        (workdir / "failure.txt").write_text(traceback.format_exc())
-        return EXIT_QUERY_FAILED
-    finally:
-        cluster.stop()
+
+    return run_query(workdir, writer, lambda spark, n: dump_state(spark, workdir, spec, f"start-{n}"), on_stop)
 
 
 def main(argv: list[str] | None = None) -> int:

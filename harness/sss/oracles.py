@@ -156,16 +156,17 @@ def _canon(rows: list[dict[str, Any]]) -> Counter[str]:
     return Counter(json.dumps(r, sort_keys=True) for r in rows)
 
 
-def _uses_user_sink(workdir: Path) -> bool:
+def uses_user_sink(workdir: Path) -> bool:
     try:
         return bool(json.loads((workdir / "run.json").read_text()).get("sink"))
     except FileNotFoundError:
         return False
 
 
-def _judge_sink(workdir: Path, committed: set[int], expected: dict[int, Counter[str]], result: SssCheck) -> None:
+def judge_sink(workdir: Path, committed: set[int], expected: dict[int, Counter[str]], result: SssCheck,
+               reference: str = "the model's") -> None:  # fmt: skip
     """Exactly-once through the user's sink: what its ``read`` returned after the run holds every row the
-    model emits for the committed batches, each exactly once. The batch after the last committed one
+    ``reference`` (the model, or the replay) emits for the committed batches, each exactly once. The batch after the last committed one
     may have reached the sink before the final stop (its commit was never written): its rows are
     allowed all present or all absent."""
     path = workdir / "sink-read.json"
@@ -182,7 +183,7 @@ def _judge_sink(workdir: Path, committed: set[int], expected: dict[int, Counter[
     extra, missing = got - want, want - got
     dup = sorted(f"{r} x{n}" for r, n in extra.items() if r in want)
     result.violations.append(
-        f"the sink's output differs from the model's over {len(committed)} committed batches: "
+        f"the sink's output differs from {reference} over {len(committed)} committed batches: "
         f"{sum(extra.values())} rows too many (of them written again: {dup[:3]}), "
         f"{sum(missing.values())} missing {sorted(missing.elements())[:3]}"
     )
@@ -208,7 +209,7 @@ def check_run(workdir: Path, spec: SssSpec, files_written: int) -> SssCheck:
             result.refused.append(f"{path.name}: state data source refused batch {d['batch']}: {d['error']}")
         else:
             dumps.setdefault(int(d["batch"]), []).append((path.name, d))
-    user_sink = _uses_user_sink(workdir)
+    user_sink = uses_user_sink(workdir)
     expected_by_batch: dict[int, Counter[str]] = {}
     for batch, ts, rows in batch_inputs(workdir, spec):
         try:
@@ -252,7 +253,7 @@ def check_run(workdir: Path, spec: SssSpec, files_written: int) -> SssCheck:
                 result.violations += [f"{name}: {v}" for v in _metadata_mismatches(dump, batch, model)]
             result.states_checked += 1
     if user_sink:
-        _judge_sink(workdir, committed, expected_by_batch, result)
+        judge_sink(workdir, committed, expected_by_batch, result)
     read = 0
     if committed:
         offsets = {b.batch: b.source_offset for b in read_offsets(workdir / "checkpoint")}

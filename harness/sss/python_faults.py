@@ -23,7 +23,7 @@ try:
 except ImportError:  # pyspark < 4.0 has no transformWithState: only faulting_function runs there
     StatefulProcessor = object  # type: ignore[misc,assignment]
 
-__all__ = ["ARMED", "FaultingProcessor", "faulting_function", "arm", "fired"]
+__all__ = ["ARMED", "FaultingProcessor", "faulting_function", "faulting_frame", "arm", "fired"]
 
 ARMED = "python-fault.armed"
 _FIRED = ".fired-"
@@ -107,3 +107,17 @@ def faulting_function(func: Callable[..., Any], armed: str) -> Callable[..., Any
         return func(key, pdfs, state)
 
     return call
+
+
+def faulting_frame(df: Any, armed: str) -> Any:
+    """A builder's streaming DataFrame with an identity ``mapInArrow`` after it that checks the armed
+    kill: a builder's query need not call Python at all, and this step runs in the tasks of the last
+    stateful operator's stage (no shuffle after it), so the kill fails a task that has its state store
+    open, as a kill inside a processor would. The rows are unchanged; the replay builds the query
+    without it."""
+
+    def identity(batches: Iterator[Any]) -> Iterator[Any]:
+        _maybe_fire(armed)
+        yield from batches
+
+    return df.mapInArrow(identity, df.schema)

@@ -31,7 +31,7 @@ from typing import Any
 
 from harness.run_store import RunStore
 from harness.sss.checkpoint_log import committed_batches, read_offsets, source_files
-from harness.sss.oracles import SssCheck
+from harness.sss.oracles import SssCheck, judge_sink, uses_user_sink
 from harness.sss.query import QuerySpec, builder_identity
 
 __all__ = ["ReplayCheck", "check_replay", "replay_differences", "recording", "cache_dir", "output_diff"]
@@ -245,7 +245,10 @@ def check_replay(workdir: Path, spec: QuerySpec, files_written: int, timeout_s: 
 
 def _compare(check: ReplayCheck, workdir: Path, reference: dict[str, Any], committed: list[int],
              chaos_state: dict[str, Any]) -> None:  # fmt: skip
-    for b in committed:
+    if uses_user_sink(workdir):  # judged as a whole on what the user's read returns
+        expected = {b: _canon(reference["outputs"].get(str(b), [])) for b in committed}
+        judge_sink(workdir, set(committed), expected, check, "the replay's")
+    for b in ([] if uses_user_sink(workdir) else committed):
         out_file = workdir / "output" / f"batch-{b}.json"
         want = reference["outputs"].get(str(b))
         if out_file.exists():

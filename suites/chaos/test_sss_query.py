@@ -36,18 +36,13 @@ def test_builder_scenario_gives_a_query_spec() -> None:
     assert spec.inputs == {"events": "user string, ts timestamp, n long"} and spec.output_mode == "append"
 
 
-@pytest.mark.parametrize(
-    ("extra", "field"),
-    [
-        ("sink: {foreach_batch: 'examples.sss.sink:by_batch', read: 'examples.sss.sink:read'}\n", "sink"),
-        ("faults: [{kind: kill_driver, after_batches: 1, at: after_sink_write}]\n", "faults[0].kind"),
-        ("faults: [{kind: kill_python_worker, after_batches: 1}]\n", "faults[0].kind"),
-    ],
-)
-def test_what_the_builder_path_cannot_do_yet_is_refused_not_ignored(extra: str, field: str) -> None:
-    with pytest.raises(ScenarioError) as e:
-        parse_scenario(WINDOWED + extra, "w.yaml", ROOT)
-    assert f"w.yaml:8: {field}:" in str(e.value) and "builder's query" in str(e.value)
+def test_a_builders_query_takes_a_user_sink_sink_window_faults_and_python_worker_kills() -> None:
+    """The builder path runs the same skeleton as a processor's (harness.sss.query_run): the scenario
+    keeps the user's sink and the faults, and the run hands them to the driver."""
+    sc = parse_scenario((ROOT / "examples/sss/counts-sink-by-batch-local.yaml").read_text(), "c.yaml", ROOT)
+    assert isinstance(sc.spec(), QuerySpec) and sc.sink is not None
+    assert sc.sink.foreach_batch == "examples.sss.parquet_sink:write_by_batch_id"
+    assert [(f.kind, f.at) for f in sc.faults] == [("kill_python_worker", None), ("kill_driver", "after_sink_write")]
 
 
 def test_several_inputs_reach_the_builder_by_name() -> None:
@@ -174,13 +169,36 @@ def test_sss_command_takes_a_builder_and_refuses_a_processor_output_mode(
     assert "not both" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("name", ["windowed", "windowed-leaky", "join", "join-leaky", "sessions", "dedup", "tws-eventtime", "tws-eventtime-leaky"])
+BUILDER_EXAMPLES = sorted(p.name for p in (ROOT / "examples" / "sss").glob("*.yaml") if "builder:" in p.read_text())
+
+
+@pytest.mark.parametrize("name", BUILDER_EXAMPLES)
 def test_every_bring_your_query_example_parses_with_its_input(name: str) -> None:
-    path = ROOT / "examples" / "sss" / f"{name}-local.yaml"
+    path = ROOT / "examples" / "sss" / name
     sc = parse_scenario(path.read_text(), str(path), path.parent)
     from chaos.sss.scenario import load_inputs
 
-    assert isinstance(sc.spec(), QuerySpec) and len(load_inputs(sc)) >= 5
+    assert isinstance(sc.spec(), QuerySpec) and len(load_inputs(sc)) >= 3
+
+
+def test_a_builders_user_sink_is_judged_against_the_replays_batches(tmp_path: Path) -> None:
+    """With the user's sink, what its read returns must hold every committed batch's replay rows
+    exactly once (statechaos's own output/ files are not written, so they are not looked for)."""
+    from harness.sss.replay_oracle import ReplayCheck, _compare
+
+    (tmp_path / "run.json").write_text(json.dumps({"sink": {"foreach_batch": "m:f", "read": "m:r"}}))
+    reference = {"outputs": {"0": [{"user": "a", "n": 1}], "1": [{"user": "a", "n": 2}]}, "state": {}}
+
+    def judge(rows: list[int]) -> ReplayCheck:
+        (tmp_path / "sink-read.json").write_text(json.dumps([{"user": "a", "n": n} for n in rows]))
+        check = ReplayCheck()
+        _compare(check, tmp_path, reference, [0, 1], {})
+        return check
+
+    ok = judge([2, 1])
+    assert ok.violations == [] and ok.batches_checked == 2
+    [twice] = judge([1, 2, 2]).violations  # batch 1 replayed after the write, appended again
+    assert "differs from the replay's" in twice and "1 rows too many" in twice
 
 
 def test_a_replay_that_cannot_run_is_unknown_not_a_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -199,3 +217,24 @@ def test_a_replay_that_cannot_run_is_unknown_not_a_crash(tmp_path: Path, monkeyp
     assert not check.violations and check.unknown == [
         "the fault-free replay could not be had: the replay wrote no result (see replay.log)"
     ]
+
+
+def test_a_builders_run_ends_once_only_the_clock_drives_its_batches(tmp_path: Path) -> None:
+    """Processing-time timers and TTL run a batch every trigger forever: once the last batches read no
+    new input and kept the watermark, the run may end; a watermark still moving keeps it going."""
+    from chaos.sss.run import _settled
+
+    cp = tmp_path / "checkpoint"
+    (cp / "offsets").mkdir(parents=True)
+    (cp / "commits").mkdir()
+
+    def batch(b: int, log_offset: int, watermark: int) -> None:
+        (cp / "offsets" / str(b)).write_text(
+            f'v1\n{{"batchWatermarkMs":{watermark},"batchTimestampMs":{b}}}\n{{"logOffset":{log_offset}}}')  # fmt: skip
+        (cp / "commits" / str(b)).write_text("v1\n{}")
+
+    for b, (off, wm) in enumerate([(0, 0), (1, 0), (1, 5), (1, 5), (1, 5)]):
+        batch(b, off, wm)
+    assert not _settled(cp)  # batch 2 moved the watermark: only two clock-driven batches since
+    batch(5, 1, 5)
+    assert _settled(cp)

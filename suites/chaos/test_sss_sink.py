@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.sss.oracles import SssCheck, _judge_sink
+from harness.sss.oracles import SssCheck, judge_sink
 from harness.sss.sink import HIT, RELEASE, arm_sink, chaos_sink, sink_hit, user_sink
 
 
@@ -78,7 +78,7 @@ def test_the_sink_is_judged_on_what_read_returns(tmp_path: Path) -> None:
     def judge(rows: list[int]) -> SssCheck:
         (tmp_path / "sink-read.json").write_text(json.dumps([{"user": "a", "total": t} for t in rows]))
         check = SssCheck()
-        _judge_sink(tmp_path, {0, 1}, expected, check)
+        judge_sink(tmp_path, {0, 1}, expected, check)
         return check
 
     assert judge([1, 3]).violations == [] and judge([1, 3]).batches_checked == 2
@@ -89,5 +89,5 @@ def test_the_sink_is_judged_on_what_read_returns(tmp_path: Path) -> None:
     assert "1 missing" in lost
     (tmp_path / "sink-read.json").unlink()
     never = SssCheck()
-    _judge_sink(tmp_path, {0, 1}, expected, never)
+    judge_sink(tmp_path, {0, 1}, expected, never)
     assert never.batches_checked == 0 and never.violations == []  # not read: unknown, never a pass

@@ -97,6 +97,7 @@ def _evidence(name: str, outcome: Any) -> None:
         "python-worker-kill-docker",
         "partition-worker-docker",
         "kill-worker-alignment-docker",
+        "windowed-sss-docker",
     ):
         assert restarts, "the fault never made the job fail over"
     if name == "stop-worker-docker":

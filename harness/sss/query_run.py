@@ -1,0 +1,143 @@
+"""Starting, waiting for and stopping a Structured Streaming query: the one skeleton behind the driver
+under chaos (a processor's query, :mod:`harness.sss.driver`, and a builder's,
+:mod:`harness.sss.query_driver`), the replay (:mod:`harness.sss.replay`) and ``validate``
+(:mod:`harness.sss.analyse`). What the sink is (statechaos's exactly-once one or the user's
+``foreachBatch``), where a sink-window fault strikes (:func:`harness.sss.sink.chaos_sink`) and what
+is read after the stop are decided here once, whatever built the query.
+
+A driver's ``WORKDIR`` holds ``run.json`` (the query, master, trigger, the cluster's driver settings,
+the user's ``sink`` if any, the ``python_fault_file``), ``input/``, ``checkpoint/``, ``output/``
+(statechaos's sink: batch N's rows in ``batch-N.json``, by rename, so a replayed batch replaces its
+own file), ``sink/`` (the user's sink's folder), ``starts/`` (``N`` holds the pid of start N,
+``N.ready`` appears once its query runs). A file ``stop`` asks the driver to stop the query and exit
+0; a query that fails writes ``failure.txt`` and exits 3; exit 4: Spark cannot start here."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from harness.sss.spec import load_function
+from harness.sss.values import canon_row
+
+__all__ = ["ROCKSDB", "EXIT_QUERY_FAILED", "EXIT_NO_SPARK", "spark_conf", "json_sink", "start_query",
+           "run_query", "read_sink"]  # fmt: skip
+
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+EXIT_QUERY_FAILED = 3
+EXIT_NO_SPARK = 4  # Spark cannot run here (Java, memory): an environment problem, not a verdict
+
+
+def spark_conf() -> dict[str, str]:
+    """The state store settings every run uses: RocksDB (transformWithState requires it), changelog
+    checkpointing on, and snapshots every 2 versions uploaded by a 1 s maintenance task, so a short run
+    has snapshot (``N.zip``) and changelog (``N.changelog``) files for damage to hit."""
+    return {
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        "spark.sql.streaming.stateStore.minDeltasForSnapshot": "2",
+        "spark.sql.streaming.stateStore.maintenanceInterval": "1s",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.sql.session.timeZone": "UTC",
+    }
+
+
+def json_sink(output: Path) -> Callable[[Any, int], None]:
+    """statechaos's exactly-once ``foreachBatch``: batch N's rows, canonical, to ``batch-N.json`` by
+    rename (idempotent by batch id)."""
+
+    def write_batch(df: Any, batch_id: int) -> None:
+        rows = [canon_row(r) for r in df.collect()]
+        tmp = output / f".batch-{batch_id}.json.tmp"
+        tmp.write_text(json.dumps(rows, default=str))
+        os.replace(tmp, output / f"batch-{batch_id}.json")
+
+    return write_batch
+
+
+def start_query(writer: Any, sink: Callable[[Any, int], None], checkpoint: Path, trigger_ms: int | None) -> Any:
+    """``writer`` (a DataStreamWriter in its output mode) started through ``sink`` at ``checkpoint``,
+    on a processing-time trigger, or with ``trigger_ms`` None for one batch (the replay, ``validate``)."""
+    w = writer.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
+    w = w.trigger(once=True) if trigger_ms is None else w.trigger(processingTime=f"{trigger_ms} milliseconds")
+    return w.start()
+
+
+def read_sink(spark: Any, read: str, workdir: Path) -> None:
+    """What the user's ``read(spark, path)`` returns for the sink folder, canonical, to
+    ``sink-read.json`` (the exactly-once oracle's input)."""
+    got = load_function(read)(spark, str(workdir / "sink"))
+    rows = got.collect() if hasattr(got, "collect") else list(got)
+    tmp = workdir / ".sink-read.json.tmp"
+    tmp.write_text(json.dumps([canon_row(r) for r in rows]))
+    tmp.rename(workdir / "sink-read.json")
+
+
+Hook = Callable[[Any, int], None]
+
+
+def _stop_between_batches(query: Any, limit_s: float = 60.0) -> None:
+    """Stop ``query`` between two micro-batches where it can: a query whose batches follow the clock
+    (processing-time timers, TTL) is never idle, and a batch cut short at the stop may have reached the
+    sink without being committed, which the replay (committed batches only) cannot account for."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit_s and query.status.get("isTriggerActive"):
+        time.sleep(0.02)
+    query.stop()
+
+
+def run_query(workdir: Path, make_writer: Callable[[Any, dict[str, Any]], Any],
+              on_start: Hook | None = None, on_stop: Hook | None = None) -> int:  # fmt: skip
+    """One driver start in ``workdir``: start Spark, ``on_start(spark, start_no)``, start the query
+    ``make_writer(spark, run_config)`` returns through the sink (the user's ``sink.foreach_batch`` or
+    :func:`json_sink`, wrapped by :func:`chaos_sink` for sink-window faults), run it until ``stop``
+    appears, stop it, read the user's sink, ``on_stop(spark, start_no)``. The exit code."""
+    from harness.spark.cluster import SparkCluster, SparkEnvironmentError
+    from harness.sss.sink import chaos_sink, user_sink
+
+    cfg = json.loads((workdir / "run.json").read_text())
+    starts = workdir / "starts"
+    starts.mkdir(exist_ok=True)
+    start_no = sum(1 for p in starts.iterdir() if p.name.isdigit())
+    (starts / str(start_no)).write_text(str(os.getpid()))
+    output = workdir / "output"
+    output.mkdir(exist_ok=True)
+    (workdir / "sink").mkdir(exist_ok=True)  # the user's sink's folder (sink.foreach_batch)
+    kwargs = dict(cfg.get("cluster_kwargs") or {})  # a docker stack's: driver address, executors' Python
+    conf = {**spark_conf(), **kwargs.pop("extra_conf", {})}
+    cluster = SparkCluster(cfg["master"], extra_conf=conf, app_name=f"statechaos-sss-{start_no}", **kwargs)
+    try:
+        cluster.start()
+    except SparkEnvironmentError as e:
+        (workdir / "failure.txt").write_text(str(e))
+        return EXIT_NO_SPARK
+    try:
+        spark = cluster.spark
+        if on_start is not None:
+            on_start(spark, start_no)
+        sink = cfg.get("sink") or {}
+        write = user_sink(sink["foreach_batch"], workdir / "sink") if sink else json_sink(output)
+        query = start_query(make_writer(spark, cfg), chaos_sink(write, workdir), workdir / "checkpoint",
+                            cfg["trigger_ms"])  # fmt: skip
+        (starts / f"{start_no}.ready").write_text(str(query.id))
+        while not (workdir / "stop").exists():
+            if query.exception() is not None:
+                (workdir / "failure.txt").write_text(str(query.exception()))
+                return EXIT_QUERY_FAILED
+            time.sleep(0.05)
+        _stop_between_batches(query)
+        if sink:
+            read_sink(spark, sink["read"], workdir)
+        if on_stop is not None:
+            on_stop(spark, start_no)
+        return 0
+    except Exception:
+        (workdir / "failure.txt").write_text(traceback.format_exc())
+        return EXIT_QUERY_FAILED
+    finally:
+        cluster.stop()

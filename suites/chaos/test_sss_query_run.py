@@ -1,0 +1,147 @@
+"""The driver skeleton shared by a processor's and a builder's query (harness.sss.query_run) without
+Spark: a stand-in cluster and query show what the skeleton wires, whatever built the query: the
+user's sink behind the sink-window wrapper, the read of the user's sink after the stop, and a builder
+with a planned Python worker kill getting the fault-carrying step."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import harness.spark.cluster as cluster_mod
+from harness.sss import query_driver, query_run
+
+
+class _Rows:
+    """A DataFrame stand-in for examples.sss.parquet_sink: rows, ``write.mode().parquet()``."""
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.rows = rows
+        self.write = self
+
+    def isEmpty(self) -> bool:  # noqa: N802 - pyspark's name
+        return not self.rows
+
+    def mode(self, _: str) -> _Rows:
+        return self
+
+    def parquet(self, path: str) -> None:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        (Path(path) / "part-0.parquet").write_text(json.dumps(self.rows))
+
+    def collect(self) -> list[dict[str, Any]]:
+        return self.rows
+
+
+class _Spark:
+    def __init__(self) -> None:
+        self.read = self
+
+    def parquet(self, *folders: str) -> _Rows:
+        return _Rows([r for f in folders for r in json.loads((Path(f) / "part-0.parquet").read_text())])
+
+
+class _Cluster:
+    def __init__(self, *_: Any, **__: Any) -> None:
+        self.spark = _Spark()
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+class _Query:
+    id = "q"
+    status = {"isTriggerActive": False}
+
+    def exception(self) -> None:
+        return None
+
+    def stop(self) -> None:
+        pass
+
+
+class _Writer:
+    """Records the foreachBatch function; the query it starts runs batch 0 through it, then stops."""
+
+    def __init__(self, workdir: Path, seen: dict[str, Any]) -> None:
+        self.workdir, self.seen = workdir, seen
+
+    def foreachBatch(self, fn: Any) -> _Writer:  # noqa: N802
+        self.seen["sink"] = fn
+        return self
+
+    def option(self, *_: Any) -> _Writer:
+        return self
+
+    def trigger(self, **_: Any) -> _Writer:
+        return self
+
+    def start(self) -> _Query:
+        self.seen["sink"](_Rows([{"user": "a", "n": 1}]), 0)
+        (self.workdir / "stop").write_text("")
+        return _Query()
+
+
+def _workdir(tmp_path: Path, **cfg: Any) -> Path:
+    (tmp_path / "run.json").write_text(json.dumps({"master": "local[1]", "trigger_ms": 100, **cfg}))
+    return tmp_path
+
+
+@pytest.fixture(autouse=True)
+def _no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cluster_mod, "SparkCluster", _Cluster)
+
+
+def test_the_users_sink_writes_each_batch_and_is_read_after_the_stop(tmp_path: Path) -> None:
+    sink = {"foreach_batch": "examples.sss.parquet_sink:write_by_batch_id", "read": "examples.sss.parquet_sink:read"}
+    w = _workdir(tmp_path, sink=sink)
+    seen: dict[str, Any] = {}
+    assert query_run.run_query(w, lambda spark, cfg: _Writer(w, seen)) == 0
+    assert (w / "sink" / "batch-0" / "part-0.parquet").exists()  # the user's function wrote batch 0
+    assert not list((w / "output").iterdir())  # statechaos's own sink was not used
+    assert json.loads((w / "sink-read.json").read_text()) == [{"user": "a", "n": 1}]
+    assert (w / "starts" / "0.ready").exists()
+
+
+def test_without_a_user_sink_statechaos_writes_batch_files(tmp_path: Path) -> None:
+    w = _workdir(tmp_path)
+    assert query_run.run_query(w, lambda spark, cfg: _Writer(w, {})) == 0
+    assert json.loads((w / "output" / "batch-0.json").read_text()) == [{"user": "a", "n": 1}]
+    assert not (w / "sink-read.json").exists()
+
+
+def test_a_builder_with_a_python_worker_kill_planned_gets_the_fault_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The identity Arrow step is added only when a kill is planned, after the builder's DataFrame."""
+    from harness.sss import python_faults
+
+    built: list[str] = []
+
+    class _Df:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        @property
+        def writeStream(self) -> Any:  # noqa: N802
+            built.append(self.name)
+            return self
+
+        def outputMode(self, _: str) -> _Writer:  # noqa: N802
+            return _Writer(tmp_path, {})
+
+    monkeypatch.setattr(query_driver, "build_query", lambda *a, **k: _Df("builder's"))
+    monkeypatch.setattr(python_faults, "faulting_frame", lambda df, armed: _Df(f"faulting({df.name}, {armed})"))
+    query = {"builder": "examples.sss.counts:build", "inputs": {"events": "user string"}, "output_mode": "update"}
+    _workdir(tmp_path, query=query, python_fault_file=str(tmp_path / "python-fault.armed"))
+    assert query_driver.run(tmp_path) == 0
+    _workdir(tmp_path, query=query, python_fault_file=None)
+    (tmp_path / "stop").unlink()
+    assert query_driver.run(tmp_path) == 0
+    assert built == [f"faulting(builder's, {tmp_path / 'python-fault.armed'})", "builder's"]
