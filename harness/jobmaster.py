@@ -14,6 +14,7 @@ from harness.coordinator import CheckpointConfig, CheckpointCoordinator
 from harness.events import ABSENT, CheckpointSkipped, JobRestart, Rescale, RunEnd, SinkFence
 from harness.history import HistoryWriter
 from harness.job import JobGraph
+from harness.job_errors import JobFailure
 from harness.run_store import RunStore
 from harness.sinks import committed_files, write_fence
 from harness.user_code import IDENTICAL_FAILURES, YOUR_JOB_RAISED, UserFrame
@@ -25,15 +26,9 @@ from reference_impl.checkpoint import (
 )
 from reference_impl.checkpoint.completed import METADATA
 from reference_impl.checkpoint.format import referenced_shared_files
-from reference_impl.errors import InfrastructureError
 from reference_impl.rescale import SubtaskAssignment, assign_state
 
 __all__ = ["RestorePlan", "JobMaster", "JobFailure", "RescaleRequest", "RescaleSchedule", "RunSummary"]
-
-
-class JobFailure(InfrastructureError, RuntimeError):
-    """The job cannot go on (restart budget spent, unrestorable state); the message says why and
-    ``root_cause`` holds the first real error behind it."""
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Hashable
 
-from harness.jobmaster import JobFailure
+from harness.job_errors import JobFailure
 
 __all__ = ["ProgressWatch", "Stalled"]
 

@@ -242,3 +242,23 @@ def test_sss_command_passes_sink_faults_and_pyspark_to_the_run(
     assert run.pyspark == "3.5.3"
     assert main([*args, "--pyspark", "3.3.0"]) == 2
     assert "supports 3.4.0 and later" in capsys.readouterr().out
+
+
+_LIGHT = """
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split('.')[0] in {blocked!r}:
+            raise ImportError(f"{{name}} is not in a user's PySpark venv")
+sys.meta_path.insert(0, Block())
+import harness.sss.driver, harness.sss.query_run, harness.spark.cluster, harness.progress
+"""
+
+
+def test_the_driver_imports_nothing_a_users_pyspark_venv_lacks() -> None:
+    """The driver runs under the user's PySpark, in a venv holding only PySpark and its pandas/pyarrow:
+    none of statechaos's own dependencies may be imported on its path (a msgpack import through
+    harness.progress -> harness.jobmaster once made every run on 3.5.3 end `refused`)."""
+    blocked = ("msgpack", "pydantic", "mmh3", "rich", "yaml", "docker", "hypothesis", "rocksdict", "allure")
+    r = subprocess.run([sys.executable, "-c", _LIGHT.format(blocked=blocked)], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]

@@ -172,4 +172,4 @@ def test_own_sink_idempotent_passes_and_plain_append_is_caught(tmp_path: Path) -
     assert stats["verdict"] == "pass" and all(v["passed"] for v in good), good
     bad, stats = execute_sss(load_scenario(root / "sink-append-local.yaml"), tmp_path / "bad")
     assert stats["verdict"] == "caught" and all(v["passed"] for v in bad), bad
-    assert "rows too many (of them written again" in json.dumps(bad)
+    assert "rows too many (of them written again" in json.dumps([v.to_dict() for v in bad])
