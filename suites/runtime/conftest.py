@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import allure
 import pytest
 
 from chaos.runner import ScenarioOutcome, run_scenario
@@ -60,3 +61,20 @@ def fails(outcome: ScenarioOutcome) -> set[str]:
         return {"infrastructure"}
     assert outcome.error is None, outcome.error
     return {v["oracle"] for v in outcome.verdicts if v.get("status", "fails") == "fails"}
+
+
+def caught_when_broken(tmp_path: Path, monkeypatch: Any, breaker: Any, overrides: dict[str, Any]) -> tuple[set[str], ScenarioOutcome]:
+    """Run BASE + ``overrides`` on the correct runtime (every check must hold), then again with
+    ``breaker`` planted: the checks that caught it (``fails``) and the broken run's outcome."""
+    runs = iter(range(2))
+
+    def sim_run() -> ScenarioOutcome:
+        return run_scenario(Scenario.model_validate({**BASE, **overrides}), tmp_path / f"run-{next(runs)}")
+
+    healthy = sim_run()
+    assert failed(healthy) == set(), f"the scenario must pass on the correct runtime: {healthy.verdicts}"
+    breaker(monkeypatch)
+    broken = sim_run()
+    caught = fails(broken)
+    allure.dynamic.parameter("caught by", ", ".join(sorted(caught)) or "nothing")
+    return caught, broken

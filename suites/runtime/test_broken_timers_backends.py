@@ -15,11 +15,9 @@ import harness.tasks as tasks
 import reference_impl.rescale as rescale
 import reference_impl.state.ondisk_backend as ondisk
 import reference_impl.timers as timers
-from chaos.runner import run_scenario
-from chaos.scenario import Scenario
 from harness.items import CheckpointBarrier
 from suites.runtime import timed_job  # noqa: F401 - registers test_timed
-from suites.runtime.conftest import BASE, failed, fails
+from suites.runtime.conftest import caught_when_broken
 
 pytestmark = [allure.epic("runtime"), allure.feature("oracles catch broken runtimes")]
 
@@ -184,15 +182,5 @@ VARIANTS = {
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_a_broken_runtime_is_caught(tmp_path: Path, monkeypatch, name):
     breaker, overrides = VARIANTS[name]
-    runs = iter(range(2))
-
-    def sim_run(**o: Any) -> Any:
-        return run_scenario(Scenario.model_validate({**BASE, **o}), tmp_path / f"run-{next(runs)}")
-
-    healthy = sim_run(**overrides)
-    assert failed(healthy) == set(), f"the scenario must pass on the correct runtime: {healthy.verdicts}"
-    breaker(monkeypatch)
-    broken = sim_run(**overrides)
-    caught = fails(broken)
-    allure.dynamic.parameter("caught by", ", ".join(sorted(caught)) or "nothing")
+    caught, broken = caught_when_broken(tmp_path, monkeypatch, breaker, overrides)
     assert caught, f"no oracle caught: {name}"

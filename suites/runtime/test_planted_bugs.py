@@ -15,12 +15,10 @@ import pytest
 import harness.stream_task as stream_task
 import reference_impl.rescale as rescale
 import reference_impl.timers as timers
-from chaos.runner import run_scenario
-from chaos.scenario import Scenario
 from harness.barriers import BarrierAligner
 from harness.items import Watermark
 from reference_impl.state.handles import _MergingHandle
-from suites.runtime.conftest import BASE, failed, fails
+from suites.runtime.conftest import caught_when_broken
 
 pytestmark = [allure.epic("runtime"), allure.feature("oracles catch broken runtimes"), pytest.mark.slow]
 
@@ -150,15 +148,5 @@ VARIANTS = {
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_a_planted_bug_is_caught_cleanly(tmp_path: Path, monkeypatch, name):
     breaker, overrides = VARIANTS[name]
-    runs = iter(range(2))
-
-    def sim_run(**o: Any) -> Any:
-        return run_scenario(Scenario.model_validate({**BASE, **o}), tmp_path / f"run-{next(runs)}")
-
-    healthy = sim_run(**overrides)
-    assert failed(healthy) == set(), f"the scenario must pass on the correct runtime: {healthy.verdicts}"
-    breaker(monkeypatch)
-    broken = sim_run(**overrides)
-    caught = fails(broken)
-    allure.dynamic.parameter("caught by", ", ".join(sorted(caught)) or "nothing")
+    caught, broken = caught_when_broken(tmp_path, monkeypatch, breaker, overrides)
     assert caught and "infrastructure" not in caught, f"not caught cleanly: {name}: {broken.verdicts}"

@@ -13,9 +13,7 @@ import pytest
 
 import harness.task_base as task_base
 import reference_impl.timers as timers
-from chaos.runner import run_scenario
-from chaos.scenario import Scenario
-from suites.runtime.conftest import BASE, failed, fails
+from suites.runtime.conftest import caught_when_broken
 
 pytestmark = [allure.epic("runtime"), allure.feature("oracles catch broken runtimes"), pytest.mark.slow]
 
@@ -91,17 +89,7 @@ VARIANTS = {
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_a_bug_only_checkpoints_show_is_caught(tmp_path: Path, monkeypatch, name):
     breaker, overrides, by = VARIANTS[name]
-    runs = iter(range(2))
-
-    def sim_run(**o: Any) -> Any:
-        return run_scenario(Scenario.model_validate({**BASE, **o}), tmp_path / f"run-{next(runs)}")
-
-    healthy = sim_run(**overrides)
-    assert failed(healthy) == set(), f"the scenario must pass on the correct runtime: {healthy.verdicts}"
-    breaker(monkeypatch)
-    broken = sim_run(**overrides)
-    caught = fails(broken)
-    allure.dynamic.parameter("caught by", ", ".join(sorted(caught)) or "nothing")
+    caught, broken = caught_when_broken(tmp_path, monkeypatch, breaker, overrides)
     assert caught, f"no oracle caught: {name}"
     if by is not None:
         assert by <= caught, f"{name}: caught by {caught}, not by {by}: {broken.verdicts}"
