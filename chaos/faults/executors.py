@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from chaos.faults.registry import FaultTarget
-from chaos.injectors.base import InjectorError
+from chaos.faults.registry import FaultTarget, SssInjectorFactory, SssTarget
+from chaos.injectors.base import Injector, InjectorError
 
 __all__ = [
     "executor_target",
@@ -63,3 +63,17 @@ def sss_worker_container(kind: str, docker: Any, rng: random.Random) -> Any:
         raise InjectorError(f"{kind}: no worker container of this run is running")
     busy = [c for c in workers if c.exec_run(["sh", "-c", EXECUTOR_JVM]).exit_code == 0]
     return rng.choice(busy or workers)
+
+
+def sss_executor_signal(signal: str) -> SssInjectorFactory:
+    """A Structured Streaming query's injector that sends ``signal`` (``KILL``, ``STOP``) to an executor
+    JVM inside one of the run's worker containers (docker only)."""
+
+    def sss_injector(kind: str, on: SssTarget, rng: random.Random) -> Injector:
+        if on.docker is None:
+            raise InjectorError(f"{kind} needs cluster docker")
+        from chaos.cluster.docker_spark import ExecSignal
+
+        return ExecSignal(on.scope, sss_worker_container(kind, on.docker, rng), kind, signal, EXECUTOR_JVM, rng)
+
+    return sss_injector

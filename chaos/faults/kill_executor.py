@@ -9,9 +9,9 @@ import random
 from typing import Literal
 
 from chaos.faults.delivery import Delivered, InbandProcessFault, ProcessFaultParams, delivery_of
-from chaos.faults.executors import EXECUTOR_JVM, executor_target, in_worker_container, sss_worker_container
-from chaos.faults.registry import SPARK_CLUSTERS, FaultKind, FaultTarget, SssTarget, register
-from chaos.injectors.base import Injector, InjectorError
+from chaos.faults.executors import EXECUTOR_JVM, executor_target, in_worker_container, sss_executor_signal
+from chaos.faults.registry import SPARK_CLUSTERS, FaultKind, FaultTarget, register
+from chaos.injectors.base import Injector
 from chaos.injectors.process import KillProcess
 
 
@@ -28,17 +28,9 @@ def injector(f: KillExecutorFault, on: FaultTarget, rng: random.Random, fault_id
     return Delivered(KillProcess(on.scope, pid, "executor", f.kind))
 
 
-def sss_injector(kind: str, on: SssTarget, rng: random.Random) -> Injector:
-    if on.docker is None:
-        raise InjectorError(f"{kind} needs cluster docker")
-    from chaos.cluster.docker_spark import ExecSignal
-
-    return ExecSignal(on.scope, sss_worker_container(kind, on.docker, rng), kind, "KILL", EXECUTOR_JVM, rng)
-
-
 register(
     FaultKind(
         KillExecutorFault, SPARK_CLUSTERS, injector, targets="executor", deliveries=("inband", "out_of_band"),
-        sss_clusters=("local", "docker"), sss_injector=sss_injector,
+        sss_clusters=("local", "docker"), sss_injector=sss_executor_signal("KILL"),
     )
 )  # fmt: skip

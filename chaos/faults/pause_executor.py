@@ -11,9 +11,9 @@ from typing import Literal
 from pydantic import model_validator
 
 from chaos.faults.delivery import Delivered, InbandProcessFault, ProcessFaultParams, delivery_of
-from chaos.faults.executors import EXECUTOR_JVM, executor_target, in_worker_container, sss_worker_container
-from chaos.faults.registry import SPARK_CLUSTERS, FaultKind, FaultTarget, SssTarget, register
-from chaos.injectors.base import Injector, InjectorError
+from chaos.faults.executors import EXECUTOR_JVM, executor_target, in_worker_container, sss_executor_signal
+from chaos.faults.registry import SPARK_CLUSTERS, FaultKind, FaultTarget, register
+from chaos.injectors.base import Injector
 from chaos.injectors.process import PauseProcess
 
 
@@ -36,17 +36,9 @@ def injector(f: PauseExecutorFault, on: FaultTarget, rng: random.Random, fault_i
     return Delivered(PauseProcess(on.scope, pid, "executor", f.kind))
 
 
-def sss_injector(kind: str, on: SssTarget, rng: random.Random) -> Injector:
-    if on.docker is None:
-        raise InjectorError(f"{kind} needs cluster docker")
-    from chaos.cluster.docker_spark import ExecSignal
-
-    return ExecSignal(on.scope, sss_worker_container(kind, on.docker, rng), kind, "STOP", EXECUTOR_JVM, rng)
-
-
 register(
     FaultKind(
         PauseExecutorFault, SPARK_CLUSTERS, injector, targets="executor", deliveries=("inband", "out_of_band"),
-        sss_clusters=("local", "docker"), sss_injector=sss_injector,
+        sss_clusters=("local", "docker"), sss_injector=sss_executor_signal("STOP"),
     )
 )  # fmt: skip
