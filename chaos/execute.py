@@ -110,8 +110,21 @@ def execute_scenario(
         ),
         "liveness": LivenessConfig(bound_ms=liveness_bound_ms(sc), alignment_bound_ms=alignment_bound_ms(sc)),
     }
-    verdicts = check_all(run_dir, spec, checks_for(sc, spec.graph), config)
+    checks = checks_for(sc, spec.graph)
+    # adaptive recovery acted (only executors with task slots to lose have it; sim has none): judge it
+    if "adaptive_recovery" not in checks and sc.cluster != "sim" and _adapted(run_dir):
+        checks = [*checks, "adaptive_recovery"]
+    verdicts = check_all(run_dir, spec, checks, config)
     return [*verdicts, *schedule], stats
+
+
+def _adapted(run_dir: Path) -> bool:
+    """Whether adaptive recovery scaled the job (``harness.oracles.adaptive_recovery``): then its verdict
+    is given whether the scenario's checks name it or not."""
+    from harness.oracles.adaptive_recovery import adaptive_recovery_acted
+    from harness.oracles.artifacts import RunArtifacts
+
+    return adaptive_recovery_acted(RunArtifacts.load(run_dir))
 
 
 def _fault_phases(run_dir: Path) -> dict[str, list[str]]:

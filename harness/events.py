@@ -68,6 +68,8 @@ __all__ = [
     "ConnectionRefused",
     "Listening",
     "ResourcesLost",
+    "TaskSlots",
+    "SlotLayout",
     "DriverReplaced",
     "ClockSkewed",
 ]
@@ -406,6 +408,26 @@ class ResourcesLost(Event):
     slots: int
     needed: int
     waited_ms: int
+
+
+@event("task_slots")
+class TaskSlots(Event):
+    """The cluster's task slots as adaptive recovery's poll saw them, written when they change: what
+    the ``adaptive_recovery`` oracle judges a scale-down and a missing scale-up against."""
+
+    slots: int
+
+
+@event("slot_layout")
+class SlotLayout(Event):
+    """One deployment's task slots: each operator's parallelism, how many subtasks each slot runs, and,
+    for a deployment adaptive recovery chose (``reason: adaptive``), the slots there were to choose on."""
+
+    attempt: int
+    parallelism: dict[str, int]
+    tasks_per_slot: list[int]
+    slots_available: int = ABSENT
+    reason: str = ABSENT
 
 
 # ---------------------------------------------------------------------------------------- progress

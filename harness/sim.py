@@ -40,12 +40,19 @@ from harness.user_code import job_files, user_frame
 from reference_impl.rescale import restore_subtask
 from reference_impl.time import ManualClock, SkewedClock
 
-__all__ = ["SimConfig", "RescaleRequest", "SimExecutor", "RunSummary"]  # the last two re-exported
+__all__ = ["DEFAULT_TICK_MS", "SimConfig", "RescaleRequest", "SimExecutor", "RunSummary"]  # the last two re-exported
+
+
+# Simulated milliseconds per scheduler step, i.e. the pace of processing time. A source subtask emits
+# 1..16 records a step, so about 1,700 records per second of processing time: 20,000 records on 2
+# source subtasks last about 6 s, long enough for a processing-time timer of a few seconds to fire
+# (docs/timers-event-time-broadcast.md, "Time on sim"; a scenario sets it as ``sim: {tick_ms: N}``).
+DEFAULT_TICK_MS = 5
 
 
 @dataclass
 class SimConfig:
-    tick_ms: int = 1
+    tick_ms: int = DEFAULT_TICK_MS
     source_batch: int = 16  # a source emits 1..source_batch records per tick
     task_budget: int = 256  # items a keyed subtask may consume per tick
     channel_latency_ms: int = 1

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.jobs import JobSpec
+from harness.oracles.adaptive_recovery import AdaptiveRecoveryConfig, check_adaptive_recovery
 from harness.oracles.artifacts import RunArtifacts
 from harness.oracles.checkpoint_state import check_checkpoint_state
 from harness.oracles.exactly_once import check_exactly_once
@@ -42,6 +43,8 @@ __all__ = [
     "check_checkpoint_integrity",
     "check_liveness",
     "check_fault_schedule",
+    "check_adaptive_recovery",
+    "AdaptiveRecoveryConfig",
 ]
 
 

@@ -42,6 +42,8 @@ from harness.events import (
     RecordsIn,
     RecordsOut,
     ResourcesLost,
+    SlotLayout,
+    TaskSlots,
     TimersFired,
     from_fields,
 )
@@ -159,6 +161,9 @@ class SparkExecutor(Driver):
         self.adapt_to: Fit | None = None
         self.capacity_since: float | None = None
         self._slots_polled = 0.0
+        self._slots_seen: int | None = None  # the task slots last written to the history
+        # the slots adaptive recovery chose the next deployment on (its slot_layout's slots_available)
+        self._adapted_on: int | None = None
         self._job_group = ""  # the running Spark job's group (one per job, so a cancel hits only it)
         # jobs adaptive recovery cancelled whose thread still runs: a cancel reaches only a job Spark
         # has started, so one cancelled as it was being submitted is cancelled again until it ends
@@ -387,6 +392,15 @@ class SparkExecutor(Driver):
             for t in (task_name(o, i) for o, i, _ in graph.subtasks())
         }
         layout = slot_layout(graph.subtasks(), self.slots)
+        adapted_on, self._adapted_on = self._adapted_on, None
+        self.history.emit(
+            SlotLayout(
+                attempt=self.dep.number if self.dep else self.deployments,
+                parallelism=graph.parallelism(),
+                tasks_per_slot=[len(slot) for slot in layout],
+                **({} if adapted_on is None else {"slots_available": adapted_on, "reason": "adaptive"}),
+            )
+        )
         self._job_group = f"statechaos-{self.run_dir.name}-{self.deployments}"
         self.server.job = self._job_group  # a task of a job cancelled before is refused on connecting
         return submit_stage(
@@ -552,13 +566,16 @@ class SparkExecutor(Driver):
         slots = self.cluster.task_slots()
         if slots is None or self.stopping_for_rescale:  # slots unknown here; a stop is on its way
             return
+        if slots != self._slots_seen:
+            self._slots_seen = slots
+            self.history.emit(TaskSlots(slots=slots))
         if self.lost_at is None and slots < self.slots and (self.coord is not None or self.deployments > 1):
             # Spark removed an executor the running deployment had a task on, or a redeployment
             # (a restart, a rescale) waits for more slots than there are
             self.lost_at = t
         if self.lost_at is not None:
             if t - self.lost_at >= bound and 1 <= slots < self.slots:
-                self.adapt_to = fit(self.configured, slots)
+                self.adapt_to, self._adapted_on = fit(self.configured, slots), slots
                 self.history.emit(
                     ResourcesLost(slots=slots, needed=self.slots, waited_ms=int((t - self.lost_at) * 1000))
                 )
@@ -637,7 +654,11 @@ class SparkExecutor(Driver):
         self.history.emit(Listening(listener="coordinator", endpoint=f"{host}:{port}", tls=self.secret.tls))
 
     def _run_config(self) -> dict[str, Any]:
-        return {**self.run_info, "master": self.cluster.master}
+        adaptive = {
+            "enabled": self.adaptive.enabled,
+            "resource_stabilization_timeout_ms": self.adaptive.resource_stabilization_timeout_ms,
+        }
+        return {**self.run_info, "master": self.cluster.master, "adaptive_recovery": adaptive}
 
     def _drive(self) -> None:
         graph, why = self.graph, None
@@ -654,6 +675,7 @@ class SparkExecutor(Driver):
                     if req.reason == "adaptive" and slots:  # what the slots allow now, not when queued
                         now_fit = fit(self.configured, slots)
                         req.parallelism, req.slots = now_fit.parallelism, now_fit.slots
+                        self._adapted_on = slots
                     elif isinstance(req.parallelism, dict):  # a step naming some operators: the rest
                         req.parallelism = {**self.configured, **req.parallelism}  # as configured
                     graph, why = self._rescaled(req), None

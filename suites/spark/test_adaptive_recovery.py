@@ -12,7 +12,8 @@ from __future__ import annotations
 import allure
 import pytest
 
-from chaos.runner import story
+from chaos.errors import EXIT_CHECK_FAILED
+from chaos.runner import _exit_code, story
 from harness.history import read_history
 from harness.run_store import RunStore
 
@@ -78,3 +79,26 @@ def test_one_slot_left_runs_every_operator_in_one_shared_slot(run_scenario):
     assert {e["operator"] for e in restored_after} == {"source", "count"}, restored_after
     end = next(e for e in events if e["type"] == "run_end")
     assert (end["status"], end["records_committed"]) == ("finished", scenario["records"])
+
+
+def test_planted_adaptive_recovery_sharing_slots_at_the_boundary_is_caught(run_scenario, monkeypatch):
+    """A planted bug: a scale-down picks the parallelism of one slot more than there is (slots + 1) and
+    squeezes it onto the slots left, so two subtasks share a slot although each operator could have
+    had one of its own. The output stays exactly-once, so only ``adaptive_recovery`` (added to the
+    checks because adaptive recovery acted) catches it: exit 1, not an error."""
+    import harness.spark.executor as executor
+    from harness.adaptive import Fit, fit
+
+    def one_slot_too_many(configured: dict[str, int], slots: int) -> Fit:
+        if slots >= sum(configured.values()):
+            return fit(configured, slots)
+        return Fit(fit(configured, slots + 1).parallelism, slots)
+
+    monkeypatch.setattr(executor, "fit", one_slot_too_many)
+    outcome = run_scenario(SCENARIO)
+    assert outcome.error is None, outcome.error
+    failed = {v["oracle"] for v in outcome.verdicts if v["status"] == "fails"}
+    assert failed == {"adaptive_recovery"}, outcome.verdicts
+    verdict = next(v for v in outcome.verdicts if v["oracle"] == "adaptive_recovery")
+    assert any("share a slot" in d for d in verdict["details"]), verdict
+    assert _exit_code([outcome]) == EXIT_CHECK_FAILED  # exit 1: caught, not an error
