@@ -15,7 +15,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.events import ABSENT, InputHeld, InputReleased, Rescale, ResourcesLost, RunEnd, SlotLayout, TaskSlots
+from harness.events import (
+    ABSENT,
+    InputHeld,
+    InputReleased,
+    Rescale,
+    ResourcesLost,
+    RunEnd,
+    SlotLayout,
+    TaskSlots,
+)
 from harness.jobs import JobSpec
 from harness.oracles.artifacts import RunArtifacts
 from harness.oracles.registry import register_oracle

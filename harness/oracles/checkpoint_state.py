@@ -14,10 +14,11 @@ when this check is requested."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.events import CheckpointCompleted, FaultStart, InputReleased
+from harness.events import CheckpointCompleted, FaultStart, InputReleased, Restore
 from harness.jobs import JobSpec
 from harness.oracles.artifacts import RunArtifacts
 from harness.oracles.registry import register_oracle
@@ -26,10 +27,17 @@ from harness.oracles.restored_state import ttl_ms as ttl_ms_of
 from harness.oracles.verdict import Verdict
 from harness.reference_run import ReferenceRun
 from harness.run_store import RunStore
+from harness.source_task import SPLIT_TIMESTAMPS_STATE, SPLITS_STATE
 from harness.stream_task import WATERMARK_STATE
 from reference_impl.inspect import CheckpointView, inspect_checkpoint
 from reference_impl.state.handles import VOID_NAMESPACE
-from reference_impl.timers import EVENT_TIME, PROCESSING_TIME, TIMER_STATE_PREFIX
+from reference_impl.timers import (
+    EVENT_TIME,
+    MAX_WATERMARK,
+    MIN_WATERMARK,
+    PROCESSING_TIME,
+    TIMER_STATE_PREFIX,
+)
 
 __all__ = ["check_checkpoint_state"]
 
@@ -69,6 +77,7 @@ def check_checkpoint_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
     problems: list[str] = []
     held = _TimerWatch(art, stages, completed[-1].checkpoint_id)
     broadcast = _Found()
+    marks = _WatermarkWatch(spec, _restored_before(art))
     ref = ReferenceRun(spec.graph)
     groups = 0
     for e in completed:  # one checkpoint in memory at a time, read without a restore's validation
@@ -76,16 +85,18 @@ def check_checkpoint_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
         view = inspect_checkpoint(kept / f"chk-{cid}", validate=False)
         held.add(cid, view)
         _broadcast_diverges(cid, view, broadcast)
+        marks.add(cid, view, e.source_offsets or {})
         if no_model:
             continue
         ref = ref.advance(e.source_offsets or {})
         groups += _compare_with_model(cid, view, ref, stages, skipped, run_start, problems)
-    problems = held.found.problems + broadcast.problems + problems
-    judged = held.found.judged + broadcast.judged
+    problems = held.found.problems + broadcast.problems + marks.found.problems + problems
+    judged = held.found.judged + broadcast.judged + marks.found.judged
     data = {
         "checkpoints": len(completed),
         "timers_judged": held.found.judged,
         "broadcast_judged": broadcast.judged,
+        "watermarks_judged": marks.found.judged,
     }
     if no_model:
         if not judged and not problems:
@@ -98,7 +109,7 @@ def check_checkpoint_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
         return Verdict.of(
             "checkpoint_state",
             problems,
-            f"{len(completed)} completed checkpoints: {_judged(held.found, broadcast)}; model comparison "
+            f"{len(completed)} completed checkpoints: {_judged(held.found, broadcast, marks.found)}; model comparison "
             f"skipped: the job's state depends on interleaving ({c.interleaving})",
             "{n} problems in completed checkpoints",
             model_skipped=c.interleaving,
@@ -109,7 +120,7 @@ def check_checkpoint_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
         "checkpoint_state",
         problems,
         f"{len(completed)} completed checkpoints ({groups} key groups) equal the fault-free reference "
-        f"at their cuts{partly}; {_judged(held.found, broadcast)}",
+        f"at their cuts{partly}; {_judged(held.found, broadcast, marks.found)}",
         "{n} differences between completed checkpoints and the fault-free reference",
         key_groups=groups,
         **data,
@@ -167,8 +178,12 @@ class _Found:
     judged: int = 0  # how many things were judged (timers, broadcast states)
 
 
-def _judged(held: _Found, broadcast: _Found) -> str:
-    return f"{held.judged} timers judged for firing, {broadcast.judged} broadcast states compared across subtasks"
+def _judged(held: _Found, broadcast: _Found, marks: _Found | None = None) -> str:
+    wm = f", {marks.judged} watermarks and split event times judged at their cuts" if marks else ""
+    return (
+        f"{held.judged} timers judged for firing, {broadcast.judged} broadcast states compared across "
+        f"subtasks{wm}"
+    )
 
 
 def _watermarks(view: CheckpointView, op: str) -> list[int]:
@@ -260,6 +275,126 @@ class _TimerWatch:
             if shown > _MAX_PER_GROUP:
                 self.found.problems.append(
                     f"checkpoints {c0}-{c2} {op}: {shown - _MAX_PER_GROUP} more such timers"
+                )
+
+
+def _restored_before(art: RunArtifacts) -> dict[int, bool]:
+    """Checkpoint id -> whether the job had restarted or rescaled (a deployment after the first)
+    before that checkpoint completed."""
+    out, restarted = {}, False
+    for e in art.events:
+        if isinstance(e, Restore) and e.attempt > 0:
+            restarted = True
+        elif isinstance(e, CheckpointCompleted):
+            out[e.checkpoint_id] = restarted
+    return out
+
+
+def _union(view: CheckpointView, op: str, name: str) -> list[Any] | None:
+    """Every subtask's elements of operator state ``name`` of ``op`` in subtask order (None: none has it)."""
+    opview = view.operators.get(op)
+    if opview is None:
+        return None
+    found = [st[name][1] for _, st in sorted(opview.operator.items()) if name in st]
+    return None if not found else [x for part in found for x in plain(part)]
+
+
+class _WatermarkWatch:
+    """Event time at each cut, for a job whose source has a watermark strategy:
+
+    - each split's largest event time in the checkpoint (the sources' ``__split_max_timestamps``,
+      from which they regenerate watermarks after a restore) equals the largest in the input before
+      the cut's offset, read from the input itself;
+    - every subtask of a keyed stage holds the same watermark (each took in the same watermarks before
+      its barriers), and it is never ahead of what the input before the cut allows: the minimum over
+      the source subtasks of the minimum over their unfinished splits (an exhausted subtask counts as
+      the maximum, a split not read yet as the minimum), through every stage and broadcast input;
+    - before the first restart or rescale it is exactly that (an exhausted source subtask may still be
+      anywhere up to the maximum: its last watermark was emitted before its end was announced).
+
+    Linear: each split's largest event time is advanced from cut to cut."""
+
+    def __init__(self, spec: JobSpec, restored_before: dict[int, bool]) -> None:
+        self.graph, self.restored_before = spec.graph, restored_before
+        self.strategy = spec.graph.source.watermarks
+        self.at: dict[str, int] = {}  # split -> offset read so far
+        self.top: dict[str, int] = {}  # split -> largest event time before that offset
+        self.found = _Found()
+
+    def _advance(self, offsets: dict[str, int]) -> None:
+        assert self.strategy is not None
+        fn, ts_of = self.graph.source.function, self.strategy.timestamp
+        for split, hi in offsets.items():
+            if "/" in split:  # a broadcast input's split: no event time of its own
+                continue
+            lo = self.at.get(split, 0)
+            if hi < lo:  # a later cut behind an earlier one (a restore from an older checkpoint)
+                lo, _ = 0, self.top.pop(split, None)
+            for r in fn.between({split: lo}, {split: hi}):
+                t = int(ts_of(r))
+                if t > self.top.get(split, MIN_WATERMARK):
+                    self.top[split] = t
+            self.at[split] = hi
+
+    def _source_range(self, view: CheckpointView, op: str, stamps: dict[str, int] | None) -> tuple[int, int]:
+        """(lowest, highest) watermark the source ``op``'s subtasks can have sent before the cut."""
+        opview = view.operators.get(op)
+        spec = next(src for src, _ in self.graph.sources() if src.name == op)
+        lo = hi = MAX_WATERMARK
+        for _, st in sorted((opview.operator if opview else {}).items()):
+            fn = copy.deepcopy(spec.function)
+            fn.open(plain(st.get(SPLITS_STATE, ("", []))[1]), None)
+            if fn.exhausted():
+                lo = MIN_WATERMARK
+                continue
+            if stamps is None:  # no event time on this source: the minimum until it is exhausted
+                lo = hi = MIN_WATERMARK
+                continue
+            wms = [
+                MIN_WATERMARK if n not in stamps else self.strategy.watermark_for(stamps[n])  # type: ignore[union-attr]
+                for n in fn.offsets()
+                if not fn.split_finished(n)
+            ]
+            mine = min(wms, default=MAX_WATERMARK)
+            lo, hi = min(lo, mine), min(hi, mine)
+        return lo, hi
+
+    def add(self, cid: int, view: CheckpointView, offsets: dict[str, int]) -> None:
+        if self.strategy is None:
+            return
+        self._advance(offsets)
+        src = self.graph.source.name
+        want = {n: t for n, t in self.top.items() if self.at.get(n, 0) > 0}
+        got = {str(n): int(t) for n, t in (_union(view, src, SPLIT_TIMESTAMPS_STATE) or [])}
+        self.found.judged += len(want)
+        for n in sorted(set(want) | set(got)):
+            if want.get(n) != got.get(n):
+                self.found.problems.append(
+                    f"checkpoint {cid} {src}: split {n!r} at offset {self.at.get(n, 0)}: the checkpoint's "
+                    f"largest event time is {got.get(n, '<absent>')}, the input before that offset has "
+                    f"{want.get(n, '<absent>')}"
+                )
+        lo, hi = self._source_range(view, src, want)
+        exact = not self.restored_before.get(cid, True)
+        for st in self.graph.stages:
+            if st.broadcast is not None:
+                b_lo, b_hi = self._source_range(view, st.broadcast.name, None)
+                lo, hi = min(lo, b_lo), min(hi, b_hi)
+            marks = _union(view, st.name, WATERMARK_STATE)
+            if not marks:
+                continue
+            self.found.judged += len(marks)
+            if len(set(marks)) > 1:
+                self.found.problems.append(
+                    f"checkpoint {cid} {st.name}: its subtasks hold different watermarks {marks}: each took in "
+                    "the same watermarks before its barriers"
+                )
+            bad = [w for w in marks if w > hi or (exact and w < lo)]
+            if bad:
+                span = f"exactly {lo}" if exact and lo == hi else f"between {lo} and {hi}" if exact else f"at most {hi}"
+                self.found.problems.append(
+                    f"checkpoint {cid} {st.name}: watermark {bad[0]}, the input before the checkpoint's offsets "
+                    f"allows {span}" + ("" if exact else " (after a restore a watermark may lag until the sources poll)")
                 )
 
 

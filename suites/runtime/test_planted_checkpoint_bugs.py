@@ -11,6 +11,8 @@ from typing import Any
 import allure
 import pytest
 
+import harness.source_task as source_task
+import harness.stream_task as stream_task
 import harness.task_base as task_base
 import reference_impl.timers as timers
 from suites.runtime.conftest import caught_when_broken
@@ -60,6 +62,39 @@ def _broadcast_state_lost_in_snapshot(mp):
     mp.setattr(task_base.TaskBase, "_checkpoint_snapshot", snapshot)
 
 
+def _watermark_checkpointed_from_the_first_channel(mp):
+    """A keyed subtask checkpoints its first input channel's watermark instead of its own (the minimum
+    over its inputs): no restore reads it in a run without faults, and no record changes."""
+    orig = stream_task.StreamTask._snapshot
+
+    def snapshot(self, barrier):
+        own = self.timers.watermark
+        self.timers.watermark = max(own, self.channel_watermarks[0])
+        try:
+            orig(self, barrier)
+        finally:
+            self.timers.watermark = own
+
+    mp.setattr(stream_task.StreamTask, "_snapshot", snapshot)
+
+
+def _finished_splits_event_time_left_out_of_snapshots(mp):
+    """A source subtask checkpoints the largest event time only of the splits it still reads (a
+    finished split no longer counts for its watermark): the checkpoint no longer says how far event
+    time got in those splits, and no record or restore shows it."""
+    orig = source_task.SourceTask.trigger_checkpoint
+
+    def trigger(self, checkpoint_id, timestamp, kind="checkpoint"):
+        kept = dict(self.split_max)
+        self.split_max = {n: t for n, t in kept.items() if not self.function.split_finished(n)}
+        try:
+            orig(self, checkpoint_id, timestamp, kind)
+        finally:
+            self.split_max = kept
+
+    mp.setattr(source_task.SourceTask, "trigger_checkpoint", trigger)
+
+
 ALLROUND: dict[str, Any] = {
     "job": "allround",
     "records": 4000,
@@ -83,6 +118,16 @@ VARIANTS = {
         None,
     ),
     "broadcast state lost in a snapshot": (_broadcast_state_lost_in_snapshot, ALLROUND, {"checkpoint_state"}),
+    "watermark checkpointed from the first input channel": (
+        _watermark_checkpointed_from_the_first_channel,
+        ALLROUND,
+        {"checkpoint_state"},
+    ),
+    "finished splits' event time left out of snapshots": (
+        _finished_splits_event_time_left_out_of_snapshots,
+        ALLROUND,
+        {"checkpoint_state"},
+    ),
 }
 
 
