@@ -120,6 +120,15 @@ class ReferenceRun:
         raise KeyError(f"job {self.graph.name!r} has no keyed stage {stage!r}")
 
 
+    def operator_state(self, stage: str) -> dict[str, tuple[str, Any]]:
+        """The operator state of ``stage`` (its one subtask): name -> (mode, value), as a checkpoint
+        view (``reference_impl.inspect``) holds it."""
+        for st, _, _, ctx in self._stages:
+            if st.name == stage:
+                return {n: (mode.value, v) for n, (mode, v) in ctx.operator_state.live().items()}
+        raise KeyError(f"job {self.graph.name!r} has no keyed stage {stage!r}")
+
+
 def _read_all(function: Any, name: str, max_p: int) -> list[Any]:
     src = copy.deepcopy(function)
     src.open(src.initial_splits(), RuntimeContext(None, OperatorStateBackend(), ManualClock(0), name, 0, 1, max_p))

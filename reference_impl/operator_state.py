@@ -126,6 +126,14 @@ class OperatorStateBackend:
             self._entry(name, OperatorStateMode.BROADCAST, value_serializer, key_serializer)
         )
 
+    def live(self) -> dict[str, tuple[OperatorStateMode, Any]]:
+        """Name -> (mode, value) of every state as it is now, read without a snapshot (what an oracle
+        compares a snapshot with)."""
+        return {
+            e.name: (OperatorStateMode(e.mode), dict(e.value) if isinstance(e.value, dict) else list(e.value))
+            for e in [*self._entries.values(), *self._restored.values()]
+        }
+
     def snapshot(self) -> OperatorStateSnapshot:
         out = OperatorStateSnapshot()
         for e in [*self._entries.values(), *self._restored.values()]:

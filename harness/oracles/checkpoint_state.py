@@ -15,6 +15,7 @@ when this check is requested."""
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +79,8 @@ def check_checkpoint_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
     held = _TimerWatch(art, stages, completed[-1].checkpoint_id)
     broadcast = _Found()
     marks = _WatermarkWatch(spec, _restored_before(art))
+    single = _single_subtask(art, stages)
+    splits = _Found()  # the sources' own bookkeeping: reported, but no evidence of a judged job state
     ref = ReferenceRun(spec.graph)
     groups = 0
     for e in completed:  # one checkpoint in memory at a time, read without a restore's validation
@@ -86,11 +89,13 @@ def check_checkpoint_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
         held.add(cid, view)
         _broadcast_diverges(cid, view, broadcast)
         marks.add(cid, view, e.source_offsets or {})
+        _splits_at_cut(cid, view, e.source_offsets or {}, spec, splits)
         if no_model:
             continue
         ref = ref.advance(e.source_offsets or {})
         groups += _compare_with_model(cid, view, ref, stages, skipped, run_start, problems)
-    problems = held.found.problems + broadcast.problems + marks.found.problems + problems
+        _compare_operator_state(cid, view, ref, single.get(cid, set()), problems)
+    problems = held.found.problems + broadcast.problems + marks.found.problems + splits.problems + problems
     judged = held.found.judged + broadcast.judged + marks.found.judged
     data = {
         "checkpoints": len(completed),
@@ -170,6 +175,73 @@ def _compare_with_model(
                             )
                         shown += 1
     return groups
+
+
+def _single_subtask(art: RunArtifacts, stages: list[str]) -> dict[int, set[str]]:
+    """Checkpoint id -> the keyed stages that ran at parallelism 1 in every deployment up to it: their
+    one subtask's operator state is what the reference's (also one subtask) holds at the cut."""
+    start = art.run_start
+    single = {op for op in stages if start is not None and start.parallelism.get(op) == 1}
+    out: dict[int, set[str]] = {}
+    for e in art.events:
+        if isinstance(e, Restore) and e.parallelism != 1:
+            single.discard(e.operator)
+        elif isinstance(e, CheckpointCompleted):
+            out[e.checkpoint_id] = set(single)
+    return out
+
+
+def _compare_operator_state(
+    cid: int, view: CheckpointView, ref: ReferenceRun, single: set[str], problems: list[str]
+) -> None:
+    """A stage's own list and union operator state (not broadcast state: the reference reads the whole
+    broadcast input first) holds the reference's elements at the cut (in any order), where the stage has run on one subtask
+    throughout; at other parallelisms an operator's lists have no one-subtask equivalent (each subtask
+    keeps its own), and ``restored_state``/``rescale`` judge how they are redistributed."""
+    for op in sorted(single):
+        opview = view.operators.get(op)
+        if opview is None or len(opview.operator) != 1:
+            continue
+        (mine,) = opview.operator.values()
+        want = ref.operator_state(op)
+        for name in sorted(set(mine) | set(want)):
+            if name.startswith("__") or "BROADCAST" in (mine.get(name, ("",))[0], want.get(name, ("",))[0]):
+                continue  # the runtime's own (watermark, sink, splits: judged elsewhere) or broadcast
+            a = Counter(repr(x) for x in plain(mine.get(name, ("", []))[1]))
+            b = Counter(repr(x) for x in plain(want.get(name, ("", []))[1]))
+            if a != b:  # as multisets: the order of a list kept across keys follows the interleaving
+                extra, lost = sorted((a - b).elements()), sorted((b - a).elements())
+                problems.append(
+                    f"checkpoint {cid} {op}: operator state {name!r} has {sum(a.values())} elements, the fault-free "
+                    f"reference at the checkpoint's offsets {sum(b.values())}: not in the reference "
+                    f"{', '.join(extra[:_MAX_PER_GROUP]) or 'none'}; missing {', '.join(lost[:_MAX_PER_GROUP]) or 'none'}"
+                )
+
+
+def _splits_at_cut(cid: int, view: CheckpointView, offsets: dict[str, int], spec: JobSpec, found: _Found) -> None:
+    """Each source's checkpointed splits (split-distribute list state) hold every split exactly once,
+    at the offset the cut names for it."""
+    for src, to in spec.graph.sources():
+        opview = view.operators.get(src.name)
+        if opview is None:
+            continue
+        prefix = "" if to is None else f"{src.name}/"
+        want = {k[len(prefix) :]: int(v) for k, v in offsets.items() if (k.startswith(prefix) if prefix else "/" not in k)}
+        got: dict[str, int] = {}
+        for _, st in sorted(opview.operator.items()):
+            fn = copy.deepcopy(src.function)
+            fn.open(plain(st.get(SPLITS_STATE, ("", []))[1]), None)
+            for n, off in fn.offsets().items():
+                if n in got:
+                    found.problems.append(f"checkpoint {cid} {src.name}: split {n!r} is in two subtasks' state")
+                got[n] = int(off)
+        found.judged += len(want)
+        for n in sorted(set(want) | set(got)):
+            if want.get(n, 0) != got.get(n, 0):
+                found.problems.append(
+                    f"checkpoint {cid} {src.name}: split {n!r} checkpointed at offset {got.get(n, '<absent>')}, "
+                    f"the checkpoint's cut is at {want.get(n, '<absent>')}"
+                )
 
 
 @dataclass
