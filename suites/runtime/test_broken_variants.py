@@ -349,6 +349,7 @@ VARIANTS = {
             "job_options": {"ttl_ms": 4},
             "keys": 40,
             "checks": ["ttl", "exactly_once"],
+            "sim": {"tick_ms": 1},  # the clock visits every millisecond: reads land on the expiry instant
         },
     ),
     "the coordinator exceeds max_concurrent": (

@@ -80,6 +80,7 @@ def test_a_stage_fed_by_a_broadcast_input_emits_before_the_last_planned_fault(tm
         "checkpoint": {"interval_ms": 10, "retained": 2},
         "checks": ["exactly_once", "restored_state", "checkpoint_integrity", "liveness"],
         "faults": [{"at": "checkpoint:15", "kind": "crash_task", "target": "events[0]"}],
+        "sim": {"tick_ms": 1},  # 1 ms a step: the input ends before checkpoint 15, so its end is held
         "seed": 3,
     }
     out = run_scenario(Scenario.model_validate(sc), tmp_path / "run")
