@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import allure
+import pytest
 
 from chaos.cli import main
 from chaos.runner import run_scenario
@@ -45,21 +46,23 @@ def build(states=("count",)):
 '''
 
 
-def _validate(tmp_path: Path, capsys, states: list[str]) -> tuple[int, str]:
+def _validate(tmp_path: Path, capsys, states: list[str], check: str = "restored_state") -> tuple[int, str]:
     (tmp_path / "counts_job.py").write_text(JOB)
     sc = tmp_path / "s.yaml"
     sc.write_text(
         "name: s\ncluster: sim\njob: counts_job:build\n"
-        f"job_options: {{states: {states}}}\nchecks: [exactly_once, restored_state]\n"
+        f"job_options: {{states: {states}}}\nchecks: [exactly_once, {check}]\n"
     )
     rc = main(["validate", str(sc)])
     out = capsys.readouterr()
     return rc, out.out + out.err
 
 
-def test_a_misspelt_state_name_is_refused_at_validate(tmp_path, capsys):
-    rc, printed = _validate(tmp_path, capsys, ["cuont"])
+@pytest.mark.parametrize("check", ["restored_state", "checkpoint_state"])
+def test_a_misspelt_state_name_is_refused_at_validate(tmp_path, capsys, check):
+    rc, printed = _validate(tmp_path, capsys, ["cuont"], check)
     assert rc == 2, printed
+    assert printed.count("which no stage declares") == 1, printed
     assert "s.yaml:3" in printed and "job" in printed
     assert "'cuont', which no stage declares (its keyed states: count" in printed
 
