@@ -39,6 +39,8 @@ def test_lost_executor_resumes_smaller_then_scales_back_up(run_scenario):
     outcome = run_scenario(SCENARIO)
     assert outcome.error is None, outcome.error
     assert outcome.passed, [(v["oracle"], v["summary"], v["details"][:5]) for v in outcome.failed_checks]
+    judged = next(v for v in outcome.verdicts if v["oracle"] == "adaptive_recovery")  # added: it acted
+    assert judged["data"]["scale_downs"] >= 1 and judged["data"]["deployments_judged"] >= 1, judged
     events = list(read_history(RunStore(outcome.run_dir).history))
     adaptive = [e for e in events if e["type"] == "rescale" and e.get("reason") == "adaptive"]
     assert [(e["from"], e["to"], e["slots"]) for e in adaptive[:2]] == [
