@@ -30,7 +30,7 @@ class OperatorListState:
         self._e = entry
 
     def get(self) -> list[Any]:
-        return list(self._e.value)  # type: ignore[arg-type]
+        return list(self._e.value)
 
     def add(self, value: Any) -> None:
         if value is None:

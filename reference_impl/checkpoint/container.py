@@ -238,7 +238,7 @@ def verify_stream(fh: BinaryIO, name: str, size: int, expected_crc: int | None =
 
 def _read_into(fh: BinaryIO, view: memoryview, offset: int) -> int:
     try:
-        return os.preadv(fh.fileno(), [view], offset)  # type: ignore[attr-defined]
+        return os.preadv(fh.fileno(), [view], offset)
     except (AttributeError, io.UnsupportedOperation):
         fh.seek(offset)
         return fh.readinto(view)  # type: ignore[attr-defined]
