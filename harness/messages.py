@@ -86,13 +86,14 @@ class Message:
 _BY_TAG: dict[str, type[Message]] = {}
 _FIELDS: dict[type[Message], list[tuple[str, Any]]] = {}
 
-M = typing.TypeVar("M", bound=type[Message])
+M = typing.TypeVar("M", bound=Message)
 
 
-def message(tag: str) -> typing.Callable[[M], M]:
+@typing.dataclass_transform(frozen_default=True)
+def message(tag: str) -> typing.Callable[[type[M]], type[M]]:
     """Register a message class under ``tag`` (makes it a frozen dataclass)."""
 
-    def register(cls: M) -> M:
+    def register(cls: type[M]) -> type[M]:
         if tag in _BY_TAG:
             raise ValueError(f"message tag {tag!r} is registered twice")
         dc = dataclass(frozen=True)(cls)
