@@ -156,7 +156,7 @@ def _field(tag: str, name: str, t: Any, v: Any) -> Any:
         raise MessageError(f"control message {tag!r}: field {name}: {v!r:.100} is not {t}")
     if t is Any:
         return v
-    if dataclasses.is_dataclass(t):
+    if isinstance(t, type) and dataclasses.is_dataclass(t):
         if isinstance(v, t):
             return v
         if not isinstance(v, dict):

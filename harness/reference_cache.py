@@ -79,7 +79,7 @@ def runtime_digest() -> str:
 
     h = hashlib.sha256()
     for pkg in (harness, reference_impl):
-        root = Path(pkg.__file__).parent
+        root = Path(pkg.__path__[0])
         for f in sorted(root.rglob("*.py")):
             h.update(str(f.relative_to(root)).encode())
             h.update(f.read_bytes())

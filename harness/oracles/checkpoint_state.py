@@ -82,7 +82,7 @@ def check_checkpoint_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
         groups += _compare_with_model(cid, view, ref, stages, skipped, run_start, problems)
     problems = held.found.problems + broadcast.problems + problems
     judged = held.found.judged + broadcast.judged
-    data = {
+    data: dict[str, Any] = {
         "checkpoints": len(completed),
         "timers_judged": held.found.judged,
         "broadcast_judged": broadcast.judged,

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.oracles.verdict import Verdict
+
+if TYPE_CHECKING:  # annotations only: the registry loads before any oracle's (heavier) inputs
+    from harness.jobs import JobSpec
+    from harness.oracles.artifacts import RunArtifacts
 
 __all__ = ["Oracle", "ORACLES", "register_oracle"]
 
@@ -17,9 +21,9 @@ __all__ = ["Oracle", "ORACLES", "register_oracle"]
 class Oracle:
     name: str
     check: Callable[..., Verdict]
-    config: type | None = None  # a dataclass; None: the oracle takes no settings
+    config: type[Any] | None = None  # a dataclass; None: the oracle takes no settings
 
-    def run(self, art: Any, spec: Any, config: Any = None) -> Verdict:
+    def run(self, art: RunArtifacts, spec: JobSpec, config: Any = None) -> Verdict:
         if self.config is None:
             return self.check(art, spec)
         if config is None:

@@ -35,6 +35,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
+from functools import partial
 from typing import Any
 
 from harness.toxics.kinds import Chunk, ToxicSpec
@@ -317,7 +318,13 @@ class ToxicLayer:
         with self._lock:
             self._toxics[link][toxic.name] = toxic
         for e in self._live(link, toxic.direction):
-            self._on_loop(lambda e=e: self._pipe(e, [toxic]) if e.pipe is None else e.pipe.add_toxic(toxic))
+            self._on_loop(partial(self._add_to_end, e, toxic))
+
+    def _add_to_end(self, e: LinkEnd, toxic: ToxicSpec) -> None:
+        if e.pipe is None:
+            self._pipe(e, [toxic])
+        else:
+            e.pipe.add_toxic(toxic)
 
     def update(self, link: str, name: str, toxicity: float, attributes: dict[str, int]) -> None:
         with self._lock:
@@ -327,7 +334,7 @@ class ToxicLayer:
             t.toxicity, t.attributes = toxicity, {**t.attributes, **attributes}
         for e in self._live(link, t.direction):
             if e.pipe is not None:
-                self._on_loop(lambda e=e: e.pipe.update_toxic(t))  # type: ignore[union-attr]
+                self._on_loop(partial(e.pipe.update_toxic, t))
 
     def remove(self, link: str, name: str) -> None:
         with self._lock:
@@ -336,7 +343,7 @@ class ToxicLayer:
             return
         for e in self._live(link, t.direction):
             if e.pipe is not None:
-                self._on_loop(lambda e=e: e.pipe.remove_toxic(t))  # type: ignore[union-attr]
+                self._on_loop(partial(e.pipe.remove_toxic, t))
 
     def cut(self, link: str, down: bool = True) -> None:
         """Cut ``link`` (close its connections, refuse new ones) or lift the cut."""
