@@ -15,7 +15,7 @@ from chaos.bench.core import Figure
 from harness.jobs import JobSpec, build_job
 from harness.oracles.artifacts import RunArtifacts
 from harness.oracles.exactly_once import _check_per_record, check_exactly_once
-from harness.sources import key_name
+from harness.sources import SequenceSource, key_name
 
 __all__ = ["run"]
 
@@ -29,6 +29,7 @@ def _write_output(run_dir: Path, spec: JobSpec) -> int:
     d = run_dir / "output" / "committed"
     d.mkdir(parents=True)
     src = spec.source
+    assert isinstance(src, SequenceSource)  # keyed_count's
     total = src.records
     per_file = -(-total // _FILES)
     counts = [src.total_for(i) for i in range(src.keys)]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from chaos.faults.params import FaultParams
 from chaos.injectors.base import Injector
@@ -99,7 +99,7 @@ class FaultKind:
 
     @property
     def name(self) -> str:
-        return str(self.params.model_fields["kind"].annotation.__args__[0])
+        return str(get_args(self.params.model_fields["kind"].annotation)[0])
 
 
 FAULT_KINDS: dict[str, FaultKind] = {}

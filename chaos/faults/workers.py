@@ -84,7 +84,7 @@ for _name, _w in WORKER_KINDS.items():
         "".join(p.title() for p in _name.split("_")) + "Fault",
         __base__=WorkerFaultParams,
         __module__=__name__,
-        kind=(Literal[_name], ...),
+        kind=(Literal[_name], ...),  # type: ignore[arg-type]  # a Literal of a runtime name: pydantic takes it
     )
     register(
         FaultKind(
