@@ -6,13 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from harness.jobs import JobSpec
+from harness.oracles.artifacts import RunArtifacts
 from harness.oracles.verdict import Verdict
-
-if TYPE_CHECKING:  # annotations only: the registry loads before any oracle's (heavier) inputs
-    from harness.jobs import JobSpec
-    from harness.oracles.artifacts import RunArtifacts
 
 __all__ = ["Oracle", "ORACLES", "register_oracle"]
 
