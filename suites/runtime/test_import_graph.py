@@ -40,14 +40,17 @@ def test_no_type_checking_cycles(typed_graph: dict[str, set[str]]) -> None:
 
 
 def _upward_type_imports(graph: dict[str, set[str]], typed: dict[str, set[str]]) -> list[str]:
-    """Imports made only for type checking that point to a module not below the importer in the runtime
-    graph: made at run time, they would lift the importer above what it names."""
+    """Imports made only for type checking, within one package, that point to a module not below the
+    importer in the runtime graph: made at run time, they would lift the importer above what it names.
+    (A package re-exporting its own modules is above them; imports across packages are the layers'.)"""
     height = levels(graph)
     return sorted(
         f"{module} (height {height[module]}) names a type from {target} (height {height[target]})"
         for module, targets in typed.items()
         for target in targets - graph[module]
-        if height[target] >= height[module]
+        if target.split(".")[0] == module.split(".")[0]
+        and not target.startswith(module + ".")
+        and height[target] >= height[module]
     )
 
 
@@ -103,7 +106,18 @@ def test_layers_count_type_checking_imports(tmp_path: Path) -> None:
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from chaos.high import Thing\n"
     )
     assert _layer_violations(import_graph(tmp_path)) == []
-    assert _upward_type_imports(import_graph(tmp_path), import_graph(tmp_path, type_checking=True)) == [
-        "harness.low (height 1) names a type from chaos.high (height 1)"
-    ]
     assert _layer_violations(import_graph(tmp_path, type_checking=True)) == ["harness.low imports chaos.high"]
+
+
+def test_type_checking_imports_must_point_down(tmp_path: Path) -> None:
+    """Within a package, naming a type from a module higher up (one with more beneath it) is an upward
+    import even without a circle; a package naming its own modules is not."""
+    pkg = tmp_path / "harness"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from harness.master import M\n")
+    (pkg / "helper.py").write_text("X = 1\n")
+    (pkg / "master.py").write_text("from harness.helper import X\nclass M: ...\n")
+    (pkg / "gate.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from harness.master import M\n")
+    g, typed = import_graph(tmp_path), import_graph(tmp_path, type_checking=True)
+    assert cycles(typed) == []
+    assert _upward_type_imports(g, typed) == ["harness.gate (height 1) names a type from harness.master (height 2)"]
