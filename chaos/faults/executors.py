@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chaos.faults.registry import FaultTarget, SssInjectorFactory, SssTarget
 from chaos.injectors.base import Injector, InjectorError
 
+if TYPE_CHECKING:
+    from harness.spark.cluster import SparkCluster
+
 __all__ = [
+    "spark_of",
     "executor_target",
     "worker_container",
     "in_worker_container",
@@ -17,7 +21,14 @@ __all__ = [
 ]
 
 
-def executor_target(spark: Any, target: str | None, rng: random.Random) -> tuple[str, int]:
+def spark_of(on: FaultTarget) -> SparkCluster:
+    """The run's Spark cluster; an :class:`InjectorError` on a run that has none."""
+    if on.spark is None:
+        raise InjectorError(f"this fault acts on Spark executors, and a {on.cluster_kind} run has no Spark cluster")
+    return on.spark
+
+
+def executor_target(spark: SparkCluster, target: str | None, rng: random.Random) -> tuple[str, int]:
     """(executor id, pid): ``executor:N`` the N-th live executor (ids grow as Spark replaces them),
     none a random one."""
     pids = spark.executor_pids()

@@ -12,12 +12,15 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from chaos.faults.params import FaultParams
 from chaos.injectors.base import Injector
 from chaos.scope import RunScope
 from harness.controls import ExecutorControls
+
+if TYPE_CHECKING:  # pyspark loads only when a run starts a Spark cluster
+    from harness.spark.cluster import SparkCluster
 
 __all__ = [
     "EVERY_CLUSTER",
@@ -50,7 +53,7 @@ class FaultTarget:
 
     executor: ExecutorControls
     scope: RunScope
-    spark: Any = None  # harness.spark.cluster.SparkCluster
+    spark: SparkCluster | None = None
     docker: Any = None  # chaos.cluster.docker_spark.DockerSparkCluster
     router: Any = None  # chaos.injectors.network.ProxyRouter, when the scenario has network faults
     cluster_kind: str = "sim"  # the scenario's cluster kind (sim, local, spark, docker): default deliveries
