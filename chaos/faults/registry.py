@@ -19,7 +19,9 @@ from chaos.injectors.base import Injector
 from chaos.scope import RunScope
 from harness.controls import ExecutorControls
 
-if TYPE_CHECKING:  # pyspark loads only when a run starts a Spark cluster
+if TYPE_CHECKING:  # pyspark and the docker SDK load only when a run starts their cluster
+    from chaos.cluster.docker_spark import DockerSparkCluster
+    from chaos.injectors.network import ProxyRouter
     from harness.spark.cluster import SparkCluster
 
 __all__ = [
@@ -54,8 +56,8 @@ class FaultTarget:
     executor: ExecutorControls
     scope: RunScope
     spark: SparkCluster | None = None
-    docker: Any = None  # chaos.cluster.docker_spark.DockerSparkCluster
-    router: Any = None  # chaos.injectors.network.ProxyRouter, when the scenario has network faults
+    docker: DockerSparkCluster | None = None
+    router: ProxyRouter | None = None  # when the scenario has network faults
     cluster_kind: str = "sim"  # the scenario's cluster kind (sim, local, spark, docker): default deliveries
 
 

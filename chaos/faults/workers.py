@@ -19,10 +19,10 @@ from typing import Literal
 
 from pydantic import create_model, model_validator
 
-from chaos.faults.executors import sss_worker_container, worker_container
+from chaos.faults.executors import docker_of, sss_worker_container, worker_container
 from chaos.faults.params import FaultParams
 from chaos.faults.registry import DOCKER, FaultKind, FaultTarget, SssTarget, register
-from chaos.injectors.base import Injector
+from chaos.injectors.base import Injector, InjectorError
 from chaos.injectors.containers import ContainerFault, PartitionContainer
 
 
@@ -65,7 +65,12 @@ def _container_fault(kind: str, scope: object, container: object, has_duration: 
 
 def injector(f: FaultParams, on: FaultTarget, rng: random.Random, fault_id: int) -> Injector:
     container = worker_container(on, f.target_name, rng)
-    network = on.docker.stack.network() if WORKER_KINDS[f.kind].action is None else None
+    network = None
+    if WORKER_KINDS[f.kind].action is None:  # a partition: the stack's network
+        stack = docker_of(on).stack
+        if stack is None:
+            raise InjectorError("the run's docker stack is not up")
+        network = stack.network()
     return _container_fault(f.kind, on.scope, container, f.duration_ms is not None, network)
 
 
