@@ -398,6 +398,7 @@ def parse_scenario(text: str, path: str = "<string>", base_dir: Path | None = No
         from chaos.sss.scenario import SssScenarioError, parse_sss_scenario
 
         try:
+            # an SssScenario: the two scenario models are not one yet
             return parse_sss_scenario(data, path, base_dir)  # type: ignore[return-value]
         except SssScenarioError as e:
             raise ScenarioError(path, [(_line_for(loc, lines), _field_name(loc), m) for loc, m in e.problems]) from None

@@ -107,7 +107,7 @@ def message(tag: str) -> typing.Callable[[type[M]], type[M]]:
 def _fields(cls: type[Message]) -> list[tuple[str, Any]]:
     if cls not in _FIELDS:
         hints = typing.get_type_hints(cls, globalns={**globals(), "StateFileHandle": StateFileHandle})
-        _FIELDS[cls] = [(f.name, hints[f.name]) for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+        _FIELDS[cls] = [(f.name, hints[f.name]) for f in dataclasses.fields(cls)]  # type: ignore[arg-type]  # @message made it a dataclass
     return _FIELDS[cls]
 
 

@@ -225,7 +225,7 @@ def _channel_rate(secret: Any, n: int, layer: bool = True) -> float:
         gate.accept(stall_s=30)
         t.join()
         if not layer:
-            outs[0]._end = _Bare(outs[0]._sock)  # type: ignore[assignment]
+            outs[0]._end = _Bare(outs[0]._sock)  # type: ignore[assignment]  # a bare socket stand-in, on purpose
         t0 = time.perf_counter()
 
         def send() -> None:

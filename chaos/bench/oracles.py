@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from chaos.bench.core import Figure
@@ -53,9 +54,9 @@ def _write_output(run_dir: Path, spec: JobSpec) -> int:
     return total
 
 
-def _timed(fn: object) -> tuple[float, float]:
+def _timed(fn: Callable[[], object]) -> tuple[float, float]:
     t0, c0 = time.perf_counter(), time.process_time()
-    fn()  # type: ignore[operator]
+    fn()
     return time.perf_counter() - t0, time.process_time() - c0
 
 

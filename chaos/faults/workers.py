@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import create_model, model_validator
 
@@ -24,6 +24,7 @@ from chaos.faults.params import FaultParams
 from chaos.faults.registry import DOCKER, FaultKind, FaultTarget, SssTarget, register
 from chaos.injectors.base import Injector, InjectorError
 from chaos.injectors.containers import ContainerFault, PartitionContainer
+from chaos.scope import RunScope
 
 
 @dataclass(frozen=True)
@@ -55,12 +56,13 @@ class WorkerFaultParams(FaultParams):
         return self
 
 
-def _container_fault(kind: str, scope: object, container: object, has_duration: bool, network: object) -> Injector:
+def _container_fault(kind: str, scope: RunScope, container: Any, has_duration: bool, network: Any) -> Injector:
+    """``container`` and ``network``: the Docker SDK's objects (the SDK loads with the docker cluster)."""
     w = WORKER_KINDS[kind]
     if w.action is None:
-        return PartitionContainer(scope, container, network, kind)  # type: ignore[arg-type]
+        return PartitionContainer(scope, container, network, kind)
     heal = w.heal_with_duration if has_duration and w.heal_with_duration else w.heal
-    return ContainerFault(scope, container, kind, w.action, heal)  # type: ignore[arg-type]
+    return ContainerFault(scope, container, kind, w.action, heal)
 
 
 def injector(f: FaultParams, on: FaultTarget, rng: random.Random, fault_id: int) -> Injector:

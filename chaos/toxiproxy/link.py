@@ -65,7 +65,7 @@ class Side(asyncio.Protocol):
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
-        self.transport: asyncio.Transport = None  # type: ignore[assignment]
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set in connection_made, first
         self.lost = False
         self.write_paused = False
         self.reading = True
@@ -74,7 +74,7 @@ class Side(asyncio.Protocol):
         self._drain: list[asyncio.Future[None]] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # a stream transport: a TCP server's
         self.conn.side_made(self)
 
     def data_received(self, data: bytes) -> None:

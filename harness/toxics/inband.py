@@ -158,7 +158,7 @@ class _EndPipeline(Pipeline):
         if self.finished:
             return
         self.finished = True
-        sink: _SocketSink = self.sink  # type: ignore[assignment]
+        sink: _SocketSink = self.sink  # type: ignore[assignment]  # this layer's pipelines end in its socket sink
         if self.input_done:  # the owner's own end of input: hand the socket back once drained
             sink._enqueue("drained")
         else:  # a toxic ended the connection, as the proxy closes it
@@ -243,7 +243,7 @@ class ToxicLayer:
             return "direct"
         if p.finished or e.closed_as is not None:
             raise BrokenPipeError(f"in-band toxics closed link {e.link}")
-        sink: _SocketSink = p.sink  # type: ignore[assignment]
+        sink: _SocketSink = p.sink  # type: ignore[assignment]  # this layer's pipelines end in its socket sink
         if not p.stages and sink.idle:  # every toxic removed and all bytes out: back to the hot path
             p.feed_eof()  # ends the writer thread
             e.pipe = None
@@ -271,7 +271,7 @@ class ToxicLayer:
             p.feed_eof()
 
         self._on_loop(eof)
-        sink: _SocketSink = p.sink  # type: ignore[assignment]
+        sink: _SocketSink = p.sink  # type: ignore[assignment]  # this layer's pipelines end in its socket sink
         if drain_s > 0:
             sink.done.wait(drain_s)
         self._on_loop(p.cancel)

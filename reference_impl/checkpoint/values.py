@@ -201,7 +201,7 @@ def encode_operator(op: OperatorStateSnapshot) -> bytes:
         ser = get_serializer(e.value_serializer)
         if e.mode is OperatorStateMode.BROADCAST:
             kser = get_serializer(e.key_serializer or "msgpack")
-            body: list[Any] = [[kser.dumps(k), ser.dumps(v)] for k, v in e.value.items()]  # type: ignore[union-attr]
+            body: list[Any] = [[kser.dumps(k), ser.dumps(v)] for k, v in e.value.items()]  # type: ignore[union-attr]  # broadcast: a dict
         else:
             body = [ser.dumps(v) for v in e.value]
         rows.append([e.name, OperatorStateMode(e.mode).value, e.value_serializer, e.key_serializer, body])
