@@ -86,7 +86,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"--pyspark {args.pyspark}: only engine: sss scenarios run on another pyspark, not {other[0]}"
             )
-        scenarios = [(p, sc.with_overrides(spark=args.pyspark)) for p, sc in scenarios]
+        # every one is an SssScenario (checked above); load_scenarios still types them all as Scenario
+        scenarios = [(p, sc.with_overrides(spark=args.pyspark)) for p, sc in scenarios]  # type: ignore[call-arg]
     return run_scenarios(
         scenarios,
         cluster=args.cluster,

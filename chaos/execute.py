@@ -84,7 +84,7 @@ def execute_scenario(
                 f"scenario {sc.name!r}: a Structured Streaming run cannot be resumed by a new statechaos "
                 "driver; its scenario restarts the query's driver itself (kill_driver faults)"
             )
-        return execute_sss(sc, run_dir)  # type: ignore[arg-type]
+        return execute_sss(sc, run_dir)
     from chaos.scenario_job import checks_for
     from harness.oracles import IntegrityConfig, LivenessConfig, check_all
 

@@ -344,6 +344,7 @@ def _prepare(
     from chaos.scenario import Scenario, ScenarioError, load_scenario, parse_scenario
     from chaos.sss.scenario import SssScenario, is_sss
 
+    sc: Scenario | SssScenario
     if isinstance(scenario, Scenario | SssScenario):
         sc, source = scenario, "<Scenario>"
     elif isinstance(scenario, dict):
@@ -356,7 +357,7 @@ def _prepare(
         if fields:
             data = {**sc.model_dump(mode="json", exclude_unset=True), **fields}
             sc = SssScenario.model_validate(data).located(sc.base_dir)
-        return sc, source  # type: ignore[return-value]
+        return sc, source
     if "job" in fields:
         fields = {**fields, "job": job_reference(fields["job"])}
     if fields:

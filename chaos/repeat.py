@@ -10,6 +10,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from rich.console import Console
@@ -61,9 +62,7 @@ class RepeatReport:
             if len(said) > 1:
                 out.append(
                     f"{check}: "
-                    + _who_said(
-                        self.same_seed, lambda o, c=check: dict(verdicts_of(o)[1]).get(c, "not judged")
-                    )
+                    + _who_said(self.same_seed, partial(_said_by, check))
                 )
         return out
 
@@ -76,6 +75,11 @@ class RepeatReport:
             "same_seed": [o.to_dict() for o in self.same_seed],
             "other_seeds": [o.to_dict() for o in self.other_seeds],
         }
+
+
+def _said_by(check: str, outcome: Any) -> str:
+    """What ``outcome`` said for ``check``."""
+    return dict(verdicts_of(outcome)[1]).get(check, "not judged")
 
 
 def _who_said(outcomes: list[Any], what: Callable[[Any], str]) -> str:

@@ -378,13 +378,13 @@ def run_scenarios(
                 else:
                     outcomes.append(run_one(sc))
     if repeats:
-        for report in repeats:
-            print_repeat(report, console)
+        for rep in repeats:
+            print_repeat(rep, console)
     else:
         _summary(outcomes, console)
     if json_path:
         json_path.parent.mkdir(parents=True, exist_ok=True)
-        report = {
+        report: dict[str, Any] = {
             "passed": all(o.passed for o in outcomes),
             "scenarios": [o.to_dict() for o in outcomes],
         }

@@ -64,13 +64,13 @@ class FileCoverage:
 
 def ranges(lines: list[int]) -> str:
     """``[1, 2, 3, 7, 9, 10]`` -> ``"1-3, 7, 9-10"``."""
-    out: list[str] = []
+    out: list[list[int]] = []
     for n in sorted(lines):
         if out and out[-1][1] == n - 1:
             out[-1][1] = n
         else:
-            out.append([n, n])  # type: ignore[arg-type]
-    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)  # type: ignore[misc]
+            out.append([n, n])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)
 
 
 def scenario_coverage(
@@ -116,11 +116,11 @@ def scenario_coverage(
         # files no scenario imported at all count as wholly unreached
         seen = {c.path for c in out}
         for pkg in PACKAGES:
-            for f in sorted((root / pkg).rglob("*.py")):
-                rel = str(f.relative_to(root))
+            for py in sorted((root / pkg).rglob("*.py")):
+                rel = str(py.relative_to(root))
                 if rel in seen or any(Path("/" + rel).match(o) for o in OMIT):
                     continue
-                _, statements, _, missing, _ = cov.analysis2(str(f))
+                _, statements, _, missing, _ = cov.analysis2(str(py))
                 out.append(FileCoverage(rel, len(statements), list(missing)))
     out.sort(key=lambda c: (-len(c.missed), c.path))
     return out, names

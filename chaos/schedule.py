@@ -168,7 +168,7 @@ class Nemesis:
                 continue
             self._fire(p, target_override=target)
             if getattr(p.fault, "action", None) == "delay":  # a failpoint fault's; other kinds crash
-                return FailpointAction("delay", p.fault.delay_ms or 0, p.fault_id)
+                return FailpointAction("delay", getattr(p.fault, "delay_ms", None) or 0, p.fault_id)
             return FailpointAction("crash", 0, p.fault_id)
         return None
 

@@ -16,7 +16,7 @@ from chaos.cluster.base import nemesis_for
 from chaos.cluster.remote_spark import remote_executors
 from chaos.errors import EnvironmentProblem, InputError
 from chaos.faults import FaultTarget
-from chaos.faults.network import delivery, network_link
+from chaos.faults.network import NetworkFault, delivery, network_link
 from chaos.injectors.network import ProxyRouter
 from chaos.runtime_config import adaptive_config, checkpoint_config, rescale_requests
 from chaos.scenario import Scenario
@@ -97,7 +97,7 @@ class SparkPlace:
 
     master: str
     spark_kwargs: dict[str, Any] = field(default_factory=dict)  # more SparkCluster arguments
-    network: dict[str, str] = field(default_factory=dict)  # TaskNetwork's bind addresses
+    network: dict[str, Any] = field(default_factory=dict)  # TaskNetwork's bind addresses
     # a Toxiproxy server the place has (its URL, ProxyRouter host arguments); None: start one if needed
     proxy: tuple[str, dict[str, Any]] | None = None
     executors: int = 0  # wait for this many executors before the job starts
@@ -136,8 +136,8 @@ def run_on_spark(
     master, docker = place.master, place.docker
     router: ProxyRouter | None = None
     network = TaskNetwork(**place.network)
-    net_faults = [f for f in sc.faults if f.kind == "network" and delivery(f, sc.cluster_kind) == "proxy"]
-    inband = any(f.kind == "network" and delivery(f, sc.cluster_kind) == "inband" for f in sc.faults)
+    net_faults = [f for f in sc.faults if isinstance(f, NetworkFault) and delivery(f, sc.cluster_kind) == "proxy"]
+    inband = any(isinstance(f, NetworkFault) and delivery(f, sc.cluster_kind) == "inband" for f in sc.faults)
     if inband:  # the run's toxics live in the driver's layer (tasks get them when deployed)
         from harness.toxics.inband import toxic_layer
 

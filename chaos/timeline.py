@@ -119,7 +119,7 @@ def plot_timeline(history: Path, out: Path, title: str | None = None) -> Path:
     ax.set_ylim(bottom=0)
     ax.grid(axis="y", alpha=0.3)
 
-    marks = {
+    marks: dict[str, tuple[dict[str, Any], str]] = {
         "checkpoint_completed": ({"color": "#8172b2", "lw": 0.7, "ls": ":"}, "checkpoint completed"),
         "checkpoint_aborted": ({"color": "#dd8452", "lw": 1.0, "ls": "--"}, "checkpoint aborted"),
         "job_restart": ({"color": "#000000", "lw": 1.4, "ls": "-."}, "job restart"),
@@ -129,9 +129,9 @@ def plot_timeline(history: Path, out: Path, title: str | None = None) -> Path:
     seen: set[str] = set()
     for e in events:
         if e["type"] in marks:
-            style, label = marks[e["type"]]
+            mark, label = marks[e["type"]]
             for a in (ax, fx):
-                a.axvline(int(e["t"]) / 1000, **style, label=None if label in seen or a is fx else label)
+                a.axvline(int(e["t"]) / 1000, **mark, label=None if label in seen or a is fx else label)
             seen.add(label)
 
     for lane, (s, end) in enumerate(faults):

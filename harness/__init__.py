@@ -4,14 +4,42 @@
                          ExactlyOnceFileSinkSpec, JsonLinesSource, CsvSource, GeneratorSource,
                          SequenceSource, ValueStateDescriptor, MapStateDescriptor, ...)
 
-Names resolve on first use, so importing a runtime module (as Spark's Python workers do) does not
-import the whole API.
+The type checker sees the names imported explicitly (under ``TYPE_CHECKING``); at run time each
+resolves on first use, so importing a runtime module (as Spark's Python workers and the Structured
+Streaming driver do) does not import the whole API and its dependencies (msgpack, mmh3).
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from harness.job import (
+        JobBuilder,
+        JobDefinitionError,
+        JobGraph,
+        KeyedBroadcastProcessFunction,
+        KeyedProcessFunction,
+        RuntimeContext,
+        SourceFunction,
+        StateBackendConfig,
+        WatermarkStrategy,
+    )
+    from harness.jobs import JobSpec, load_job, register_job
+    from harness.jobs.ttl_verify import TtlReads
+    from harness.output_contract import OutputContract
+    from harness.sinks import ExactlyOnceFileSinkSpec
+    from harness.sources import CsvSource, GeneratorSource, JsonLinesSource, SequenceSource
+    from reference_impl.state import (
+        AggregatingStateDescriptor,
+        ListStateDescriptor,
+        MapStateDescriptor,
+        ReducingStateDescriptor,
+        ValueStateDescriptor,
+    )
+    from reference_impl.timers import MAX_WATERMARK, MIN_WATERMARK, TimerService
+    from reference_impl.ttl import StateTtlConfig
 
 _API = {
     # job graphs
@@ -48,15 +76,45 @@ _API = {
     "TtlReads": "harness.jobs.ttl_verify",
 }
 
-__all__ = sorted(_API)
+__all__ = [
+    "AggregatingStateDescriptor",
+    "CsvSource",
+    "ExactlyOnceFileSinkSpec",
+    "GeneratorSource",
+    "JobBuilder",
+    "JobDefinitionError",
+    "JobGraph",
+    "JobSpec",
+    "JsonLinesSource",
+    "KeyedBroadcastProcessFunction",
+    "KeyedProcessFunction",
+    "ListStateDescriptor",
+    "MAX_WATERMARK",
+    "MIN_WATERMARK",
+    "MapStateDescriptor",
+    "OutputContract",
+    "ReducingStateDescriptor",
+    "RuntimeContext",
+    "SequenceSource",
+    "SourceFunction",
+    "StateBackendConfig",
+    "StateTtlConfig",
+    "TimerService",
+    "TtlReads",
+    "ValueStateDescriptor",
+    "WatermarkStrategy",
+    "load_job",
+    "register_job",
+]
 
+if not TYPE_CHECKING:
 
-def __getattr__(name: str) -> Any:
-    if name not in _API:
-        raise AttributeError(f"module 'harness' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_API[name]), name)
-    globals()[name] = value
-    return value
+    def __getattr__(name: str) -> object:
+        if name not in _API:
+            raise AttributeError(f"module 'harness' has no attribute {name!r}")
+        value = getattr(importlib.import_module(_API[name]), name)
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> list[str]:

@@ -23,7 +23,7 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, dataclass_transform
 
 from harness.abort_cause import AbortCause, AbortReason
 from reference_impl.errors import StatechaosError
@@ -134,13 +134,14 @@ class Event:
         return self.fields().get(name, default)
 
 
-E = TypeVar("E", bound=type[Event])
+E = TypeVar("E", bound=Event)
 
 
-def event(tag: str) -> Callable[[E], E]:
+@dataclass_transform(frozen_default=True, kw_only_default=True)
+def event(tag: str) -> Callable[[type[E]], type[E]]:
     """Register an event class under ``tag`` (makes it a frozen, keyword-only dataclass)."""
 
-    def register(cls: E) -> E:
+    def register(cls: type[E]) -> type[E]:
         if tag in _BY_TAG:
             raise ValueError(f"history event tag {tag!r} is registered twice")
         dc = dataclass(frozen=True, kw_only=True)(cls)

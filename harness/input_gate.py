@@ -17,16 +17,31 @@ Executor-agnostic: the sim executor and the Spark driver ask it the same way.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
-from harness.controls import Emit
+from harness.controls import Emit, FaultScheduler
 from harness.events import InputHeld, InputReleased
 
-if TYPE_CHECKING:
-    from harness.controls import FaultScheduler
-    from harness.jobmaster import RescaleSchedule
+__all__ = ["EndOfInputGate", "PendingRescales", "hold_limit_ms"]
 
-__all__ = ["EndOfInputGate", "hold_limit_ms"]
+
+class _Trigger(Protocol):
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def value(self) -> int: ...
+
+
+class PendingRescales(Protocol):
+    """What the gate asks of the run's rescale plan (``harness.jobmaster.RescaleSchedule``, a module
+    above this one): the steps whose trigger is still to come, and whether one is under way."""
+
+    @property
+    def busy(self) -> bool: ...
+
+    def pending(self, kinds: tuple[str, ...]) -> Sequence[_Trigger]: ...
 
 REACHABLE_AFTER_INPUT = ("time_ms", "checkpoint", "failpoint")
 
@@ -36,7 +51,7 @@ class EndOfInputGate:
     history (``input_held``, ``input_released``) so a reader sees why a run went on."""
 
     def __init__(
-        self, faults: FaultScheduler | None, rescales: RescaleSchedule, emit: Emit, limit_ms: int
+        self, faults: FaultScheduler | None, rescales: PendingRescales, emit: Emit, limit_ms: int
     ) -> None:
         self.faults, self.rescales, self.emit, self.limit_ms = faults, rescales, emit, int(limit_ms)
         self.since: int | None = None

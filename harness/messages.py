@@ -86,13 +86,14 @@ class Message:
 _BY_TAG: dict[str, type[Message]] = {}
 _FIELDS: dict[type[Message], list[tuple[str, Any]]] = {}
 
-M = typing.TypeVar("M", bound=type[Message])
+M = typing.TypeVar("M", bound=Message)
 
 
-def message(tag: str) -> typing.Callable[[M], M]:
+@typing.dataclass_transform(frozen_default=True)
+def message(tag: str) -> typing.Callable[[type[M]], type[M]]:
     """Register a message class under ``tag`` (makes it a frozen dataclass)."""
 
-    def register(cls: M) -> M:
+    def register(cls: type[M]) -> type[M]:
         if tag in _BY_TAG:
             raise ValueError(f"message tag {tag!r} is registered twice")
         dc = dataclass(frozen=True)(cls)
@@ -106,7 +107,7 @@ def message(tag: str) -> typing.Callable[[M], M]:
 def _fields(cls: type[Message]) -> list[tuple[str, Any]]:
     if cls not in _FIELDS:
         hints = typing.get_type_hints(cls, globalns={**globals(), "StateFileHandle": StateFileHandle})
-        _FIELDS[cls] = [(f.name, hints[f.name]) for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+        _FIELDS[cls] = [(f.name, hints[f.name]) for f in dataclasses.fields(cls)]  # type: ignore[arg-type]  # @message made it a dataclass
     return _FIELDS[cls]
 
 
@@ -155,7 +156,7 @@ def _field(tag: str, name: str, t: Any, v: Any) -> Any:
         raise MessageError(f"control message {tag!r}: field {name}: {v!r:.100} is not {t}")
     if t is Any:
         return v
-    if dataclasses.is_dataclass(t):
+    if isinstance(t, type) and dataclasses.is_dataclass(t):
         if isinstance(v, t):
             return v
         if not isinstance(v, dict):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable
+from typing import Any
 
 from harness.job_errors import JobFailure
 
@@ -71,7 +72,7 @@ class Stalled(JobFailure):
         super().__init__(f"{reason} (waiting for: {waiting_for})" if waiting_for else reason)
         self.reason, self.stopped, self.waiting_for, self.bound_s = reason, stopped, waiting_for, bound_s
 
-    def event_fields(self) -> dict[str, object]:
+    def event_fields(self) -> dict[str, Any]:
         """The ``stalled`` event's fields (docs/runtime-contract.md)."""
         return {
             "reason": self.reason,

@@ -74,12 +74,12 @@ def _module_digest(name: str) -> str | None:
 @lru_cache(maxsize=1)
 def runtime_digest() -> str:
     """The runtime's own code: a change to it may change any reference."""
-    import harness
     import reference_impl
 
     h = hashlib.sha256()
-    for pkg in (harness, reference_impl):
-        root = Path(pkg.__file__).parent
+    # this package's folder (not ``import harness``: the package's names are re-exported from modules
+    # that import this one)
+    for root in (Path(__file__).resolve().parent, Path(reference_impl.__path__[0])):
         for f in sorted(root.rglob("*.py")):
             h.update(str(f.relative_to(root)).encode())
             h.update(f.read_bytes())

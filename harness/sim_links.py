@@ -6,16 +6,38 @@ and declines as ``harness.messages`` with the ack latency)."""
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from harness.items import CheckpointBarrier
-from harness.messages import Ack, Decline
+from harness.messages import Ack, Decline, Message
 from reference_impl.checkpoint import StateFileHandle
 
-if TYPE_CHECKING:
-    from harness.sim import SimExecutor
+__all__ = ["SimChannel", "SimOutput", "SimGateway", "SimHost"]
 
-__all__ = ["SimChannel", "SimOutput", "SimGateway"]
+
+class _Latencies(Protocol):
+    @property
+    def channel_latency_ms(self) -> int: ...
+
+
+class SimHost(Protocol):
+    """What the links need of the sim executor (``harness.sim.SimExecutor``, which imports this
+    module): its clock, the current step's extra delay, its latencies, the attempt, and the way to
+    its coordinator."""
+
+    @property
+    def now(self) -> int: ...
+
+    @property
+    def cfg(self) -> _Latencies: ...
+
+    @property
+    def attempt(self) -> int: ...
+
+    @property
+    def _step_delay(self) -> int: ...
+
+    def _to_coordinator(self, msg: Message) -> None: ...
 
 
 class SimChannel:
@@ -44,7 +66,7 @@ class SimChannel:
 
 
 class SimOutput:
-    def __init__(self, ex: SimExecutor, channels: list[SimChannel]) -> None:
+    def __init__(self, ex: SimHost, channels: list[SimChannel]) -> None:
         self.ex, self.channels = ex, channels
 
     def send_records(self, target: int, records: list[Any]) -> None:
@@ -62,7 +84,7 @@ class SimOutput:
 
 
 class SimGateway:
-    def __init__(self, ex: SimExecutor) -> None:
+    def __init__(self, ex: SimHost) -> None:
         self.ex = ex
 
     def ack(

@@ -50,7 +50,11 @@ def _whole(record: Any) -> Any:
 def _line_encoder() -> Callable[[Any], str]:
     """``json.dumps`` with its default settings, minus its per-call setup: the C encoder is built
     once (json.dumps builds one per call, most of its cost for a small record). Same text."""
-    from json.encoder import JSONEncoder, c_make_encoder, encode_basestring_ascii
+    from json.encoder import (  # type: ignore[attr-defined]  # c_make_encoder: CPython's, not in typeshed
+        JSONEncoder,
+        c_make_encoder,
+        encode_basestring_ascii,
+    )
 
     if c_make_encoder is None:  # pragma: no cover (CPython always has the C accelerator)
         return json.dumps
@@ -251,7 +255,7 @@ def committed_files(directory: Path) -> list[Path]:
 
 def read_committed(directory: Path) -> list[Any]:
     """All committed records of a sink, transaction by transaction in commit order."""
-    out = []
+    out: list[Any] = []
     for f in committed_files(directory):
         with open(f, encoding="utf-8") as fh:
             out.extend(json.loads(line) for line in fh)

@@ -77,6 +77,7 @@ class SourceTask(TaskBase):
     def _emit_watermark(self) -> None:
         """The minimum over this subtask's unfinished splits (a split not read yet holds it at the
         minimum; finished splits no longer count), emitted when it rose."""
+        assert self.watermarks is not None
         fn, wms = self.function, []
         for split in fn.offsets():
             if not fn.split_finished(split):

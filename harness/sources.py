@@ -120,7 +120,7 @@ class SequenceSource(SourceFunction):
             for seq in range(int(lo.get(k, 0)) + 1, int(hi.get(k, 0)) + 1):
                 yield [k, seq, self.payload(i, seq), 0]
 
-    def all_records(self) -> Iterator[Any]:
+    def all_records(self) -> Iterable[Any]:
         """The whole bounded input, key by key."""
         return self.prefix({key_name(i): self.total_for(i) for i in range(self.keys)})
 
@@ -190,7 +190,7 @@ class _FilesSource(SourceFunction):
             yield from self._read(p)[int(lo.get(p, 0)) : int(hi.get(p, 0))]
 
     def describe_input(self) -> dict[str, Any]:
-        files = {}
+        files: dict[str, str | None] = {}
         for p in self.paths:
             try:
                 files[p] = hashlib.sha256(Path(p).read_bytes()).hexdigest()

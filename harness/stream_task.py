@@ -10,12 +10,18 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from harness.barriers import Alignment, BarrierAligner
 from harness.events import BarrierAlignment
 from harness.items import CancelCheckpointMarker, CheckpointBarrier, EndOfInput, Watermark
-from harness.job import KeyedProcessFunction, RuntimeContext, StageSpec, apply_chain
+from harness.job import (
+    KeyedBroadcastProcessFunction,
+    KeyedProcessFunction,
+    RuntimeContext,
+    StageSpec,
+    apply_chain,
+)
 from harness.partitioner import Partitioner
 from harness.run_store import RunStore
 from harness.sinks import SINK_STATE, TwoPhaseCommitFileSink
@@ -197,9 +203,10 @@ class StreamTask(TaskBase):
         if channel >= self.keyed_inputs:  # the broadcast input: no key, broadcast state writable
             ctx = self.ctx
             ctx._broadcast_side = True
+            fn = cast(KeyedBroadcastProcessFunction, self.function)  # a stage with a broadcast input
             try:
                 for r in records:
-                    self.function.process_broadcast_element(r, ctx)
+                    fn.process_broadcast_element(r, ctx)
             finally:
                 ctx._broadcast_side = False
             self.records_in += len(records)

@@ -30,12 +30,12 @@ class OperatorListState:
         self._e = entry
 
     def get(self) -> list[Any]:
-        return list(self._e.value)  # type: ignore[arg-type]
+        return list(self._e.value)
 
     def add(self, value: Any) -> None:
         if value is None:
             raise ValueError(f"operator state {self._e.name!r}: cannot add None")
-        self._e.value.append(value)  # type: ignore[union-attr]
+        self._e.value.append(value)  # type: ignore[union-attr]  # a list state's entry holds a list
 
     def add_all(self, values: Iterable[Any]) -> None:
         for v in values:
@@ -58,7 +58,7 @@ class BroadcastState:
         self._e = entry
 
     def _d(self) -> dict[Any, Any]:
-        return self._e.value  # type: ignore[return-value]
+        return self._e.value  # type: ignore[return-value]  # a broadcast state's entry holds a dict
 
     def get(self, key: Any) -> Any:
         return self._d().get(key)

@@ -63,7 +63,7 @@ def java_hash_map_order(calls: list[str]) -> list[str]:
     newest first (``computeIfAbsent`` links a new entry at the head of its bucket; a resize keeps
     the order). The table doubles at the call after the one that took the size past 0.75 of the
     capacity. (Buckets of 8+ colliding names, which Java treeifies, are not modelled.)"""
-    cap, first_seen = 16, {}
+    cap, first_seen = 16, dict[str, int]()
     for name in calls:
         if len(first_seen) > cap * 3 // 4:
             cap *= 2
@@ -100,9 +100,9 @@ def repartition_operator_state(old: list[OperatorStateSnapshot], new_p: int) -> 
     out = [OperatorStateSnapshot() for _ in range(new_p)]
     names: list[str] = []
     for snap in old:
-        for n in snap.states:
-            if n not in names:
-                names.append(n)
+        for state_name in snap.states:
+            if state_name not in names:
+                names.append(state_name)
     modes: dict[str, OperatorStateMode] = {}
     for name in names:
         present_modes = {OperatorStateMode(s.states[name].mode) for s in old if name in s.states}

@@ -100,7 +100,7 @@ def _list_hook(items: list) -> list:
     return items
 
 
-def _unpackb(data: bytes) -> Any:
+def _unpackb(data: bytes | memoryview) -> Any:
     return msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=False, use_list=True)
 
 

@@ -167,7 +167,7 @@ def link_security_cost(cluster: Any, work: Path, quick: bool) -> list[Figure]:
     the wait for the final checkpoint from dwarfing the difference."""
     records, keys, interval = (100_000, 5_000, 100) if quick else (500_000, 25_000, 100)
     rounds = 2 if quick else 5
-    modes = {"off": {"authenticate": False}, "auth": {}, "auth+tls": {"tls": True}}
+    modes: dict[str, dict[str, Any]] = {"off": {"authenticate": False}, "auth": {}, "auth+tls": {"tls": True}}
     runs: dict[str, list[OurResult]] = {m: [] for m in modes}
     for _ in range(rounds):
         for mode, kw in modes.items():
@@ -225,7 +225,7 @@ def _channel_rate(secret: Any, n: int, layer: bool = True) -> float:
         gate.accept(stall_s=30)
         t.join()
         if not layer:
-            outs[0]._end = _Bare(outs[0]._sock)  # type: ignore[assignment]
+            outs[0]._end = _Bare(outs[0]._sock)  # type: ignore[assignment]  # a bare socket stand-in, on purpose
         t0 = time.perf_counter()
 
         def send() -> None:

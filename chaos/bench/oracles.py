@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from chaos.bench.core import Figure
 from harness.jobs import JobSpec, build_job
 from harness.oracles.artifacts import RunArtifacts
 from harness.oracles.exactly_once import _check_per_record, check_exactly_once
-from harness.sources import key_name
+from harness.sources import SequenceSource, key_name
 
 __all__ = ["run"]
 
@@ -29,6 +30,7 @@ def _write_output(run_dir: Path, spec: JobSpec) -> int:
     d = run_dir / "output" / "committed"
     d.mkdir(parents=True)
     src = spec.source
+    assert isinstance(src, SequenceSource)  # keyed_count's
     total = src.records
     per_file = -(-total // _FILES)
     counts = [src.total_for(i) for i in range(src.keys)]
@@ -52,9 +54,9 @@ def _write_output(run_dir: Path, spec: JobSpec) -> int:
     return total
 
 
-def _timed(fn: object) -> tuple[float, float]:
+def _timed(fn: Callable[[], object]) -> tuple[float, float]:
     t0, c0 = time.perf_counter(), time.process_time()
-    fn()  # type: ignore[operator]
+    fn()
     return time.perf_counter() - t0, time.process_time() - c0
 
 

@@ -113,7 +113,7 @@ def _processor(rows: bool) -> Any:
     """A StatefulProcessor (state API v2) keeping the running count in a ValueState."""
     from pyspark.sql.streaming import StatefulProcessor
 
-    class RunningCount(StatefulProcessor):  # type: ignore[misc]
+    class RunningCount(StatefulProcessor):
         def init(self, handle: Any) -> None:
             self.count = handle.getValueState("count", "count long")
 

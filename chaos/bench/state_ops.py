@@ -5,6 +5,7 @@ same loop on the on-disk (RocksDB) backend."""
 from __future__ import annotations
 
 import random
+from functools import partial
 
 from chaos.bench.core import Figure, best_rate
 from reference_impl.keygroups import KeyGroupRange
@@ -66,12 +67,12 @@ def run(quick: bool) -> list[Figure]:
     for n, k in sizes:
         keys = _keys(n, k)
         _heap(keys, False)  # warm the key-group cache path once, as a running job would
-        bare = best_rate(lambda keys=keys: _bare_dict(keys))
-        heap = best_rate(lambda keys=keys: _heap(keys, False))
-        heap_ttl = best_rate(lambda keys=keys: _heap(keys, True))
-        heap_ttl_inc = best_rate(lambda keys=keys: _heap(keys, True, incremental_cleanup=True))
+        bare = best_rate(partial(_bare_dict, keys))
+        heap = best_rate(partial(_heap, keys, False))
+        heap_ttl = best_rate(partial(_heap, keys, True))
+        heap_ttl_inc = best_rate(partial(_heap, keys, True, incremental_cleanup=True))
         half = keys[: n // 2]  # half the records: RocksDB is slower and --quick must stay quick
-        ondisk = best_rate(lambda half=half: _ondisk(half), repeats=2 if quick else 3)
+        ondisk = best_rate(partial(_ondisk, half), repeats=2 if quick else 3)
         size = {"records": n, "keys": k}
         figures += [
             Figure(

@@ -26,7 +26,7 @@ class ClockSkewFault(FaultParams):
 
 
 def injector(f: ClockSkewFault, on: FaultTarget, rng: random.Random, fault_id: int) -> Injector:
-    target = f.target_name if f.target is not None else rng.choice(on.executor.task_names())
+    target = str(f.target) if f.target is not None else rng.choice(on.executor.task_names())
     return SkewClock(on.executor, target, int(f.skew_ms or 0))
 
 

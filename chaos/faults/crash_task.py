@@ -20,7 +20,7 @@ def injector(f: CrashTaskFault, on: FaultTarget, rng: random.Random, fault_id: i
     names = on.executor.task_names()
     if not names:
         raise NotReady("no subtask is running")
-    return CrashTask(on.executor, f.target_name if f.target is not None else rng.choice(names))
+    return CrashTask(on.executor, str(f.target) if f.target is not None else rng.choice(names))
 
 
 def explore(space: Any) -> Any:

@@ -19,7 +19,7 @@ from pydantic import model_validator
 from chaos.faults.params import FaultParams
 from chaos.faults.registry import FaultTarget
 from chaos.injectors.base import Injector, InjectorError, NotReady
-from harness.controls import InbandControls
+from harness.controls import ExecutorControls, InbandControls
 
 __all__ = ["Delivery", "ProcessFaultParams", "delivery_of", "InbandProcessFault", "Delivered"]
 
@@ -65,7 +65,7 @@ class InbandProcessFault(Injector):
 
     def __init__(
         self,
-        executor: InbandControls,
+        executor: ExecutorControls,  # checked: it must also be InbandControls
         fault: ProcessFaultParams,
         action: str,
         rng: random.Random,

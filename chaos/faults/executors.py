@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chaos.faults.registry import FaultTarget, SssInjectorFactory, SssTarget
 from chaos.injectors.base import Injector, InjectorError
 
+if TYPE_CHECKING:
+    from chaos.cluster.docker_spark import DockerSparkCluster
+    from harness.spark.cluster import SparkCluster
+
 __all__ = [
+    "spark_of",
+    "docker_of",
     "executor_target",
     "worker_container",
     "in_worker_container",
@@ -17,7 +23,21 @@ __all__ = [
 ]
 
 
-def executor_target(spark: Any, target: str | None, rng: random.Random) -> tuple[str, int]:
+def spark_of(on: FaultTarget) -> SparkCluster:
+    """The run's Spark cluster; an :class:`InjectorError` on a run that has none."""
+    if on.spark is None:
+        raise InjectorError(f"this fault acts on Spark executors, and a {on.cluster_kind} run has no Spark cluster")
+    return on.spark
+
+
+def docker_of(on: FaultTarget) -> DockerSparkCluster:
+    """The run's docker Spark cluster; an :class:`InjectorError` on a run that has none."""
+    if on.docker is None:
+        raise InjectorError(f"this fault acts on worker containers, and a {on.cluster_kind} run has none")
+    return on.docker
+
+
+def executor_target(spark: SparkCluster, target: str | None, rng: random.Random) -> tuple[str, int]:
     """(executor id, pid): ``executor:N`` the N-th live executor (ids grow as Spark replaces them),
     none a random one."""
     pids = spark.executor_pids()
@@ -36,7 +56,7 @@ def executor_target(spark: Any, target: str | None, rng: random.Random) -> tuple
 
 def worker_container(on: FaultTarget, target: str | None, rng: random.Random) -> Any:
     """The docker worker container a fault acts on (``worker:N``, none a busy one)."""
-    return on.docker.pick_worker(on.spark, target, rng)
+    return docker_of(on).pick_worker(on.spark, target, rng)
 
 
 # the executor JVM inside a worker container (bracketed: the pattern must not match the sh -c running it)

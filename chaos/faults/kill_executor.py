@@ -9,7 +9,13 @@ import random
 from typing import Literal
 
 from chaos.faults.delivery import Delivered, InbandProcessFault, ProcessFaultParams, delivery_of
-from chaos.faults.executors import EXECUTOR_JVM, executor_target, in_worker_container, sss_executor_signal
+from chaos.faults.executors import (
+    EXECUTOR_JVM,
+    executor_target,
+    in_worker_container,
+    spark_of,
+    sss_executor_signal,
+)
 from chaos.faults.registry import SPARK_CLUSTERS, FaultKind, FaultTarget, register
 from chaos.injectors.base import Injector
 from chaos.injectors.process import KillProcess
@@ -24,7 +30,7 @@ def injector(f: KillExecutorFault, on: FaultTarget, rng: random.Random, fault_id
         return InbandProcessFault(on.executor, f, "kill_executor", rng, fault_id, instant=True)
     if (inside := in_worker_container(f.kind, on, f.target_name, "KILL", EXECUTOR_JVM, rng)) is not None:
         return Delivered(inside)
-    _, pid = executor_target(on.spark, f.target_name, rng)
+    _, pid = executor_target(spark_of(on), f.target_name, rng)
     return Delivered(KillProcess(on.scope, pid, "executor", f.kind))
 
 

@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import model_validator
 
 from chaos.faults.delivery import Delivered, InbandProcessFault, ProcessFaultParams, delivery_of
-from chaos.faults.executors import executor_target, in_worker_container
+from chaos.faults.executors import executor_target, in_worker_container, spark_of
 from chaos.faults.registry import SPARK_CLUSTERS, FaultKind, FaultTarget, register
 from chaos.injectors.base import Injector, InjectorError
 from chaos.injectors.process import KillProcess
@@ -38,8 +38,9 @@ def injector(f: KillPythonWorkerFault, on: FaultTarget, rng: random.Random, faul
         return InbandProcessFault(on.executor, f, action, rng, fault_id, instant=True)
     if (inside := in_worker_container(f.kind, on, f.target_name, "KILL", _FORKED_WORKERS, rng)) is not None:
         return Delivered(inside)
-    eid, _ = executor_target(on.spark, f.target_name, rng)
-    workers = on.spark.python_worker_pids().get(eid, [])
+    spark = spark_of(on)
+    eid, _ = executor_target(spark, f.target_name, rng)
+    workers = spark.python_worker_pids().get(eid, [])
     if not workers:
         raise InjectorError(f"executor {eid} has no Python worker running")
     return Delivered(KillProcess(on.scope, rng.choice(workers), "python_worker", f.kind))

@@ -11,7 +11,13 @@ from typing import Literal
 from pydantic import model_validator
 
 from chaos.faults.delivery import Delivered, InbandProcessFault, ProcessFaultParams, delivery_of
-from chaos.faults.executors import EXECUTOR_JVM, executor_target, in_worker_container, sss_executor_signal
+from chaos.faults.executors import (
+    EXECUTOR_JVM,
+    executor_target,
+    in_worker_container,
+    spark_of,
+    sss_executor_signal,
+)
 from chaos.faults.registry import SPARK_CLUSTERS, FaultKind, FaultTarget, register
 from chaos.injectors.base import Injector
 from chaos.injectors.process import PauseProcess
@@ -32,7 +38,7 @@ def injector(f: PauseExecutorFault, on: FaultTarget, rng: random.Random, fault_i
         return InbandProcessFault(on.executor, f, "pause_executor", rng, fault_id, instant=False)
     if (inside := in_worker_container(f.kind, on, f.target_name, "STOP", EXECUTOR_JVM, rng)) is not None:
         return Delivered(inside)
-    _, pid = executor_target(on.spark, f.target_name, rng)
+    _, pid = executor_target(spark_of(on), f.target_name, rng)
     return Delivered(PauseProcess(on.scope, pid, "executor", f.kind))
 
 

@@ -12,12 +12,17 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from chaos.faults.params import FaultParams
 from chaos.injectors.base import Injector
 from chaos.scope import RunScope
 from harness.controls import ExecutorControls
+
+if TYPE_CHECKING:  # pyspark and the docker SDK load only when a run starts their cluster
+    from chaos.cluster.docker_spark import DockerSparkCluster
+    from chaos.injectors.network import ProxyRouter
+    from harness.spark.cluster import SparkCluster
 
 __all__ = [
     "EVERY_CLUSTER",
@@ -50,9 +55,9 @@ class FaultTarget:
 
     executor: ExecutorControls
     scope: RunScope
-    spark: Any = None  # harness.spark.cluster.SparkCluster
-    docker: Any = None  # chaos.cluster.docker_spark.DockerSparkCluster
-    router: Any = None  # chaos.injectors.network.ProxyRouter, when the scenario has network faults
+    spark: SparkCluster | None = None
+    docker: DockerSparkCluster | None = None
+    router: ProxyRouter | None = None  # when the scenario has network faults
     cluster_kind: str = "sim"  # the scenario's cluster kind (sim, local, spark, docker): default deliveries
 
 
@@ -99,7 +104,7 @@ class FaultKind:
 
     @property
     def name(self) -> str:
-        return str(self.params.model_fields["kind"].annotation.__args__[0])
+        return str(get_args(self.params.model_fields["kind"].annotation)[0])
 
 
 FAULT_KINDS: dict[str, FaultKind] = {}

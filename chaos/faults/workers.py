@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import create_model, model_validator
 
-from chaos.faults.executors import sss_worker_container, worker_container
+from chaos.faults.executors import docker_of, sss_worker_container, worker_container
 from chaos.faults.params import FaultParams
 from chaos.faults.registry import DOCKER, FaultKind, FaultTarget, SssTarget, register
-from chaos.injectors.base import Injector
+from chaos.injectors.base import Injector, InjectorError
 from chaos.injectors.containers import ContainerFault, PartitionContainer
+from chaos.scope import RunScope
 
 
 @dataclass(frozen=True)
@@ -55,17 +56,23 @@ class WorkerFaultParams(FaultParams):
         return self
 
 
-def _container_fault(kind: str, scope: object, container: object, has_duration: bool, network: object) -> Injector:
+def _container_fault(kind: str, scope: RunScope, container: Any, has_duration: bool, network: Any) -> Injector:
+    """``container`` and ``network``: the Docker SDK's objects (the SDK loads with the docker cluster)."""
     w = WORKER_KINDS[kind]
     if w.action is None:
-        return PartitionContainer(scope, container, network, kind)  # type: ignore[arg-type]
+        return PartitionContainer(scope, container, network, kind)
     heal = w.heal_with_duration if has_duration and w.heal_with_duration else w.heal
-    return ContainerFault(scope, container, kind, w.action, heal)  # type: ignore[arg-type]
+    return ContainerFault(scope, container, kind, w.action, heal)
 
 
 def injector(f: FaultParams, on: FaultTarget, rng: random.Random, fault_id: int) -> Injector:
     container = worker_container(on, f.target_name, rng)
-    network = on.docker.stack.network() if WORKER_KINDS[f.kind].action is None else None
+    network = None
+    if WORKER_KINDS[f.kind].action is None:  # a partition: the stack's network
+        stack = docker_of(on).stack
+        if stack is None:
+            raise InjectorError("the run's docker stack is not up")
+        network = stack.network()
     return _container_fault(f.kind, on.scope, container, f.duration_ms is not None, network)
 
 
@@ -84,7 +91,7 @@ for _name, _w in WORKER_KINDS.items():
         "".join(p.title() for p in _name.split("_")) + "Fault",
         __base__=WorkerFaultParams,
         __module__=__name__,
-        kind=(Literal[_name], ...),
+        kind=(Literal[_name], ...),  # type: ignore[arg-type]  # a Literal of a runtime name: pydantic takes it
     )
     register(
         FaultKind(

@@ -49,7 +49,8 @@ def _fault(text: str) -> Any:
     if option not in allowed:
         hint = f"one of {', '.join(allowed)}" if allowed else "none"
         raise argparse.ArgumentTypeError(f"{text!r}: {kind} takes OPTION {hint}")
-    return SssFault(kind, int(after), **{field: option})
+    chosen: dict[str, Any] = {field: option}
+    return SssFault(kind, int(after), **chosen)
 
 
 def _processor_arg(text: str) -> tuple[str, Any]:

@@ -48,8 +48,8 @@ def execute_sss(sc: SssScenario, run_dir: Path) -> tuple[list[Verdict], dict[str
     stats = {"verdict": out.verdict, "driver_starts": out.starts, "batches_checked": out.check.batches_checked,
              "states_checked": out.check.states_checked, "input_files": len(inputs),
              "pyspark": out.pyspark}  # fmt: skip
-    if getattr(out.check, "replay_note", ""):
-        stats["replay"] = out.check.replay_note
+    if note := getattr(out.check, "replay_note", ""):
+        stats["replay"] = note
     return verdicts_of(sc, out), stats
 
 

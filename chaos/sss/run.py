@@ -124,8 +124,8 @@ class SssOutcome:
         lines += [f"  violation: {v}" for v in self.check.violations]
         lines += [f"  unknown: {u}" for u in getattr(self.check, "unknown", [])]
         lines += [f"  unknown: state not read: {u}" for u in getattr(self.check, "state_unknown", [])]
-        if getattr(self.check, "replay_note", ""):
-            lines.append(f"  replay: {self.check.replay_note}")
+        if note := getattr(self.check, "replay_note", ""):
+            lines.append(f"  replay: {note}")
         return "\n".join(lines)
 
 

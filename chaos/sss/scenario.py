@@ -28,7 +28,7 @@ import importlib
 import sys
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
@@ -39,6 +39,9 @@ from chaos.trigger import Duration, Strict, parse_duration_ms
 from harness.sss.pyspark_env import STATE_METADATA, PysparkEnvError, missing_feature, parse_version
 from harness.sss.query import DEFAULT_INPUT, QuerySpec
 from harness.sss.spec import APPLY, DEFAULT_MASTER, SpecError, SssSpec, load_function
+
+if TYPE_CHECKING:  # typing's own from Python 3.13
+    from typing_extensions import TypeIs
 
 __all__ = [
     "SssScenario",
@@ -346,7 +349,7 @@ def pyspark_problem(version: str, spec: SssSpec | QuerySpec, cluster_kind: str) 
     return ("query.api", why) if why else None
 
 
-def is_sss(obj: Any) -> bool:
+def is_sss(obj: Any) -> TypeIs[SssScenario]:
     """Whether ``obj`` (a scenario, or its YAML as a dict) is a Structured Streaming scenario."""
     return isinstance(obj, SssScenario) or (isinstance(obj, dict) and obj.get("engine") == "sss")
 
@@ -357,7 +360,7 @@ def _on_path(base_dir: Path | None) -> None:
             sys.path.insert(0, p)
 
 
-def load_inputs(sc: SssScenario) -> list[list[dict[str, Any]]]:
+def load_inputs(sc: SssScenario) -> list[list[dict[str, Any]]] | list[dict[str, list[dict[str, Any]]]]:
     """One list of rows per micro-batch file, from the generator or the CSV folder. ValueError naming
     the field when they cannot be had."""
     spec = sc.spec()

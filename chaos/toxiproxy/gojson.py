@@ -68,7 +68,8 @@ def _kind(v: Any) -> str:
         return "bool"
     if isinstance(v, int | float):
         return "number"
-    return {str: "string", list: "array", dict: "object"}.get(type(v), "value")
+    names: dict[type, str] = {str: "string", list: "array", dict: "object"}
+    return names.get(type(v), "value")
 
 
 def fields(obj: Any, names: tuple[str, ...], where: str) -> dict[str, Any]:

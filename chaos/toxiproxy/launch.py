@@ -16,7 +16,11 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
+
+if TYPE_CHECKING:  # the client library loads when a client is made
+    from toxiproxy import Toxiproxy
 
 __all__ = ["toxiproxy_server", "toxiproxy_client", "serve", "reference_server", "REFERENCE_DIR"]
 
@@ -109,7 +113,7 @@ def toxiproxy_server(host: str = "127.0.0.1") -> Iterator[str]:
         yield url
 
 
-def toxiproxy_client(url: str) -> object:
+def toxiproxy_client(url: str) -> Toxiproxy:
     """A ``toxiproxy-python`` client for ``url`` (the library keeps its address in class attributes)."""
     from toxiproxy import Toxiproxy
 

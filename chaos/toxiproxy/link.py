@@ -11,16 +11,34 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from chaos.toxiproxy.toxics import Toxic
 from harness.toxics.kinds import Chunk
 from harness.toxics.pipeline import Pipeline
 
-if TYPE_CHECKING:
-    from chaos.toxiproxy.proxy import Proxy
+__all__ = ["Link", "Connection", "Side", "LinkOwner"]
 
-__all__ = ["Link", "Connection", "Side"]
+
+class _Toxics(Protocol):
+    @property
+    def chains(self) -> dict[str, list[Toxic]]: ...
+
+    @property
+    def links(self) -> set[Link]: ...
+
+
+class LinkOwner(Protocol):
+    """What a connection needs of its proxy (``chaos.toxiproxy.proxy.Proxy``, which imports this
+    module): its toxics and live links, its set of connections, and the call that it was accepted."""
+
+    @property
+    def toxics(self) -> _Toxics: ...
+
+    @property
+    def connections(self) -> set[Connection]: ...
+
+    def accepted(self, conn: Connection) -> None: ...
 
 
 class Sink:
@@ -47,7 +65,7 @@ class Side(asyncio.Protocol):
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
-        self.transport: asyncio.Transport = None  # type: ignore[assignment]
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set in connection_made, first
         self.lost = False
         self.write_paused = False
         self.reading = True
@@ -56,7 +74,7 @@ class Side(asyncio.Protocol):
         self._drain: list[asyncio.Future[None]] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # a stream transport: a TCP server's
         self.conn.side_made(self)
 
     def data_received(self, data: bytes) -> None:
@@ -141,7 +159,7 @@ class Link(Pipeline):
 class Connection:
     """A client connection and its upstream connection, with the two links between them."""
 
-    def __init__(self, proxy: Proxy) -> None:
+    def __init__(self, proxy: LinkOwner) -> None:
         self.proxy = proxy
         self.client = Side(self)
         self.upstream = Side(self)

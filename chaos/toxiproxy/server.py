@@ -121,34 +121,32 @@ class Api:
     def __init__(self) -> None:
         self.proxies: dict[str, Proxy] = {}
         H = Callable[..., Awaitable[_Response]]
-        self.routes: list[tuple[re.Pattern[str], dict[str, H]]] = [
-            (re.compile(p), m)
-            for p, m in [
-                (r"/reset", {"POST": self.reset}),
-                (r"/proxies", {"GET": self.proxy_index, "POST": self.proxy_create}),
-                (r"/populate", {"POST": self.populate}),
-                (
-                    r"/proxies/([^/]+)",
-                    {
-                        "GET": self.proxy_show,
-                        "POST": self.proxy_update,
-                        "PATCH": self.proxy_update,
-                        "DELETE": self.proxy_delete,
-                    },
-                ),
-                (r"/proxies/([^/]+)/toxics", {"GET": self.toxic_index, "POST": self.toxic_create}),
-                (
-                    r"/proxies/([^/]+)/toxics/([^/]+)",
-                    {
-                        "GET": self.toxic_show,
-                        "POST": self.toxic_update,
-                        "PATCH": self.toxic_update,
-                        "DELETE": self.toxic_delete,
-                    },
-                ),
-                (r"/version", {"GET": self.version}),
-            ]
+        table: list[tuple[str, dict[str, H]]] = [
+            (r"/reset", {"POST": self.reset}),
+            (r"/proxies", {"GET": self.proxy_index, "POST": self.proxy_create}),
+            (r"/populate", {"POST": self.populate}),
+            (
+                r"/proxies/([^/]+)",
+                {
+                    "GET": self.proxy_show,
+                    "POST": self.proxy_update,
+                    "PATCH": self.proxy_update,
+                    "DELETE": self.proxy_delete,
+                },
+            ),
+            (r"/proxies/([^/]+)/toxics", {"GET": self.toxic_index, "POST": self.toxic_create}),
+            (
+                r"/proxies/([^/]+)/toxics/([^/]+)",
+                {
+                    "GET": self.toxic_show,
+                    "POST": self.toxic_update,
+                    "PATCH": self.toxic_update,
+                    "DELETE": self.toxic_delete,
+                },
+            ),
+            (r"/version", {"GET": self.version}),
         ]
+        self.routes: list[tuple[re.Pattern[str], dict[str, H]]] = [(re.compile(p), m) for p, m in table]
         self.ids = _RequestIds()
 
     async def handle(self, method: str, target: str, headers: dict[str, str], raw: bytes) -> _Response:
@@ -298,7 +296,7 @@ class Api:
 
 async def _read_body(r: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
     if "chunked" in headers.get("transfer-encoding", "").lower():
-        parts = []
+        parts: list[bytes] = []
         while True:
             size = int((await r.readline()).split(b";")[0].strip() or b"0", 16)
             if size == 0:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
@@ -113,10 +113,11 @@ def resolve_factory(ref: str, base_dir: Path | None = None) -> tuple[JobFactory,
 def declared_args(factory: JobFactory, scenario_args: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
     """The scenario arguments (``records``, ``keys``, ``seed``) ``factory`` declares and ``options``
     does not set: what it is called with besides its options."""
+    params: Mapping[str, inspect.Parameter]
     try:
         params = inspect.signature(factory).parameters
     except (TypeError, ValueError):
-        params = {}  # type: ignore[assignment]
+        params = {}
     return {k: v for k, v in scenario_args.items() if k in params and k not in options}
 
 
@@ -124,6 +125,7 @@ def build_graph(
     factory: JobFactory, ref: str, options: dict[str, Any], scenario_args: dict[str, Any]
 ) -> JobGraph:
     """Call ``factory`` with ``options`` (+ the scenario arguments it declares); check it returns a graph."""
+    params: Mapping[str, inspect.Parameter]
     try:
         params = inspect.signature(factory).parameters
     except (TypeError, ValueError):

@@ -148,7 +148,7 @@ class RunArtifacts:
 
     def of_type(self, *types: type[E]) -> list[E]:
         """The events of the given classes, in history order."""
-        return [e for e in self.events if isinstance(e, types)]  # type: ignore[misc]
+        return [e for e in self.events if isinstance(e, types)]
 
     @cached_property
     def run_start(self) -> RunStart | None:
@@ -160,7 +160,7 @@ class RunArtifacts:
 
     @cached_property
     def committed(self) -> list[CommittedRecord]:
-        out = []
+        out: list[CommittedRecord] = []
         for f in committed_files(RunStore(self.run_dir).output):
             m = TXN_NAME.match(f.stem)
             cid = int(m.group(1)) if m else -1

@@ -97,7 +97,7 @@ def check_checkpoint_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
         _compare_operator_state(cid, view, ref, single.get(cid, set()), problems)
     problems = held.found.problems + broadcast.problems + marks.found.problems + splits.problems + problems
     judged = held.found.judged + broadcast.judged + marks.found.judged
-    data = {
+    data: dict[str, Any] = {
         "checkpoints": len(completed),
         "timers_judged": held.found.judged,
         "broadcast_judged": broadcast.judged,

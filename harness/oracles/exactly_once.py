@@ -272,7 +272,7 @@ def _check_per_record(art: RunArtifacts, spec: JobSpec) -> Verdict:
     actual: Counter[Any] = Counter()
     where: dict[Any, list[tuple[str, int]]] = defaultdict(list)
     last: dict[Any, tuple[int, Any]] = {}
-    order_problems = []
+    order_problems: list[str] = []
     contents = _Contents(spec, reference) if c.content_beyond_identity else None
     for rec in art.committed:
         ident = spec.identity_of(rec.record)

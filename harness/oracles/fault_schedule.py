@@ -57,7 +57,7 @@ def check_fault_schedule(art: RunArtifacts, spec: JobSpec) -> Verdict:
         return Verdict.unknown("fault_schedule", "the history's run_start records no plan to judge against")
     events = list(art.events)
     started = {e.fault_id: e for e in events if isinstance(e, FaultStart)}
-    errors: dict[int, str] = {}
+    errors: dict[int | None, str] = {}
     for e in events:
         if isinstance(e, FaultStart) and (e.details or {}).get("error"):
             errors.setdefault(e.fault_id, str(e.details["error"]))

@@ -106,14 +106,14 @@ def check_checkpoint_integrity(
             f"{len(kept)} completed checkpoints remain in storage ({', '.join(map(str, kept))}), "
             f"over the {retained} retained"
         )
-    for e in art.of_type(Restore):
-        if e.checkpoint_id is None:
+    for r in art.of_type(Restore):
+        if r.checkpoint_id is None:
             continue
-        name = f"chk-{e.checkpoint_id}"
-        if name in damage_time and damage_time[name] <= e.t:
+        name = f"chk-{r.checkpoint_id}"
+        if name in damage_time and damage_time[name] <= r.t:
             problems.append(
-                f"attempt {e.attempt} {e.operator}[{e.subtask}] restored checkpoint "
-                f"{e.checkpoint_id} after it was damaged at t={damage_time[name]}"
+                f"attempt {r.attempt} {r.operator}[{r.subtask}] restored checkpoint "
+                f"{r.checkpoint_id} after it was damaged at t={damage_time[name]}"
             )
     for s in art.of_type(CheckpointSkipped):
         name = Path(s.path).name

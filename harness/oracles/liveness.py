@@ -35,7 +35,7 @@ def _fault_windows(art: RunArtifacts) -> list[tuple[int, int]]:
             continue
         if isinstance(e, FaultStart):
             start[e.fault_id] = e.t
-        elif e.fault_id in start:
+        elif isinstance(e, FaultEnd) and e.fault_id is not None and e.fault_id in start:
             out.append((start.pop(e.fault_id), e.t))
     end = art.run_end.t if art.run_end else max((e.t for e in art.events), default=0)
     return out + [(t, end) for t in start.values()]

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from harness.jobs import JobSpec
+from harness.oracles.artifacts import RunArtifacts
 from harness.oracles.verdict import Verdict
 
 __all__ = ["Oracle", "ORACLES", "register_oracle"]
@@ -17,9 +19,9 @@ __all__ = ["Oracle", "ORACLES", "register_oracle"]
 class Oracle:
     name: str
     check: Callable[..., Verdict]
-    config: type | None = None  # a dataclass; None: the oracle takes no settings
+    config: type[Any] | None = None  # a dataclass; None: the oracle takes no settings
 
-    def run(self, art: Any, spec: Any, config: Any = None) -> Verdict:
+    def run(self, art: RunArtifacts, spec: JobSpec, config: Any = None) -> Verdict:
         if self.config is None:
             return self.check(art, spec)
         if config is None:

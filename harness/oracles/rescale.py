@@ -107,13 +107,13 @@ def check_rescale(art: RunArtifacts, spec: JobSpec) -> Verdict:
             for name in sorted(names):
                 modes = {m for s in old_ops.values() for n, (m, _) in s.items() if n == name}
                 mode = modes.pop() if modes else None
-                olds = [
+                olds: list[Any] = [
                     old_ops.get(i, {}).get(name, (mode, [] if mode != "BROADCAST" else {}))[1]
                     for i in range(old_p)
                 ]
-                news = [
-                    restored[s].operator.states[name].value
-                    if restored[s].operator and name in restored[s].operator.states
+                news: list[Any] = [
+                    rop.states[name].value
+                    if (rop := restored[s].operator) is not None and name in rop.states
                     else ([] if mode != "BROADCAST" else {})
                     for s in range(p)
                     if s in restored

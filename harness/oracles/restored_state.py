@@ -157,12 +157,12 @@ def check_restored_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
         for name, entries in got.items():
             if len(covered.get((attempt, op, cid), ())) < parallelism_of.get((attempt, op, cid), 0):
                 continue  # not every subtask restored (a region failover): the parts cannot be summed
-            want = _entries(opview, name, "SPLIT_DISTRIBUTE")
-            if sorted(map(repr, entries)) != sorted(map(repr, want)):
+            in_checkpoint = _entries(opview, name, "SPLIT_DISTRIBUTE")
+            if sorted(map(repr, entries)) != sorted(map(repr, in_checkpoint)):
                 problems.append(
                     f"attempt {attempt} {op} from checkpoint {cid}: split list state {name!r}: its subtasks "
-                    f"restored {len(entries)} entries together, the checkpoint has {len(want)} "
-                    f"(restored {_short(entries)}, checkpoint has {_short(want)})"
+                    f"restored {len(entries)} entries together, the checkpoint has {len(in_checkpoint)} "
+                    f"(restored {_short(entries)}, checkpoint has {_short(in_checkpoint)})"
                 )
     partly = (
         f" (model comparison skipped for {', '.join(sorted(skipped_states))} and timers: {why})"

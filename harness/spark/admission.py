@@ -59,7 +59,7 @@ class Admission:
         """Progress with what arrived; the session once admitted. Raises :class:`HandshakeRefused`."""
         try:
             if self._tls_pending:
-                self.sock.do_handshake()  # type: ignore[attr-defined]
+                self.sock.do_handshake()  # type: ignore[attr-defined]  # an SSLSocket while TLS is pending
                 self._tls_pending = False
             while True:
                 data = self.sock.recv(4096)

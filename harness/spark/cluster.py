@@ -136,8 +136,9 @@ def check_java() -> str:
     candidates = []
     if os.environ.get("JAVA_HOME"):
         candidates.append(os.path.join(os.environ["JAVA_HOME"], "bin", "java"))
-    if shutil.which("java"):
-        candidates.append(shutil.which("java"))
+    on_path = shutil.which("java")
+    if on_path:
+        candidates.append(on_path)
     hint = "install Java 17 or 21 and set JAVA_HOME, or run through ./dev (it finds or installs one)"
     pyspark, minimum = _min_java()
     too_old = []
@@ -489,6 +490,7 @@ class SparkCluster:
     def _shutdown_gateway(self) -> None:
         from pyspark import SparkContext
 
+        assert self._gateway_proc is not None  # only called when we found the gateway's process
         gw = SparkContext._gateway
         if gw is not None and getattr(getattr(gw, "proc", None), "pid", None) == self._gateway_proc.pid:
             with contextlib.suppress(Exception):

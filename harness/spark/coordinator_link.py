@@ -180,6 +180,7 @@ class CoordinatorServer:
         sel.register(adm.sock, selectors.EVENT_READ, adm)
 
     def _admit(self, sel: selectors.BaseSelector, admitting: set[Admission], adm: Admission) -> _CoordConn | None:
+        reason: str | None
         try:
             session = adm.on_readable()
         except HandshakeRefused as e:

@@ -74,7 +74,7 @@ def dial(
             )
         try:
             toxic_layer().check_dial(link)  # in-band toxics: a cut link refuses, as a disabled proxy
-            sock = socket.create_connection(tuple(endpoint), timeout=min(left, 5.0))
+            sock = socket.create_connection((endpoint[0], endpoint[1]), timeout=min(left, 5.0))
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             break
         except OSError as e:
@@ -136,7 +136,7 @@ class InputGate:
             raise ValueError(f"num_channels must be >= 0, got {num_channels}")
         self.num_channels = num_channels
         self.task, self.deployment = task, deployment
-        self._links = links or [None] * num_channels
+        self._links: list[str | None] = [*links] if links else [None] * num_channels
         self._listener = socket.create_server((host, 0), backlog=backlog or max(16, num_channels * 2))
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, CHANNEL_BUFFER_BYTES)  # inherited
         self._listener.setblocking(False)

@@ -48,8 +48,7 @@ class InbandFaults:
         """A task's :class:`InbandHome` (where it runs) or :class:`InbandReply` (what it did)."""
         match msg:
             case InbandHome(eid, app, pid, host):
-                ok = eid is not None and app is not None and pid is not None
-                home = ExecutorHome(eid, app, pid, host) if ok else None
+                home = None if eid is None or app is None or pid is None else ExecutorHome(eid, app, pid, host)
                 self.homes[task] = (self.deployment(), home)
             case InbandReply(fault_id, acted, details):
                 self.emit(

@@ -60,7 +60,7 @@ class TaskNetwork:
 
     def task_settings(self) -> dict[str, Any]:
         """The part tasks need, shipped in the deploy message (the router itself stays in the driver)."""
-        out = {"bind": self.data_bind, "host": self.data_host, "routed": self.router is not None}
+        out: dict[str, Any] = {"bind": self.data_bind, "host": self.data_host, "routed": self.router is not None}
         if self.inband:
             from harness.toxics.inband import toxic_layer
 

@@ -199,7 +199,8 @@ def run_subtask(
     every link opens with the handshake under the run's ``secret``."""
     op, sub, stage = graph.subtasks()[partition]
     name = task_name(op, sub)
-    client = CoordinatorClient(tuple(coordinators[name]), name, spark_attempt, secret, job=job)
+    host, port = coordinators[name]  # a list after msgpack
+    client = CoordinatorClient((host, port), name, spark_attempt, secret, job=job)
     link = _Link(client)
     try:
         return _run(graph, run_dir, link, secret, partition, job, stall_s, op, sub, stage, name)

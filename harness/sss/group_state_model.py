@@ -64,9 +64,11 @@ class GroupStateModel:
         self.backend.set_current_key(key)
         stored = self._state.value()
         value, old_timeout = stored if stored is not None else (None, NO_TIMESTAMP)
+        # GroupState holds an absent state as None and only stores the schema (unused here); its hints
+        # say Row and StructType
         state = GroupState(
-            Row(*value) if value is not None else None, ts, NO_TIMESTAMP, self.spec.timeout, timed_out,
-            False, value is not None, False, False, NO_TIMESTAMP, b"", None,
+            Row(*value) if value is not None else None, ts, NO_TIMESTAMP, self.spec.timeout, timed_out,  # type: ignore[arg-type]
+            False, value is not None, False, False, NO_TIMESTAMP, b"", None,  # type: ignore[arg-type]
         )  # fmt: skip
         pdfs = iter([frame(self.spec, rows)])
         out = rows_of(self.func(key, pdfs, state))  # consumed in full before the state is written

@@ -21,7 +21,7 @@ from typing import Any
 try:
     from pyspark.sql.streaming import StatefulProcessor
 except ImportError:  # pyspark < 4.0 has no transformWithState: only faulting_function runs there
-    StatefulProcessor = object  # type: ignore[misc,assignment]
+    StatefulProcessor = object  # type: ignore[misc,assignment]  # a stand-in base there
 
 __all__ = ["ARMED", "FaultingProcessor", "faulting_function", "faulting_frame", "arm", "fired"]
 

@@ -75,7 +75,7 @@ def read_all_state(spark: Any, checkpoint: Path, batch: int) -> dict[str, list[d
 def _named(v: Any) -> Any:
     """A state row in the canonical value form (:mod:`harness.sss.values`), its structs kept as
     named fields, so a difference names its nested column (``value.sum``)."""
-    if hasattr(v, "asDict") and isinstance(v, tuple):  # a pyspark Row (a struct)
+    if isinstance(v, tuple) and hasattr(v, "asDict"):  # a pyspark Row (a struct)
         return {k: _named(x) for k, x in v.asDict(recursive=False).items()}
     if isinstance(v, list):
         return [_named(x) for x in v]

@@ -260,15 +260,15 @@ def _compare(check: ReplayCheck, workdir: Path, reference: dict[str, Any], commi
         elif want:
             check.violations.append(f"batch {b} committed but its output is missing (lost output): "
                                     f"the replay wrote {len(want)} rows")  # fmt: skip
-    for b, stores in sorted(chaos_state.items(), key=lambda kv: int(kv[0])):
+    for batch, stores in sorted(chaos_state.items(), key=lambda kv: int(kv[0])):
         if "error" in stores and isinstance(stores["error"], str):
-            check.refused.append(f"state data source refused batch {b}: {stores['error']}")
+            check.refused.append(f"state data source refused batch {batch}: {stores['error']}")
             continue
-        want_stores = reference["state"].get(b, {})
+        want_stores = reference["state"].get(batch, {})
         for store in sorted(set(stores) | set(want_stores)):
             diff = output_diff(stores.get(store, []), want_stores.get(store, []))
             if diff:
-                check.violations.append(f"state {store} at batch {b} differs from the replay's: {diff}")
+                check.violations.append(f"state {store} at batch {batch} differs from the replay's: {diff}")
         check.states_checked += 1
 
 

@@ -62,7 +62,7 @@ def user_sink(path: str, sink_dir: Path) -> Callable[[Any, int], None]:
         made = fn(str(sink_dir))
         if not callable(made):
             raise SpecError(f"sink.foreach_batch: {path}(path) returned {type(made).__name__}, not a function")
-        return made  # type: ignore[no-any-return]
+        return made
     raise SpecError(f"sink.foreach_batch: {path} must take (df, batch_id, path), or be a factory taking (path)")
 
 

@@ -35,6 +35,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
+from functools import partial
 from typing import Any
 
 from harness.toxics.kinds import Chunk, ToxicSpec
@@ -157,7 +158,7 @@ class _EndPipeline(Pipeline):
         if self.finished:
             return
         self.finished = True
-        sink: _SocketSink = self.sink  # type: ignore[assignment]
+        sink: _SocketSink = self.sink  # type: ignore[assignment]  # this layer's pipelines end in its socket sink
         if self.input_done:  # the owner's own end of input: hand the socket back once drained
             sink._enqueue("drained")
         else:  # a toxic ended the connection, as the proxy closes it
@@ -242,7 +243,7 @@ class ToxicLayer:
             return "direct"
         if p.finished or e.closed_as is not None:
             raise BrokenPipeError(f"in-band toxics closed link {e.link}")
-        sink: _SocketSink = p.sink  # type: ignore[assignment]
+        sink: _SocketSink = p.sink  # type: ignore[assignment]  # this layer's pipelines end in its socket sink
         if not p.stages and sink.idle:  # every toxic removed and all bytes out: back to the hot path
             p.feed_eof()  # ends the writer thread
             e.pipe = None
@@ -270,7 +271,7 @@ class ToxicLayer:
             p.feed_eof()
 
         self._on_loop(eof)
-        sink: _SocketSink = p.sink  # type: ignore[assignment]
+        sink: _SocketSink = p.sink  # type: ignore[assignment]  # this layer's pipelines end in its socket sink
         if drain_s > 0:
             sink.done.wait(drain_s)
         self._on_loop(p.cancel)
@@ -317,7 +318,13 @@ class ToxicLayer:
         with self._lock:
             self._toxics[link][toxic.name] = toxic
         for e in self._live(link, toxic.direction):
-            self._on_loop(lambda e=e: self._pipe(e, [toxic]) if e.pipe is None else e.pipe.add_toxic(toxic))
+            self._on_loop(partial(self._add_to_end, e, toxic))
+
+    def _add_to_end(self, e: LinkEnd, toxic: ToxicSpec) -> None:
+        if e.pipe is None:
+            self._pipe(e, [toxic])
+        else:
+            e.pipe.add_toxic(toxic)
 
     def update(self, link: str, name: str, toxicity: float, attributes: dict[str, int]) -> None:
         with self._lock:
@@ -327,7 +334,7 @@ class ToxicLayer:
             t.toxicity, t.attributes = toxicity, {**t.attributes, **attributes}
         for e in self._live(link, t.direction):
             if e.pipe is not None:
-                self._on_loop(lambda e=e: e.pipe.update_toxic(t))  # type: ignore[union-attr]
+                self._on_loop(partial(e.pipe.update_toxic, t))
 
     def remove(self, link: str, name: str) -> None:
         with self._lock:
@@ -336,7 +343,7 @@ class ToxicLayer:
             return
         for e in self._live(link, t.direction):
             if e.pipe is not None:
-                self._on_loop(lambda e=e: e.pipe.remove_toxic(t))  # type: ignore[union-attr]
+                self._on_loop(partial(e.pipe.remove_toxic, t))
 
     def cut(self, link: str, down: bool = True) -> None:
         """Cut ``link`` (close its connections, refuse new ones) or lift the cut."""

@@ -18,12 +18,9 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from harness.toxics.pipeline import Stage
-
-__all__ = ["TOXIC_TYPES", "BUFFER_SIZE", "Chunk", "ToxicSpec", "PIPES", "check_attributes"]
+__all__ = ["TOXIC_TYPES", "BUFFER_SIZE", "Chunk", "ToxicSpec", "PIPES", "PipeStage", "check_attributes"]
 
 # type -> its attributes with their defaults (the Go struct's fields, all integers)
 TOXIC_TYPES: dict[str, dict[str, int]] = {
@@ -88,14 +85,36 @@ class ToxicSpec:
 # --- what each toxic does (toxics/*.go); ``stage`` is its place in one pipeline ----------------------
 
 
-async def _noop(stage: Stage, t: ToxicSpec) -> None:
+class _Out(Protocol):
+    async def put(self, item: Chunk | None) -> None: ...
+
+
+class PipeStage(Protocol):
+    """What a toxic's pipe works on: one stage of a pipeline (``harness.toxics.pipeline.Stage``, which
+    imports this module): its input, its output, the chunk it holds and the state kept across restarts."""
+
+    held: Chunk | None
+    interruptible: bool
+    state: dict[str, int]
+
+    @property
+    def out(self) -> _Out: ...
+
+    async def get(self) -> Chunk | None: ...
+
+    async def emit(self, c: Chunk) -> None: ...
+
+    def close(self) -> None: ...
+
+
+async def _noop(stage: PipeStage, t: ToxicSpec) -> None:
     while (c := await stage.get()) is not None:
         stage.held = c
         await stage.emit(c)
     stage.close()
 
 
-async def _latency(stage: Stage, t: ToxicSpec) -> None:
+async def _latency(stage: PipeStage, t: ToxicSpec) -> None:
     a = t.attributes
     while (c := await stage.get()) is not None:
         stage.held = c
@@ -110,7 +129,7 @@ async def _latency(stage: Stage, t: ToxicSpec) -> None:
     stage.close()
 
 
-async def _bandwidth(stage: Stage, t: ToxicSpec) -> None:
+async def _bandwidth(stage: PipeStage, t: ToxicSpec) -> None:
     rate = t.attributes["rate"]  # KB/s, 1 KB = 1000 bytes
     sleep = 0.0
     while (c := await stage.get()) is not None:
@@ -129,7 +148,7 @@ async def _bandwidth(stage: Stage, t: ToxicSpec) -> None:
     stage.close()
 
 
-async def _slow_close(stage: Stage, t: ToxicSpec) -> None:
+async def _slow_close(stage: PipeStage, t: ToxicSpec) -> None:
     while (c := await stage.get()) is not None:
         stage.held = c
         await stage.emit(c)
@@ -137,7 +156,7 @@ async def _slow_close(stage: Stage, t: ToxicSpec) -> None:
     stage.close()
 
 
-async def _timeout(stage: Stage, t: ToxicSpec) -> None:
+async def _timeout(stage: PipeStage, t: ToxicSpec) -> None:
     """Drops all data; closes the connection once no data has come for ``timeout`` ms (0: never)."""
     timeout = t.attributes["timeout"] / 1000
     while True:
@@ -153,7 +172,7 @@ async def _timeout(stage: Stage, t: ToxicSpec) -> None:
     stage.close()
 
 
-async def _reset_peer(stage: Stage, t: ToxicSpec) -> None:
+async def _reset_peer(stage: PipeStage, t: ToxicSpec) -> None:
     """On the first chunk (or the end of input): wait ``timeout`` ms, then close; the close is a TCP
     RST (the proxy sets SO_LINGER 0 when the toxic was there at connect, the in-band layer when it
     closes)."""
@@ -173,7 +192,7 @@ def _slices(a: dict[str, int], start: int, end: int) -> list[int]:
     return _slices(a, start, mid) + _slices(a, mid, end)
 
 
-async def _slicer(stage: Stage, t: ToxicSpec) -> None:
+async def _slicer(stage: PipeStage, t: ToxicSpec) -> None:
     a = t.attributes
     while (c := await stage.get()) is not None:
         stage.held = c
@@ -186,7 +205,7 @@ async def _slicer(stage: Stage, t: ToxicSpec) -> None:
     stage.close()
 
 
-async def _limit_data(stage: Stage, t: ToxicSpec) -> None:
+async def _limit_data(stage: PipeStage, t: ToxicSpec) -> None:
     """Passes ``bytes`` bytes per connection and direction (counted across restarts), then closes."""
     limit = t.attributes["bytes"]
     while (c := await stage.get()) is not None:
@@ -202,7 +221,7 @@ async def _limit_data(stage: Stage, t: ToxicSpec) -> None:
     stage.close()
 
 
-PIPES: dict[str, Callable[[Stage, ToxicSpec], Awaitable[None]]] = {
+PIPES: dict[str, Callable[[PipeStage, ToxicSpec], Awaitable[None]]] = {
     "noop": _noop,
     "latency": _latency,
     "bandwidth": _bandwidth,

@@ -238,10 +238,10 @@ def verify_stream(fh: BinaryIO, name: str, size: int, expected_crc: int | None =
 
 def _read_into(fh: BinaryIO, view: memoryview, offset: int) -> int:
     try:
-        return os.preadv(fh.fileno(), [view], offset)  # type: ignore[attr-defined]
+        return os.preadv(fh.fileno(), [view], offset)
     except (AttributeError, io.UnsupportedOperation):
         fh.seek(offset)
-        return fh.readinto(view)  # type: ignore[attr-defined]
+        return fh.readinto(view)  # type: ignore[attr-defined]  # BinaryIO lacks it; our files are buffered readers
 
 
 def verify_file(data: bytes, name: str) -> None:
@@ -301,7 +301,7 @@ class _SectionReader:
             self.fh.seek(offset)
         while got < length:
             rest = view[got:]
-            n = os.preadv(self.fd, [rest], offset + got) if self.fd >= 0 else self.fh.readinto(rest)  # type: ignore[attr-defined]
+            n = os.preadv(self.fd, [rest], offset + got) if self.fd >= 0 else self.fh.readinto(rest)  # type: ignore[attr-defined]  # as above
             if not n:
                 break
             got += n

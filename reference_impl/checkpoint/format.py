@@ -154,7 +154,7 @@ def _check_identity(
     p: dict[str, Any], name: str, keyed: KeyedStateSnapshot | None, expect: Identity | None
 ) -> None:
     """The header's ids against themselves and against what ``_metadata`` expects."""
-    ids = (p.get("subtask_index"), p.get("parallelism"), p.get("max_parallelism"))
+    ids: tuple[Any, ...] = (p.get("subtask_index"), p.get("parallelism"), p.get("max_parallelism"))
     if not (isinstance(p.get("operator_id"), str) and all(_is_int(x) for x in ids)):
         raise CorruptStateFileError(f"{name}: header lacks its operator, subtask or parallelism")
     i, par, max_p = ids

@@ -101,6 +101,7 @@ def _collection_encoder(meta: StateMeta, kind: StateKind, ttl: bool) -> Callable
     value): the same rows."""
     ser = get_serializer(meta.value_serializer)
     dump = None if ser.identity == "msgpack" else ser.dumps
+    one: Callable[[Any], Any]
     if ttl:
         one = (lambda x: [x[1], x[0]]) if dump is None else (lambda x: [x[1], dump(x[0])])
     else:
@@ -200,7 +201,7 @@ def encode_operator(op: OperatorStateSnapshot) -> bytes:
         ser = get_serializer(e.value_serializer)
         if e.mode is OperatorStateMode.BROADCAST:
             kser = get_serializer(e.key_serializer or "msgpack")
-            body = [[kser.dumps(k), ser.dumps(v)] for k, v in e.value.items()]  # type: ignore[union-attr]
+            body: list[Any] = [[kser.dumps(k), ser.dumps(v)] for k, v in e.value.items()]  # type: ignore[union-attr]  # broadcast: a dict
         else:
             body = [ser.dumps(v) for v in e.value]
         rows.append([e.name, OperatorStateMode(e.mode).value, e.value_serializer, e.key_serializer, body])

@@ -178,6 +178,10 @@ class TtlValueState(ValueState):
 class _MergingHandle(_Handle):
     __slots__ = ()
 
+    def _merge(self, a: Any, b: Any, now: int) -> Any:
+        """Two stored values of one key folded into one (each kind of merging state has its own)."""
+        raise NotImplementedError
+
     def merge_namespaces(self, target: Any, sources: Iterable[Any]) -> None:
         """Merge the current key's values in ``sources`` into ``target``, as Flink's heap backend
         (``AbstractHeapMergingState.mergeNamespaces``): each source is removed and folded into the

@@ -279,7 +279,7 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
                     m = {}  # done: no per-entry loop
                 for key, v in m.items():
                     if drop:
-                        v = _without_expired(kind, v, ttl.ttl_ms, now)  # type: ignore[union-attr]
+                        v = _without_expired(kind, v, ttl.ttl_ms, now)
                         if v is None:
                             continue
                     if shared:
@@ -396,6 +396,6 @@ def _without_expired(kind: StateKind, v: Any, ttl_ms: int, now: int) -> Any:
         alive = [tv for tv in v if not is_expired(tv[1], ttl_ms, now)]
         return alive or None
     if kind is StateKind.MAP:
-        alive = {uk: tv for uk, tv in v.items() if not is_expired(tv[1], ttl_ms, now)}
-        return alive or None
+        alive_entries = {uk: tv for uk, tv in v.items() if not is_expired(tv[1], ttl_ms, now)}
+        return alive_entries or None
     return None if is_expired(v[1], ttl_ms, now) else v

@@ -38,7 +38,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rocksdict import Options, Rdict, WriteOptions
 
@@ -89,6 +89,8 @@ def _codec(kind: StateKind, ttl: bool, vser: Serializer, kser: Serializer | None
         return packb, unpackb
     dump: Callable[[Any], Any] = (lambda x: x) if vser.identity == "msgpack" else vser.dumps
     load: Callable[[Any], Any] = (lambda x: x) if vser.identity == "msgpack" else vser.loads
+    one: Callable[[Any], Any]
+    unone: Callable[[Any], Any]
     if ttl:
 
         def one(x: Any) -> Any:
@@ -121,8 +123,8 @@ def _alive_part(kind: StateKind, v: Any, ttl_ms: int, now: int, list_prefix: boo
         alive = [tv for tv in v if not is_expired(tv[1], ttl_ms, now)]
         return v if len(alive) == len(v) else (alive or None)
     if kind is StateKind.MAP:
-        alive = {uk: tv for uk, tv in v.items() if not is_expired(tv[1], ttl_ms, now)}
-        return v if len(alive) == len(v) else (alive or None)
+        alive_entries = {uk: tv for uk, tv in v.items() if not is_expired(tv[1], ttl_ms, now)}
+        return v if len(alive_entries) == len(v) else (alive_entries or None)
     return None if is_expired(v[1], ttl_ms, now) else v
 
 
@@ -321,14 +323,15 @@ class OnDiskKeyedStateBackend(KeyedStateBackendBase):
         self._kg_b = b""
         self._key_b = b""
         own = directory is None
-        self.directory = Path(tempfile.mkdtemp(prefix="statechaos-rocksdb-")) if own else Path(directory)
+        self.directory = Path(tempfile.mkdtemp(prefix="statechaos-rocksdb-")) if directory is None else Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         opts = Options(raw_mode=True)
         opts.create_if_missing(True)
         opts.set_max_background_jobs(2)
         self._db = Rdict(str(self.directory / "db"), opts)
         wo = WriteOptions()
-        wo.disable_wal = True  # like Flink: state is recovered from checkpoints, never from the WAL
+        # rocksdict's stub declares disable_wal a method; it is a property (getset_descriptor)
+        wo.disable_wal = True  # type: ignore[method-assign, assignment]  # like Flink: state is recovered from checkpoints, never from the WAL
         self._db.set_write_options(wo)
         self._get, self._put, self._delete = self._db.get, self._db.put, self._db.delete
         self._finalizer = weakref.finalize(
@@ -504,7 +507,7 @@ class OnDiskKeyedStateBackend(KeyedStateBackendBase):
             return 0
         changed = seen = 0
         now = self.time_provider.now_ms()
-        for k, raw in self._db.items():
+        for k, raw in self._raw_items():
             info = sweep.get(k[2:4])
             if info is None:
                 continue
@@ -530,15 +533,20 @@ class OnDiskKeyedStateBackend(KeyedStateBackendBase):
             )
         return info
 
+    def _raw_items(self, from_key: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """The store's entries from ``from_key`` on: bytes, as the database is opened in raw mode."""
+        items = self._db.items() if from_key is None else self._db.items(from_key=from_key)
+        return cast(Iterator[tuple[bytes, bytes]], items)
+
     def _scan(self, start: int | None = None, end: int | None = None) -> Iterator[tuple[bytes, bytes]]:
         """Stored entries of key groups ``start..end`` (inclusive; all if None), in key order."""
         if self._cache:
             self._flush()
         if start is None:
-            yield from self._db.items()
+            yield from self._raw_items()
             return
         stop = _KG[end + 1] if end is not None and end + 1 < len(_KG) else None
-        for k, v in self._db.items(from_key=_KG[start]):
+        for k, v in self._raw_items(_KG[start]):
             if stop is not None and k >= stop:
                 return
             yield k, v
@@ -665,6 +673,7 @@ class OnDiskKeyedStateBackend(KeyedStateBackendBase):
                 rows = msgpack_array_header(len(base_rows)) + b"".join(base_rows)
                 data = encode_key_group_file(self.max_parallelism, kg, rows, delta=False)
                 chain = [_link(operator_id, kg, data, False)]
+            assert chain is not None  # reused above, or a fresh base
             n = storage.write_shared_file(job_id, chain[-1].name, data)
             written += n
             files_written += n > 0

@@ -111,3 +111,35 @@ def test_each_entry_is_validated_by_its_kinds_model():
         FAULT_KINDS[k].params for k in ("crash_task", "storage", "network")
     ]
     assert sc.faults[1].delay_ms == 2000 and sc.faults[2].attributes == {"latency": 50}
+
+
+@pytest.mark.parametrize("kind", ["kill_executor", "pause_executor", "kill_python_worker"])
+def test_an_executor_fault_on_a_run_without_a_spark_cluster_is_an_injector_error(kind: str) -> None:
+    """Delivered out of band, an executor fault needs the run's Spark cluster; without one its injector
+    says so (an InjectorError the fault's history records), not an AttributeError on None."""
+    import random
+
+    from chaos.faults.registry import FaultTarget
+    from chaos.injectors.base import InjectorError
+    from chaos.scope import RunScope
+
+    params = FAULT_KINDS[kind].params.model_validate(
+        {"kind": kind, "at": "checkpoint:1", "duration_ms": 100, "delivery": "out_of_band"}
+    )
+    on = FaultTarget(executor=object(), scope=RunScope("r"), cluster_kind="local")  # type: ignore[arg-type]
+    with pytest.raises(InjectorError, match="no Spark cluster"):
+        FAULT_KINDS[kind].injector(params, on, random.Random(0), 1)
+
+
+@pytest.mark.parametrize("kind", sorted(workers.WORKER_KINDS))
+def test_a_worker_fault_on_a_run_without_docker_is_an_injector_error(kind: str) -> None:
+    import random
+
+    from chaos.faults.registry import FaultTarget
+    from chaos.injectors.base import InjectorError
+    from chaos.scope import RunScope
+
+    params = FAULT_KINDS[kind].params.model_validate({"kind": kind, "at": "checkpoint:1", "duration_ms": 100})
+    on = FaultTarget(executor=object(), scope=RunScope("r"), cluster_kind="local")  # type: ignore[arg-type]
+    with pytest.raises(InjectorError, match="worker containers"):
+        FAULT_KINDS[kind].injector(params, on, random.Random(0), 1)

@@ -1,8 +1,9 @@
 """The import graph of the project's packages, read statically from their source.
 
 A static scan sees every import, including those inside functions that a run may never reach, so a cycle
-hidden behind a lazy import is still a cycle. Imports under ``if TYPE_CHECKING:`` are left out: they never
-run, and they are the sanctioned way to name a type without importing its module.
+hidden behind a lazy import is still a cycle. Imports under ``if TYPE_CHECKING:`` never run, so the runtime
+graph leaves them out; ``type_checking=True`` takes them in, since a type named from a module that depends
+on you (an upward import) is a cycle all the same, one the type checker and the reader have to follow.
 """
 
 from __future__ import annotations
@@ -31,11 +32,11 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+def _imports(tree: ast.AST, type_checking: bool = False) -> list[ast.Import | ast.ImportFrom]:
     out: list[ast.Import | ast.ImportFrom] = []
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
+        if not type_checking and isinstance(node, ast.If) and _is_type_checking(node.test):
             for child in node.orelse:
                 visit(child)
             return
@@ -48,8 +49,9 @@ def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
     return out
 
 
-def import_graph(root: Path) -> dict[str, set[str]]:
-    """Module -> the project modules it imports (the deepest module each import names)."""
+def import_graph(root: Path, type_checking: bool = False) -> dict[str, set[str]]:
+    """Module -> the project modules it imports (the deepest module each import names); with
+    ``type_checking``, also those imported only under ``if TYPE_CHECKING:``."""
     modules = module_files(root)
     graph: dict[str, set[str]] = {name: set() for name in modules}
 
@@ -64,7 +66,7 @@ def import_graph(root: Path) -> dict[str, set[str]]:
 
     for name, path in modules.items():
         is_package = path.name == "__init__.py"
-        for node in _imports(ast.parse(path.read_text(), filename=str(path))):
+        for node in _imports(ast.parse(path.read_text(), filename=str(path)), type_checking):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
@@ -80,6 +82,22 @@ def import_graph(root: Path) -> dict[str, set[str]]:
                 if hit is not None and hit != name:
                     graph[name].add(hit)
     return graph
+
+
+def levels(graph: dict[str, set[str]]) -> dict[str, int]:
+    """Each module's height in an acyclic graph: 1 for a module importing none of ours, else one more
+    than the highest module it imports."""
+    out: dict[str, int] = {}
+
+    def level(v: str) -> int:
+        if v not in out:
+            out[v] = 0  # a cycle (reported by ``cycles``) must not recurse forever
+            out[v] = 1 + max((level(w) for w in graph[v]), default=0)
+        return out[v]
+
+    for v in graph:
+        level(v)
+    return out
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
