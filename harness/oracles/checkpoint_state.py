@@ -230,7 +230,7 @@ def _splits_at_cut(cid: int, view: CheckpointView, offsets: dict[str, int], spec
         got: dict[str, int] = {}
         for _, st in sorted(opview.operator.items()):
             fn = copy.deepcopy(src.function)
-            fn.open(plain(st.get(SPLITS_STATE, ("", []))[1]), None)
+            fn.open(plain(st.get(SPLITS_STATE, ("", []))[1]), None)  # type: ignore[arg-type]  # offsets only: no clock read
             for n, off in fn.offsets().items():
                 if n in got:
                     found.problems.append(f"checkpoint {cid} {src.name}: split {n!r} is in two subtasks' state")
@@ -415,7 +415,7 @@ class _WatermarkWatch:
         lo = hi = MAX_WATERMARK
         for _, st in sorted((opview.operator if opview else {}).items()):
             fn = copy.deepcopy(spec.function)
-            fn.open(plain(st.get(SPLITS_STATE, ("", []))[1]), None)
+            fn.open(plain(st.get(SPLITS_STATE, ("", []))[1]), None)  # type: ignore[arg-type]  # offsets only: no clock read
             if fn.exhausted():
                 lo = MIN_WATERMARK
                 continue

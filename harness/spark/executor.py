@@ -393,12 +393,17 @@ class SparkExecutor(Driver):
         }
         layout = slot_layout(graph.subtasks(), self.slots)
         adapted_on, self._adapted_on = self._adapted_on, None
+        attempt = self.dep.number if self.dep else self.deployments
+        tasks_per_slot = [len(slot) for slot in layout]
         self.history.emit(
-            SlotLayout(
-                attempt=self.dep.number if self.dep else self.deployments,
+            SlotLayout(attempt=attempt, parallelism=graph.parallelism(), tasks_per_slot=tasks_per_slot)
+            if adapted_on is None
+            else SlotLayout(
+                attempt=attempt,
                 parallelism=graph.parallelism(),
-                tasks_per_slot=[len(slot) for slot in layout],
-                **({} if adapted_on is None else {"slots_available": adapted_on, "reason": "adaptive"}),
+                tasks_per_slot=tasks_per_slot,
+                slots_available=adapted_on,
+                reason="adaptive",
             )
         )
         self._job_group = f"statechaos-{self.run_dir.name}-{self.deployments}"
