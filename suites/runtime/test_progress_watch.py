@@ -143,3 +143,25 @@ def test_a_cancel_ends_a_tasks_wait_at_once(monkeypatch):
     with pytest.raises(task_runner.Cancelled, match="while waiting for peers"):
         link.request(ctl.Gather(0, "a"), ctl.Peers, stall_s=60)
     assert link.cancelled(0.0)  # the cancel stays for the task's loop
+
+
+def test_a_planned_pause_does_not_count_and_progress_must_come_within_the_bound_after_it():
+    clock = Clock()
+    watch = ProgressWatch(10, clock)
+    watch.observe(records=5)
+    for _ in range(30):  # a pause of 300 s, far over the bound: the run is held, not stuck
+        clock.t += 10
+        watch.hold(["#2 pause_executor at checkpoint=1"])
+        assert watch.stalled() is None
+    clock.t += 10
+    watch.hold([])  # the pause ended 10 s ago: still within the bound
+    assert watch.stalled() is None and watch.stopped() == []
+    clock.t += 1
+    why = watch.stalled()
+    assert why == (
+        "no progress for 11 s (bound 10 s) since #2 pause_executor at checkpoint=1 stopped holding the tasks"
+        " 11 s ago: records (5) unchanged for 311 s"
+    )
+    assert watch.stopped() == ["records"]
+    watch.observe(records=6)
+    assert watch.stalled() is None
