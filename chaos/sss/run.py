@@ -372,7 +372,7 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
             emit("fault_skipped", kind=PYTHON_WORKER, batch=_next_batch(checkpoint),
                  why="no call of the processor came after it was armed (no batch with input or timers)")  # fmt: skip
         if driver is not None:
-            rc = driver.stop(w, timeout_s=300 if run.differential else 120)
+            rc = driver.stop(w, stall_s=run.stall_s)  # ends on lack of progress, not after a fixed time
             emit("driver_stop", returncode=rc)
             if rc not in (0,):
                 failures.append(_failure(w, f"driver stop returned {rc}", raised))
