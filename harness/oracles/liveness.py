@@ -108,11 +108,11 @@ class Recovery:
     last_moved: dict[str, int]  # each signal's last move before the stretch ended (since the run began)
 
     def problem(self, bound_ms: int) -> str:
-        """What stood still, for a verdict: each signal with when it last moved, or that it did not
-        move since the fault."""
+        """What stood still, for a verdict: each signal with when it last moved (before the fault, if
+        it did not move in the recovery at all)."""
         moved = sorted(self.last_moved.items(), key=lambda kv: kv[1])
         what = ", ".join(
-            f"{name} last moved at t={t} ms" if t >= self.healed_at else f"{name} not since the fault (t={t} ms)"
+            f"{name} last moved at t={t} ms" + ("" if t >= self.healed_at else " (before the fault)")
             for name, t in moved
         )
         return (
