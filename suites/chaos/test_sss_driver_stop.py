@@ -10,10 +10,11 @@ import time
 from pathlib import Path
 
 import allure
+import pytest
 
 from chaos.sss.driver_process import DriverProcess
 
-pytestmark = [allure.epic("chaos"), allure.feature("structured streaming")]
+pytestmark = [pytest.mark.slow, allure.epic("chaos"), allure.feature("structured streaming")]  # real processes, ~7 s
 
 # writes every 0.2 s for 4 s, then exits 0 (a slow stop: a batch ending, state being read)
 SLOW = "import sys, time\nfor i in range(20):\n    open(sys.argv[1], 'a').write('x')\n    time.sleep(0.2)\n"
