@@ -29,13 +29,16 @@ __all__ = [
 
 
 def liveness_bound_ms(sc: Scenario) -> int:
-    """Progress must resume within this long after the last fault heals: the scenario's
-    ``recovery_bound_ms``, else 20 checkpoint intervals and at least 10 s on the simulator, 30 s on
-    Spark (a lost executor is noticed, the barrier stage's other tasks killed, an executor JVM
-    relaunched and every task restored before the first checkpoint can complete)."""
+    """How long a fault's recovery may make no progress at all (no records, checkpoint acks, timers,
+    restores, deployments: ``harness.oracles.liveness``) before the liveness check fails; a recovery
+    that keeps moving passes however long it takes. The scenario's ``recovery_bound_ms``, else 20
+    checkpoint intervals and at least 10 s on the simulator, 60 s on Spark: between a lost executor
+    and its tasks' restore the history is quiet while Spark notices the loss, cancels the barrier
+    job, relaunches an executor JVM or resubmits on the slots left, and starts the tasks' Python
+    workers (22 s of silence measured for an adaptive redeploy on local-cluster at load 28 on 2 cores)."""
     if sc.recovery_bound_ms is not None:
         return int(sc.recovery_bound_ms)
-    return max(10_000 if sc.cluster_kind == "sim" else 30_000, 20 * sc.checkpoint.interval_ms)
+    return max(10_000 if sc.cluster_kind == "sim" else 60_000, 20 * sc.checkpoint.interval_ms)
 
 
 def alignment_bound_ms(sc: Scenario) -> int:

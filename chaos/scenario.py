@@ -185,8 +185,8 @@ class Scenario(Strict):
     # default 600 there): for a CI budget, not for catching hangs (that is stall_limit_s)
     timeout_s: Annotated[float, Field(gt=0)] | None = None
     max_restarts: Annotated[int, Field(ge=0)] = 50
-    # liveness: progress must resume within this long after the last fault heals (default: see
-    # chaos.execute.liveness_bound_ms)
+    # liveness: a fault's recovery (its heal until a checkpoint completes after it) fails when nothing
+    # it waits for progressed for this long; slow but moving passes (default: chaos.execute.liveness_bound_ms)
     recovery_bound_ms: Duration | None = None
     # where a "module:factory" job is looked up first: the scenario file's folder
     _base_dir: Path | None = PrivateAttr(default=None)

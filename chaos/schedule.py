@@ -271,6 +271,16 @@ class Nemesis:
         ]
         return out
 
+    def holding(self) -> list[str]:
+        """Active faults with a duration whose kind may hold tasks (a pause, a cut link, closed
+        storage): planned pauses, whose time the run's stall watch does not count. A fault without a
+        duration lasts to the run's end and excuses nothing."""
+        return [
+            p.describe()
+            for p in self.active
+            if p.fault.duration_ms is not None and p.injector is not None and _holds_tasks(p.fault)
+        ]
+
     @property
     def pending(self) -> list[PlannedFault]:
         return [p for p in self.planned if not p.fired]

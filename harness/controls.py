@@ -120,4 +120,9 @@ class FaultScheduler(Protocol):
         """Planned triggers of ``kinds`` not reached yet (the end-of-input gate waits for them)."""
         ...
 
+    def holding(self) -> list[str]:
+        """The planned pauses active now: faults with a duration that may hold tasks while they last
+        (``holds_tasks``); the stall watch does not count their time."""
+        ...
+
     def heal_all(self) -> None: ...

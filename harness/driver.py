@@ -187,6 +187,10 @@ class Driver(ExecutorControls):
             self.faults.on_time(now_ms)
         self.rescales.check(now_ms, self.records_emitted, self.coord)
 
+    def _holding(self) -> list[str]:
+        """The planned pauses holding tasks now (the stall watch does not count their time)."""
+        return self.faults.holding() if self.faults is not None else []
+
     def _failpoint_action(self, name: str, target: str | None) -> Any:
         return self.faults.on_failpoint(name, target) if self.faults is not None else None
 

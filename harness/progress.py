@@ -2,7 +2,9 @@
 for a bound. A loaded machine makes a run slow, not stuck; a run that completes checkpoints while it
 waits for a planned fault is idle, not stuck. When it does fail, the message names each signal and
 how long it has not moved, so a user sees *what* stopped (records? checkpoints? a task that never
-registered?) instead of "time limit reached".
+registered?) instead of "time limit reached". A planned pause (a fault that holds the run's tasks for
+its duration: a paused executor or worker, a cut link, closed storage) is a known cause: time while it
+holds does not count, and once it ends progress must come within the bound.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ class ProgressWatch:
         self._since = clock()
         self._value: dict[str, Hashable] = {}
         self._moved_at: dict[str, float] = {}
+        self._held_at = float("-inf")  # when a planned pause last held the run
+        self._held_by: list[str] = []
 
     def observe(self, **signals: Hashable) -> None:
         """The signals' current values; any that changed since the last call counts as progress."""
@@ -37,9 +41,20 @@ class ProgressWatch:
                 self._value[name] = value
                 self._moved_at[name] = now
 
+    def hold(self, by: list[str]) -> None:
+        """The planned pauses holding the run's tasks right now (e.g. ``#2 pause_executor at
+        checkpoint=1``; empty when none): while any holds, the time does not count towards a stall;
+        once they end, progress must come within the bound from then."""
+        if by:
+            self._held_at, self._held_by = self._clock(), list(by)
+
+    def _counts_from(self, t: float) -> float:
+        """When standing still since ``t`` started to count: not before the last pause ended."""
+        return max(t, self._held_at)
+
     def idle_s(self) -> float:
-        """Seconds since any signal last moved (or since the watch started)."""
-        return self._clock() - max(self._moved_at.values(), default=self._since)
+        """Seconds since any signal last moved (or since the watch started, or a pause last held)."""
+        return self._clock() - self._counts_from(max(self._moved_at.values(), default=self._since))
 
     def stalled(self) -> str | None:
         """None while something moved within the bound; else what stopped, e.g. ``no progress for
@@ -50,7 +65,12 @@ class ProgressWatch:
         now = self._clock()
         moved = sorted(self._moved_at.items(), key=lambda kv: kv[1])
         what = ", ".join(f"{name} ({self._value[name]}) unchanged for {now - t:.0f} s" for name, t in moved)
-        return f"no progress for {idle:.0f} s (bound {self.bound_s:.0f} s): {what or 'nothing observed'}"
+        paused = (
+            f" since {', '.join(self._held_by)} stopped holding the tasks {now - self._held_at:.0f} s ago"
+            if self._held_at > max(self._moved_at.values(), default=self._since)
+            else ""
+        )
+        return f"no progress for {idle:.0f} s (bound {self.bound_s:.0f} s){paused}: {what or 'nothing observed'}"
 
     def stopped(self) -> list[str]:
         """The signals that have not moved for the bound, longest first (what a stall names)."""
@@ -58,7 +78,7 @@ class ProgressWatch:
         return [
             name
             for name, t in sorted(self._moved_at.items(), key=lambda kv: kv[1])
-            if now - t > self.bound_s
+            if now - self._counts_from(t) > self.bound_s
         ]
 
 

@@ -392,6 +392,7 @@ class SimExecutor(Driver):
             deployments=self._attempts(),
             subtasks_ended=sum(1 for t in self.tasks if t.finished),
         )
+        watch.hold(self._holding())
         stalled = watch.stalled()
         if stalled is not None:
             held = sorted(n for n, until in self.stalled.items() if until > self.now)

@@ -123,6 +123,9 @@ class KillAfterCheckpoint:
     def awaiting(self, kinds: tuple[str, ...]) -> list[str]:
         return []
 
+    def holding(self) -> list[str]:
+        return []
+
     def heal_all(self) -> None:
         pass
 

@@ -325,9 +325,13 @@ class DockerStack:
     def wait_healthy(self, timeout: float = 180) -> float:
         """Wait until every container of the stack reports healthy and ``workers`` workers run.
 
-        Returns the seconds waited. Fails fast, with the container's last log lines, when one exits."""
+        Returns the seconds waited. Fails only when no container's state or health changed for
+        ``timeout`` seconds (a loaded host starts them slowly, not never), or fast, with the container's
+        last log lines, when one exits."""
+        from harness.progress import ProgressWatch
+
         start = time.monotonic()
-        deadline = start + timeout
+        watch = ProgressWatch(timeout)
         expected = {SERVICES[s]: (self.workers if s == "spark-worker" else 1) for s in self.services}
         status: dict[str, str] = {}
         while True:
@@ -347,13 +351,14 @@ class DockerStack:
                     counts[role] += 1
             if all(counts[r] >= n for r, n in expected.items()):
                 return time.monotonic() - start
-            if time.monotonic() > deadline:
+            watch.observe(states=tuple(sorted(status.items())))
+            if (stalled := watch.stalled()) is not None:
                 unhealthy = [
                     c for c in self.containers() if "healthy" not in status.get(c.name, "/").split("/")[1:]
                 ]
                 logs = "\n".join(f"--- {c.name}\n{self._tail(c)}" for c in unhealthy[:3])
                 raise DockerStackError(
-                    f"stack {self.project} not healthy after {timeout:.0f} s: "
+                    f"stack {self.project} not healthy, {stalled}: "
                     f"{status or 'no containers'}; expected {expected}\n{logs}"
                 )
             time.sleep(1)

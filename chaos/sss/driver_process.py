@@ -59,6 +59,15 @@ class DriverProcess:
                     out.append(p.pid)
         return out
 
+    def _cpu_s(self) -> float:
+        """CPU seconds the driver and its processes (the JVM, local executors) used so far."""
+        total = 0.0
+        for p in self.tree():
+            with contextlib.suppress(psutil.Error):
+                t = p.cpu_times()
+                total += t.user + t.system
+        return total
+
     def kill(self) -> None:
         """SIGKILL the driver's whole process group and anything of its tree that escaped it."""
         procs = self.tree()
@@ -71,16 +80,37 @@ class DriverProcess:
         self.proc.wait()
         self.log.close()
 
-    def stop(self, workdir: Path, timeout_s: float) -> int | None:
+    def stop(self, workdir: Path, stall_s: float) -> int | None:
+        """Ask the driver to stop (the ``stop`` file) and wait for it to exit: it ends its batch and
+        reads the state, which a loaded machine makes slow. Gives up (None; the driver is killed) only
+        when neither its work folder nor its processes' CPU time (in 5 s steps: a hung JVM's background
+        threads barely move it) changed for ``stall_s``."""
+        from harness.progress import ProgressWatch
+
         (workdir / "stop").write_text("")
-        try:
-            rc = self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            rc = None
+        watch = ProgressWatch(stall_s)
+        rc: int | None = None
+        while watch.stalled() is None:
+            try:
+                rc = self.proc.wait(1.0)
+                break
+            except subprocess.TimeoutExpired:
+                watch.observe(files=_folder_size(workdir), cpu=int(self._cpu_s() // 5))
         self.kill()
         with contextlib.suppress(FileNotFoundError):
             (workdir / "stop").unlink()
         return rc
+
+
+def _folder_size(path: Path) -> tuple[int, int]:
+    """Files under ``path`` and their bytes (they grow while the driver works)."""
+    files = size = 0
+    for root, _, names in os.walk(path):
+        for name in names:
+            with contextlib.suppress(OSError):
+                size += os.stat(os.path.join(root, name)).st_size
+                files += 1
+    return files, size
 
 
 def _harness_only(workdir: Path, root: Path) -> Path:

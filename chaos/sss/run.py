@@ -353,6 +353,8 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
                      or _settled(checkpoint))
             ):
                 break
+            # a planned pause (a paused executor or worker, a cut link) holds the query: its time does not count
+            watch.hold([_paused(inj) for _, inj in heals])
             if (why := watch.stalled()) is not None or over_time():
                 stuck = True
                 what = _stall(checkpoint, written, len(run.inputs), tail_ms, run.stall_s, over_time())
@@ -370,7 +372,7 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
             emit("fault_skipped", kind=PYTHON_WORKER, batch=_next_batch(checkpoint),
                  why="no call of the processor came after it was armed (no batch with input or timers)")  # fmt: skip
         if driver is not None:
-            rc = driver.stop(w, timeout_s=300 if run.differential else 120)
+            rc = driver.stop(w, stall_s=run.stall_s)  # ends on lack of progress, not after a fixed time
             emit("driver_stop", returncode=rc)
             if rc not in (0,):
                 failures.append(_failure(w, f"driver stop returned {rc}", raised))
@@ -443,6 +445,12 @@ class Raised:
 
     processor: str
     errors: list[str] = field(default_factory=list)
+
+
+def _paused(inj: Injector) -> str:
+    """A planned pause as the stall message names it: ``pause_executor on executor:1``."""
+    d = inj.describe()
+    return f"{d.get('kind', type(inj).__name__)} on {d.get('target', '?')}"
 
 
 def _stall(checkpoint: Path, written: int, files: int, tail_ms: int, bound_s: float, capped: bool) -> str:

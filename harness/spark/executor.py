@@ -489,6 +489,7 @@ class SparkExecutor(Driver):
             sources_exhausted=len(dep.exhausted) if dep else 0,
             subtasks_ended=len(dep.ended) if dep else 0,
         )
+        self.progress.hold(self._holding())
         stalled = self.progress.stalled()
         if stalled is not None:
             raise Stalled(stalled, self.progress.stopped(), self._waiting_for(), self.progress.bound_s)

@@ -81,10 +81,13 @@ def read_sink(spark: Any, read: str, workdir: Path) -> None:
 Hook = Callable[[Any, int], None]
 
 
-def _stop_between_batches(query: Any, limit_s: float = 60.0) -> None:
+def _stop_between_batches(query: Any, limit_s: float = 900.0) -> None:
     """Stop ``query`` between two micro-batches where it can: a query whose batches follow the clock
     (processing-time timers, TTL) is never idle, and a batch cut short at the stop may have reached the
-    sink without being committed, which the replay (committed batches only) cannot account for."""
+    sink without being committed, which the replay (committed batches only) cannot account for. The
+    wait is for the running batch, however slow a loaded machine makes it; ``limit_s`` only ends a
+    hang, which the orchestrator ends first when the driver stops progressing
+    (``chaos.sss.driver_process.DriverProcess.stop``)."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < limit_s and query.status.get("isTriggerActive"):
         time.sleep(0.02)

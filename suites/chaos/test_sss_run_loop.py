@@ -90,9 +90,9 @@ def fake_driver(
             self.alive = False
             self.proc.returncode = -9
 
-        def stop(self, w: Path, timeout_s: float) -> int | None:
+        def stop(self, w: Path, stall_s: float) -> int | None:
             (w / "stop").write_text("")
-            deadline = time.monotonic() + timeout_s
+            deadline = time.monotonic() + stall_s
             while self.proc.returncode is None and time.monotonic() < deadline:
                 time.sleep(0.02)
             self.alive = False

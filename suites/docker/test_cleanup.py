@@ -8,7 +8,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from chaos.cluster.docker_stack import (
     sweep_dead_owners,
 )
 from chaos.scope import PROJECT_LABEL
+from suites.waits import tree_size, wait_until
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -89,18 +89,18 @@ def test_sigkilled_run_is_swept_by_the_next_and_live_runs_are_spared(image: str)
 def test_ctrl_c_while_the_stack_comes_up_removes_everything(image: str, tmp_path: Path) -> None:
     scenario = ROOT / "scenarios" / "kill-worker-docker.yaml"
     cmd = [sys.executable, "-m", "chaos.cli", "run", str(scenario), "--runs-dir", str(tmp_path / "runs")]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    errors = tmp_path / "stderr.txt"
+    with errors.open("w") as stderr:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
     try:
         token = f"{owner_token(proc.pid)}"
-        deadline = time.monotonic() + 300
-        while not _owned(token)["containers"]:
-            assert proc.poll() is None, (
-                f"the run ended before its stack came up: {proc.stderr.read()[-3000:]}"
-            )
-            assert time.monotonic() < deadline, "the run's containers never appeared"
-            time.sleep(0.5)
+        # waits end when nothing moves (the run's files, its docker objects, its output), not on the clock
+        progress = lambda: (str(_owned(token)), tree_size(tmp_path))  # noqa: E731
+        wait_until(lambda: _owned(token)["containers"] or proc.poll() is not None, progress, "the run's containers", 300)
+        assert proc.poll() is None, f"the run ended before its stack came up: {errors.read_text()[-3000:]}"
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=180)
+        wait_until(lambda: proc.poll() is not None, progress, "the interrupted run's exit", 180)
+        err = errors.read_text()
         assert proc.returncode == 130, err[-3000:]
         assert "interrupted" in err
         assert _owned(token) == EMPTY

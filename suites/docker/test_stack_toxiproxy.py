@@ -10,23 +10,30 @@ import json
 import time
 import urllib.request
 import uuid
+from typing import Any
 
 import pytest
 
 from chaos.cluster.docker_stack import OWNER_LABEL, docker_client, owner_token
 from chaos.scope import PROJECT_LABEL
 from chaos.toxiproxy.launch import REFERENCE_DIR
+from harness.progress import ProgressWatch
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
-def _get(url: str, path: str, deadline: float) -> bytes:
+def _get(url: str, path: str, ctr: Any, stall_s: float = 60.0) -> bytes:
+    """GET once the container's server answers; gives up only when the container (its state and
+    log) showed no progress for ``stall_s``."""
+    watch = ProgressWatch(stall_s)
     while True:
         try:
-            with urllib.request.urlopen(url + path, timeout=3) as r:
+            with urllib.request.urlopen(url + path, timeout=10) as r:
                 return r.read()
         except OSError:
-            if time.monotonic() > deadline:
+            ctr.reload()
+            watch.observe(state=str(ctr.attrs.get("State")), log=len(ctr.logs()))
+            if watch.stalled() is not None:
                 raise
             time.sleep(0.3)
 
@@ -46,7 +53,7 @@ def test_proxy_role_serves_toxiproxy_api_from_the_real_server_when_built_in(imag
         ctr.reload()
         port = int(ctr.attrs["NetworkSettings"]["Ports"]["8474/tcp"][0]["HostPort"])
         url = f"http://127.0.0.1:{port}"
-        version = json.loads(_get(url, "/version", time.monotonic() + 30))["version"]
+        version = json.loads(_get(url, "/version", ctr))["version"]
         assert version.endswith("-statechaos") != has_real, (version, has_real)
         if any(REFERENCE_DIR.glob("toxiproxy-server-*-linux-amd64.gz")):
             assert has_real, "the reference Toxiproxy build is present but the image's proxy is not it"

@@ -143,3 +143,55 @@ def test_a_cancel_ends_a_tasks_wait_at_once(monkeypatch):
     with pytest.raises(task_runner.Cancelled, match="while waiting for peers"):
         link.request(ctl.Gather(0, "a"), ctl.Peers, stall_s=60)
     assert link.cancelled(0.0)  # the cancel stays for the task's loop
+
+
+def test_a_planned_pause_does_not_count_and_progress_must_come_within_the_bound_after_it():
+    clock = Clock()
+    watch = ProgressWatch(10, clock)
+    watch.observe(records=5)
+    for _ in range(30):  # a pause of 300 s, far over the bound: the run is held, not stuck
+        clock.t += 10
+        watch.hold(["#2 pause_executor at checkpoint=1"])
+        assert watch.stalled() is None
+    clock.t += 10
+    watch.hold([])  # the pause ended 10 s ago: still within the bound
+    assert watch.stalled() is None and watch.stopped() == []
+    clock.t += 1
+    why = watch.stalled()
+    assert why == (
+        "no progress for 11 s (bound 10 s) since #2 pause_executor at checkpoint=1 stopped holding the tasks"
+        " 11 s ago: records (5) unchanged for 311 s"
+    )
+    assert watch.stopped() == ["records"]
+    watch.observe(records=6)
+    assert watch.stalled() is None
+
+
+def test_the_spark_driver_does_not_count_a_planned_pause_towards_a_stall(tmp_path):
+    """The Spark driver's stall watch (no Spark: a fake cluster, a fake clock) holds while the fault
+    scheduler reports a planned pause, and counts from the pause's end."""
+    from types import SimpleNamespace
+
+    from harness.coordinator import CheckpointConfig
+    from harness.jobs import build_job
+    from harness.progress import Stalled
+    from harness.spark.executor import SparkExecutor
+
+    spec = build_job("keyed_count", 100, 10, 1, 16, {"source": 1, "count": 1})
+    ex = SparkExecutor(spec.graph, tmp_path, CheckpointConfig(interval_ms=50), SimpleNamespace(master="x"))
+    try:
+        clock = Clock()
+        ex.progress = ProgressWatch(10, clock)
+        pauses = ["#1 pause_executor at checkpoint=2"]
+        ex.faults = SimpleNamespace(holding=lambda: list(pauses))  # the started Nemesis's view
+        for _ in range(20):  # 200 s paused: held, not stalled
+            clock.t += 10
+            assert ex._out_of_time() is None
+        pauses.clear()  # the pause ended
+        clock.t += 10
+        assert ex._out_of_time() is None
+        clock.t += 1
+        with pytest.raises(Stalled, match="since #1 pause_executor at checkpoint=2 stopped holding"):
+            ex._out_of_time()
+    finally:
+        ex.server.close()

@@ -30,7 +30,6 @@ SCENARIO = {
     "adaptive_recovery": {"resource_stabilization_timeout_ms": 0},
     "faults": [{"at": "checkpoint:2", "kind": "kill_executor", "target": "executor:0"}],
     "checks": ["exactly_once", "sequence", "restored_state", "rescale", "checkpoint_integrity", "liveness"],
-    "timeout_s": 240,
     "seed": 5,
 }
 

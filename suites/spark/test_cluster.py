@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.progress import ProgressWatch
 from harness.spark.cluster import (
     SparkCluster,
     SparkEnvironmentError,
@@ -23,6 +24,7 @@ from harness.spark.cluster import (
     sweep_stale_work_dirs,
 )
 from harness.spark.transport import CoordinatorServer, RunSecret
+from suites.waits import spark_tasks, wait_until
 
 N = 2  # tasks of the barrier stage = task slots of local-cluster[2,1,1024]
 SECRET = RunSecret.generate("cluster-test")  # shipped to the tasks inside the stage closure
@@ -78,8 +80,9 @@ def _exchange_task(it):
             out.close()
         gate.accept(stall_s=30)
         got, done = [], set()
-        deadline = time.monotonic() + 30
-        while len(done) < N and time.monotonic() < deadline:
+        watch = ProgressWatch(30)  # ends only when no frame came for 30 s, not after a fixed time
+        while len(done) < N and watch.stalled() is None:
+            watch.observe(got=len(got), done=len(done))
             for ch, msg in gate.poll(set(), timeout_s=0.5, max_messages=100):
                 if msg[0] == "records":
                     got += [tuple(r) for r in msg[1]]
@@ -113,15 +116,14 @@ def _blocking_task(endpoint):
         me, tid = ctx.partitionId(), ctx.taskAttemptId()
         with CoordinatorClient(tuple(endpoint), f"block[{me}]", tid, SECRET) as client:
             client.send(("started", me, ctx.stageId(), tid))
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
+            # no clock: it waits for the test's go, or ends when the test's server goes away (the
+            # test's own waits end on lack of progress; the cluster's stop kills a task left waiting)
+            while True:
                 try:
                     if any(m[0] == "go" for m in client.poll(timeout_s=0.2)):
                         break
                 except TransportClosed:
                     raise RuntimeError("driver went away") from None
-            else:
-                raise RuntimeError("never told to go")
         ctx.barrier()
         yield (me, tid)
 
@@ -145,10 +147,13 @@ def test_executor_sigkill_relaunches_barrier_stage_and_stop_reaps_everything(clu
         t.start()
 
         def wait_started(tid_min: int) -> dict[int, tuple[int, int]]:
+            """Until N tasks (attempt ids from ``tid_min``) started; fails only when neither they nor
+            the executors (a JVM relaunched after the kill) nor Spark's tasks moved for 120 s."""
             started: dict[int, tuple[int, int]] = {}
-            deadline = time.monotonic() + 60
+            watch = ProgressWatch(120)
             while len(started) < N:
-                assert time.monotonic() < deadline, f"tasks started: {started}"
+                watch.observe(started=len(started), executors=len(cluster.executor_pids()), spark=spark_tasks(cluster.sc))
+                assert watch.stalled() is None, f"tasks started: {started}: {watch.stalled()}"
                 try:
                     tid, msg = server.get(timeout_s=0.5)
                 except queue.Empty:
@@ -173,7 +178,9 @@ def test_executor_sigkill_relaunches_barrier_stage_and_stop_reaps_everything(clu
         assert cluster.stage_attempt(stage_id) >= 1  # the same barrier stage, a new attempt
         assert victim_id not in cluster.executor_pids()
         assert server.broadcast(("go",)) == N
-        status, value = result.get(timeout=60)
+        status, value = wait_until(
+            lambda: None if result.empty() else result.get(), lambda: spark_tasks(cluster.sc), "the job's end"
+        )
         assert status == "ok", value
         assert sorted(value) == [(i, relaunched[i][1]) for i in range(N)]
         print(f"stage relaunched {t_relaunch:.1f}s after SIGKILL of executor {victim_id}")

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import allure
@@ -19,6 +18,7 @@ import pytest
 import yaml
 
 from harness.history import read_history
+from suites.waits import alive, run_while_progressing, tree_size, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, allure.epic("spark"), allure.feature("driver replacement")]
 
@@ -33,7 +33,6 @@ SCENARIO = {
     "faults": [{"at": "checkpoint:1", "kind": "kill_executor", "target": "executor:0"}],
     "checks": ["exactly_once", "sequence", "restored_state", "checkpoint_integrity", "liveness"],
     "seed": 11,
-    "timeout_s": 240,
 }
 
 
@@ -59,24 +58,24 @@ def test_a_new_driver_finishes_the_run_of_one_that_was_killed(tmp_path, java):
         start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 180
-        history = None
-        while time.monotonic() < deadline and driver.poll() is None:
+
+        def checkpointed() -> Path | bool:
             found = list(runs.glob("*/history.jsonl"))
             if found and _completed(found[0]) >= 3:
-                history = found[0]
-                break
-            time.sleep(0.1)
-        assert history is not None, "the first driver never completed 3 checkpoints"
+                return found[0]
+            return driver.poll() is not None  # it ended first: the assertion below says so
+
+        # waits end on lack of progress (the run directory standing still), not on the clock
+        history = wait_until(checkpointed, lambda: tree_size(runs), "the first driver's third checkpoint")
+        assert isinstance(history, Path), "the first driver ended before it completed 3 checkpoints"
         tree = [driver.pid] + [p.pid for p in psutil.Process(driver.pid).children(recursive=True)]
         os.kill(driver.pid, signal.SIGKILL)
         driver.wait(10)
-        # the driver's JVM exits when its Python parent dies, and the executors with it
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and any(psutil.pid_exists(p) for p in tree[1:]):
-            time.sleep(0.5)
-        left = [p for p in tree[1:] if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
-        assert not left, f"processes of the killed driver outlived it: {left}"
+        # the driver's JVM exits when its Python parent dies, and the executors with it: fails only when
+        # none of them exited for 60 s
+        wait_until(
+            lambda: not alive(tree[1:]), lambda: len(alive(tree[1:])), "the killed driver's processes to exit", 60
+        )
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
@@ -85,12 +84,7 @@ def test_a_new_driver_finishes_the_run_of_one_that_was_killed(tmp_path, java):
     assert not any(e["type"] == "run_end" for e in before)
 
     report = tmp_path / "resume.json"
-    rc = subprocess.run(
-        _statechaos("resume", str(run_dir), "--json", str(report)),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    rc = run_while_progressing(_statechaos("resume", str(run_dir), "--json", str(report)), run_dir, "the resumed run")
     data = json.loads(report.read_text())
     outcome = data["scenarios"][0]
     assert outcome.get("error") is None, outcome.get("error")

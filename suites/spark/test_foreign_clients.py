@@ -21,6 +21,7 @@ import yaml
 
 from harness.history import read_history
 from harness.spark.frames import FrameDecoder, FrameSealer, encode_frame
+from suites.waits import tree_size, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, allure.epic("spark"), allure.feature("authenticated links")]
 
@@ -34,7 +35,6 @@ SCENARIO = {
     "checkpoint": {"interval_ms": 200, "retained": 2, "timeout_ms": 5000, "tolerable_failures": 5},
     "checks": ["exactly_once", "sequence", "checkpoint_integrity", "liveness"],  # no fault: nothing restored
     "seed": 5,
-    "timeout_s": 240,
 }
 
 
@@ -53,18 +53,18 @@ def _attack(endpoint: str, context: list, run_id: str) -> int:
     ack = ("ack", 0, 1, "count", 0, None, {})
     records = ("records", [[k, 1] for k in range(50)])
     # 1. the protocol, with a guessed proof, then well-formed messages
-    s = socket.create_connection(addr, timeout=5)
+    s = socket.create_connection(addr, timeout=60)  # a hang's bound: a loaded driver answers late
     s.sendall(encode_frame(("auth", 1, run_id, context, secrets.token_bytes(32))))
     dec = FrameDecoder()
     while not dec.feed(s.recv(4096), max_messages=1):
         pass
     s.sendall(encode_frame(("proof", secrets.token_bytes(32))) + forged.seal(ack) + forged.seal(records))
     # 2. the hello of the unauthenticated protocol, with messages straight after it
-    p = socket.create_connection(addr, timeout=5)
+    p = socket.create_connection(addr, timeout=60)
     hello = ("hello", context[1], context[2]) if context[0] == "coord" else ("hello", context[3])
     p.sendall(encode_frame(hello) + encode_frame(ack) + encode_frame(records))
     # 3. silence
-    q = socket.create_connection(addr, timeout=5)
+    q = socket.create_connection(addr, timeout=60)
     time.sleep(0.5)
     for x in (s, p, q):
         x.close()
@@ -83,14 +83,20 @@ def test_foreign_clients_are_refused_and_every_check_holds(tmp_path):
         stderr=subprocess.STDOUT,
     )
     try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and driver.poll() is None:
-            found = list(runs.glob("*/history.jsonl"))
-            events = _events(found[0]) if found else []
+        found: list[Path] = []
+        events: list[dict] = []
+
+        def attackable() -> bool:
+            found[:] = list(runs.glob("*/history.jsonl"))
+            events[:] = _events(found[0]) if found else []
             gates = [e for e in events if e["type"] == "listening" and e["listener"] != "coordinator"]
-            if len(gates) >= 2 and any(e["type"] == "checkpoint_completed" for e in events):
-                break
-            time.sleep(0.1)
+            return (len(gates) >= 2 and any(e["type"] == "checkpoint_completed" for e in events)) or (
+                driver.poll() is not None
+            )
+
+        # waits end when the run stands still (its directory and log), not on the clock
+        progress = lambda: (tree_size(runs), (tmp_path / "driver.log").stat().st_size)  # noqa: E731
+        wait_until(attackable, progress, "two input gates and a completed checkpoint")
         assert driver.poll() is None, "the run ended before it could be attacked (make it longer)"
         run_id = found[0].parent.name
         listening = [e for e in events if e["type"] == "listening"]
@@ -105,7 +111,7 @@ def test_foreign_clients_are_refused_and_every_check_holds(tmp_path):
         with concurrent.futures.ThreadPoolExecutor(len(targets)) as pool:  # all at once, mid-run
             futures = {name: pool.submit(_attack, ep, ctx, run_id) for name, (ep, ctx) in targets.items()}
             attacked = {name: f.result() for name, f in futures.items()}
-        driver.wait(timeout=300)
+        wait_until(lambda: driver.poll() is not None, progress, "the attacked run's end")
     finally:
         if driver.poll() is None:
             driver.kill()

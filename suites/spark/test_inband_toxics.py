@@ -55,7 +55,7 @@ def _pair(deployment: int = 0) -> tuple[InputGate, OutputChannel]:
     return gate, box["out"]
 
 
-def _next(gate: InputGate, timeout_s: float = 5.0) -> tuple[object, float]:
+def _next(gate: InputGate, timeout_s: float = 30.0) -> tuple[object, float]:  # a hang's bound, not a speed
     t0 = time.perf_counter()
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -30,7 +30,6 @@ SCENARIO = {
     "faults": [{"at": "checkpoint:1", "kind": "kill_executor", "target": "executor:0"}],
     "checks": ["exactly_once", "sequence", "liveness"],
     "seed": 1,
-    "timeout_s": 240,
 }
 
 

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import allure
 import psutil
@@ -16,6 +15,7 @@ import pytest
 import yaml
 
 from harness.history import read_history
+from suites.waits import alive, tree_size, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, allure.epic("chaos"), allure.feature("cleanup")]
 
@@ -39,7 +39,6 @@ SCENARIO = {
     ],
     "checks": ["exactly_once"],
     "seed": 5,
-    "timeout_s": 240,
 }
 
 
@@ -48,44 +47,46 @@ def test_ctrl_c_mid_run_exits_130_and_leaves_nothing_running(tmp_path, java):
     scenario.write_text(yaml.safe_dump(SCENARIO))
     runs = tmp_path / "runs"
     cmd = [sys.executable, "-c", "import sys; from chaos.cli import main; sys.exit(main())"]
-    proc = subprocess.Popen(
-        [*cmd, "run", str(scenario), "--runs-dir", str(runs)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    err = tmp_path / "stderr.txt"
+    with err.open("w") as stderr_file:
+        proc = subprocess.Popen(
+            [*cmd, "run", str(scenario), "--runs-dir", str(runs)],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr_file,
+            text=True,
+            start_new_session=True,
+        )
+
+    def checkpointed() -> bool:
+        for h in runs.glob("*/history.jsonl"):
+            try:
+                if any(e["type"] == "checkpoint_completed" for e in read_history(h)):
+                    return True
+            except ValueError:
+                pass
+        return False
+
     try:
-        deadline = time.monotonic() + 180
-        started = False
-        while time.monotonic() < deadline and proc.poll() is None and not started:
-            for h in runs.glob("*/history.jsonl"):
-                try:
-                    started = any(e["type"] == "checkpoint_completed" for e in read_history(h))
-                except ValueError:
-                    pass
-            time.sleep(0.2)
-        assert started, "the run never completed a checkpoint"
+        # waits end when nothing moves (the run's files, its processes), not on the clock
+        wait_until(lambda: checkpointed() or proc.poll() is not None, lambda: tree_size(runs), "a checkpoint")
+        assert checkpointed(), "the run never completed a checkpoint"
         tree = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
         assert len(tree) >= 3  # the driver JVM, executors, the proxy server
         os.kill(proc.pid, signal.SIGINT)  # only the driver: the cleanup must be its own doing
-        _, stderr = proc.communicate(timeout=90)
+        wait_until(
+            lambda: proc.poll() is not None,
+            lambda: (tree_size(runs), len(alive(tree)), err.stat().st_size),
+            "the interrupted run's exit",
+            90,
+        )
+        stderr = err.read_text()
         assert proc.returncode == 130, stderr[-2000:]
         assert "interrupted" in stderr
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and any(_alive(p) for p in tree):
-            time.sleep(0.5)
-        assert not [p for p in tree if _alive(p)], "processes of the interrupted run are still running"
+        # processes that outlive the driver fail the test only when none of them exits for 20 s
+        wait_until(lambda: not alive(tree), lambda: len(alive(tree)), "the interrupted run's processes to exit", 20)
         (history,) = runs.glob("*/history.jsonl")
         end = [e for e in read_history(history) if e["type"] == "run_end"]
         assert [e["status"] for e in end] == ["interrupted"]
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False

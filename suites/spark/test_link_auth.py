@@ -41,7 +41,7 @@ def _events(server: CoordinatorServer, wait_s: float = 1.0, until=None) -> list:
     return out
 
 
-def _until(pred, timeout_s: float = 10.0):
+def _until(pred, timeout_s: float = 30.0):  # a hang's bound on loopback, not a speed
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         got = pred()

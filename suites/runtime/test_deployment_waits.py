@@ -1,0 +1,89 @@
+"""The driver's side of a deployment's start (``SparkExecutor._handle``), without Spark: a task waiting
+for its peers (its ``Gather``) hears ``Waiting`` each time another task registers or gathers, so its
+wait follows progress (``harness.spark.task_runner``); a ``Gather`` from a deployment that is gone is
+answered ``Cancel`` at once (it would otherwise wait its whole stall bound for ``Peers`` that never
+come), and a ``Register`` from a cancelled Spark job joins nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import allure
+import pytest
+
+from harness.coordinator import CheckpointConfig
+from harness.jobs import build_job
+from harness.messages import Cancel, Deploy, Gather, Peers, Register, Waiting
+
+pytestmark = [allure.epic("runtime"), allure.feature("deployment start")]
+
+TASKS = ["source[0]", "source[1]", "count[0]", "count[1]"]
+
+
+@pytest.fixture
+def driver(tmp_path: Path):
+    """A Spark driver with a fake cluster whose sends are recorded; deployment 0 started."""
+    from harness.spark.executor import SparkExecutor
+
+    spec = build_job("keyed_count", 100, 10, 1, 16, {"source": 2, "count": 2})
+    ex = SparkExecutor(spec.graph, tmp_path, CheckpointConfig(interval_ms=50), SimpleNamespace(master="x"))
+    ex.sent = []
+    ex._send = lambda task, msg: ex.sent.append((task, msg)) or True  # type: ignore[method-assign]
+    ex._broadcast = lambda msg: ex.sent.append(("*", msg))  # type: ignore[method-assign]
+    ex._job_group = "job-1"
+    ex._new_deployment(ex.graph, None)
+    yield ex
+    ex.server.close()
+
+
+def _taken(ex, kind):
+    """What ``ex`` sent of ``kind`` since the last call, as (task, message)."""
+    out = [(t, m) for t, m in ex.sent if isinstance(m, kind)]
+    ex.sent.clear()
+    return out
+
+
+def test_waiting_tasks_hear_each_registration_and_gather_until_peers_come(driver):
+    ex, n = driver, len(TASKS)
+    ex._handle("source[0]", Register(0, "job-1"))
+    assert [(t, type(m)) for t, m in ex.sent] == [("source[0]", Deploy)]  # nobody waits yet
+    ex.sent.clear()
+    ex._handle("source[0]", Gather(0, "a"))
+    assert _taken(ex, Waiting) == [("source[0]", Waiting(1, 1, n))]  # its own gather counts
+    ex._handle("count[0]", Register(2, "job-1"))  # another task registering is progress for the waiter
+    assert _taken(ex, Waiting) == [("source[0]", Waiting(2, 1, n))]
+    ex._handle("count[0]", Gather(0, "c"))
+    assert sorted(_taken(ex, Waiting)) == [("count[0]", Waiting(2, 2, n)), ("source[0]", Waiting(2, 2, n))]
+    for i, t in ((1, "source[1]"), (3, "count[1]")):
+        ex._handle(t, Register(i, "job-1"))
+    assert {t for t, _ in _taken(ex, Waiting)} == {"source[0]", "count[0]"}  # both waiters, twice
+    ex._handle("source[1]", Gather(0, "b"))
+    assert {t for t, w in _taken(ex, Waiting) if w == Waiting(n, 3, n)} == {"source[0]", "count[0]", "source[1]"}
+    ex._handle("count[1]", Gather(0, "d"))  # the last one: everyone gets every value, in task order
+    assert sorted(_taken(ex, Peers)) == sorted((t, Peers(["a", "b", "c", "d"])) for t in TASKS)
+    assert _taken(ex, Waiting) == []  # no Waiting after the Peers
+
+
+def test_a_gather_from_a_deployment_that_is_gone_is_cancelled_and_joins_nothing(driver):
+    ex = driver
+    ex._handle("count[0]", Register(2, "job-1"))
+    ex._handle("count[0]", Gather(0, "old"))
+    ex._new_deployment(ex.graph, "task count[0] failed")  # deployment 1 replaces deployment 0
+    ex.sent.clear()
+    ex._handle("source[0]", Register(0, "job-1"))
+    ex._handle("source[0]", Gather(1, "a"))
+    ex.sent.clear()
+    ex._handle("count[1]", Gather(0, "late"))  # a late task of deployment 0
+    assert ex.sent == [("count[1]", Cancel())]  # told at once, nobody else told anything
+    assert ex.dep.gathered == {"source[0]": "a"}  # not counted towards deployment 1's Peers
+
+
+def test_a_task_of_a_cancelled_spark_job_does_not_register(driver):
+    ex = driver
+    ex._handle("source[0]", Register(0, "job-0"))  # the job adaptive recovery cancelled
+    assert ex.sent == [] and ex.dep.registered == set()
+    ex._handle("source[1]", Gather(0, "b"))
+    assert _taken(ex, Waiting) == [("source[1]", Waiting(0, 1, len(TASKS)))]
+    ex._handle("source[0]", Register(0, "job-0"))
+    assert ex.sent == []  # no Deploy, and the waiting task hears of no progress: there was none
