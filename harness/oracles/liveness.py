@@ -134,7 +134,7 @@ def recoveries(art: RunArtifacts) -> list[Recovery]:
     moves = [(e.t, _SIGNAL_OF[type(e)]) for e in events if type(e) in _SIGNAL_OF and _moved(e)]
     completed = sorted(e.t for e in art.of_type(CheckpointCompleted))
     windows = _fault_windows(art)
-    kinds = {e.fault_id: e.kind for e in art.of_type(FaultStart)}
+    kinds: dict[int | None, str] = {e.fault_id: e.kind for e in art.of_type(FaultStart)}
     out = []
     for heal in art.of_type(FaultEnd):
         done = next((t for t in completed if t > heal.t), end_t if finished else None)
