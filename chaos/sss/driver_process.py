@@ -12,6 +12,8 @@ from pathlib import Path
 
 import psutil
 
+from harness.sss.query_run import DRIVER_LOG
+
 __all__ = ["DriverProcess"]
 
 _EXECUTOR = "CoarseGrainedExecutorBackend"
@@ -38,7 +40,7 @@ class DriverProcess:
         paths = [root, os.getcwd(), *own, env.get("PYTHONPATH", "")]
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
         env["PATH"] = os.pathsep.join([str(Path(exe).parent), env.get("PATH", "")])
-        self.log = open(workdir / "driver.log", "ab")  # noqa: SIM115 - closed in stop()
+        self.log = open(workdir / DRIVER_LOG, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [exe, "-m", module, str(workdir)],
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
