@@ -383,7 +383,7 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
     if isinstance(run.spec, QuerySpec):
         from harness.sss.replay_oracle import check_replay
 
-        check: SssCheck = check_replay(w, run.spec, written)
+        check: SssCheck = check_replay(w, run.spec, written, python=python, version=run.pyspark)
     else:
         read_deferred(w)  # a pyspark without a state data source: its checkpoint read by ours
         check = check_run(w, run.spec, written)

@@ -238,3 +238,82 @@ def test_a_builders_run_ends_once_only_the_clock_drives_its_batches(tmp_path: Pa
     assert not _settled(cp)  # batch 2 moved the watermark: only two clock-driven batches since
     batch(5, 1, 5)
     assert _settled(cp)
+
+
+def test_the_replay_runs_on_the_runs_pyspark_and_ours_reads_state_it_cannot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A builder's query on the user's pyspark (``spark: 3.5.3``) is replayed in that version's venv,
+    with only statechaos's own packages linked on the import path; a pyspark without a state data
+    source says ``state_deferred``, and statechaos's own Python then reads the state of both
+    checkpoints (``--state``). The cache key names the version the query ran on."""
+    import subprocess
+    import sys
+
+    from harness.sss import replay_oracle
+    from harness.sss.query import builder_identity
+
+    spec = QuerySpec("examples.sss.windowed:build", {"events": "user string, ts timestamp, n long"}, "append")
+    venv = tmp_path / "venv" / "bin" / "python"
+    calls: list[tuple[list[str], dict[str, str]]] = []
+
+    def fake_run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        calls.append((cmd, kw["env"]))  # type: ignore[arg-type]
+        result = tmp_path / "replay" / "result.json"
+        if "--state" in cmd:
+            old = json.loads(result.read_text())
+            result.write_text(json.dumps({**old, "chaos_state": {"1": {}}, "state_read_by": "pyspark 4.3.0"}))
+        else:
+            result.write_text(json.dumps({"replays": [], "chaos_state": {}, "error": None,
+                                          "state_deferred": "pyspark 3.5.3 has no state data source"}))  # fmt: skip
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(replay_oracle.subprocess, "run", fake_run)
+    got = replay_oracle._run_replay(tmp_path, spec, [0, 1], [1], ["recorded"], 60, python=venv)
+    (first, env1), (second, env2) = calls
+    assert first[:3] == [str(venv), "-m", "harness.sss.replay"]
+    pylib = env1["PYTHONPATH"].split(":")[0]
+    assert sorted(p.name for p in Path(pylib).iterdir()) == ["harness", "reference_impl"]
+    assert second[:4] == [sys.executable, "-m", "harness.sss.replay", "--state"]
+    assert got["chaos_state"] == {"1": {}} and got["state_read_by"] == "pyspark 4.3.0"
+    # a run on 4.0 or later reads its own state: no second child
+    calls.clear()
+    monkeypatch.setattr(replay_oracle.subprocess, "run", lambda cmd, **kw: calls.append((cmd, kw)) or (
+        (tmp_path / "replay" / "result.json").write_text(json.dumps({"replays": [], "chaos_state": {}, "error": None}))))  # fmt: skip
+    replay_oracle._run_replay(tmp_path, spec, [0, 1], [1], ["recorded"], 60, python=venv)
+    assert len(calls) == 1
+    assert builder_identity(spec, "3.5.3") != builder_identity(spec, "4.0.1") != builder_identity(spec)
+
+
+def test_stores_of_a_checkpoint_without_operator_metadata_come_from_its_folders(tmp_path: Path) -> None:
+    """A checkpoint written before 4.0 has no operator metadata for ``state-metadata`` to list; its
+    stores are read from the layout: ``default`` (RocksDB's ``SSTs`` folder is not a store), or a
+    join's named stores."""
+    from harness.sss.replay import _stores
+
+    class _Spark:
+        read = format = load = None
+
+    class _Empty:
+        def format(self, _: str) -> _Empty:
+            return self
+
+        def load(self, _: str) -> _Empty:
+            return self
+
+        def collect(self) -> list[object]:
+            return []
+
+    spark = _Spark()
+    spark.read = _Empty()  # type: ignore[assignment]
+    cp = tmp_path / "cp"
+    (cp / "state" / "0" / "0" / "SSTs").mkdir(parents=True)
+    (cp / "state" / "0" / "0" / "SSTs" / "000008-x.sst").write_text("")
+    (cp / "state" / "0" / "0" / "2.zip").write_text("")
+    for store in ("left-keyToNumValues", "right-keyToNumValues"):
+        (cp / "state" / "1" / "0" / store).mkdir(parents=True)
+        (cp / "state" / "1" / "0" / store / "1.changelog").write_text("")
+    got = [(s["label"], s["options"]) for s in _stores(spark, cp)]
+    assert got == [("op0/default", {"operatorId": 0, "storeName": "default"}),
+                   ("op1/left", {"operatorId": 1, "joinSide": "left"}),
+                   ("op1/right", {"operatorId": 1, "joinSide": "right"})]  # fmt: skip
