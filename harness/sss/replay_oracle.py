@@ -170,9 +170,8 @@ def check_replay(workdir: Path, spec: QuerySpec, files_written: int, timeout_s: 
     if cached is not None:
         reference = json.loads(cached.read_text())
         check.replay_note = f"cached ({cached.name[:12]}…, state reads {time.monotonic() - t0:.1f} s)"
-    elif result.get("pyspark"):
-        check.replay_note = f"on pyspark {result['pyspark']}, "
     else:
+        check.replay_note = f"on pyspark {result['pyspark']}, " if version else ""
         replays = result["replays"]
         secs = sum(r["seconds"] for r in replays)
         # the recorded and the canonical clock agreed: clock-free and deterministic (the child stops

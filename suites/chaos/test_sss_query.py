@@ -317,3 +317,34 @@ def test_stores_of_a_checkpoint_without_operator_metadata_come_from_its_folders(
     assert got == [("op0/default", {"operatorId": 0, "storeName": "default"}),
                    ("op1/left", {"operatorId": 1, "joinSide": "left"}),
                    ("op1/right", {"operatorId": 1, "joinSide": "right"})]  # fmt: skip
+
+
+def test_a_replay_whose_state_was_read_afterwards_is_judged_and_cached_clock_free(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pyspark before 4.0 replays every clock (their state is only read afterwards): when the first
+    two agree the query is clock-free, judged, and cached under the version it ran on."""
+    from harness.sss import replay_oracle
+
+    monkeypatch.setenv("STATECHAOS_REPLAY_CACHE", str(tmp_path / "cache"))
+    w = tmp_path / "run"
+    cp = w / "checkpoint"
+    (cp / "offsets").mkdir(parents=True)
+    (cp / "commits").mkdir()
+    (cp / "offsets" / "0").write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":1000}\n{"logOffset":0}')
+    (cp / "commits" / "0").write_text("v1\n{}")
+    (w / "output").mkdir()
+    (w / "output" / "batch-0.json").write_text(json.dumps([{"user": "a", "n": 1}]))
+    state = {"0": {"op0/default": [{"key": {"user": "a"}, "value": {"n": 1}}]}}
+    one = {"outputs": {"0": [{"user": "a", "n": 1}]}, "state": state, "seconds": 1.0, "clock": "recorded"}
+    monkeypatch.setattr(replay_oracle, "recording", lambda _w: [{"batch": 0, "watermark": 0, "timestamp": 1000,
+                                                                  "files": [["h"]]}])  # fmt: skip
+    monkeypatch.setattr(replay_oracle, "_run_replay", lambda *a, **k: {
+        "replays": [one, {**one, "clock": "canonical"}, one], "chaos_state": state, "pyspark": "3.5.3",
+        "state_read_by": "pyspark 4.3.0, after the replay"})  # fmt: skip
+    spec = QuerySpec("examples.sss.windowed:build", {"events": "user string, ts timestamp, n long"}, "append")
+    check = replay_oracle.check_replay(w, spec, 0, version="3.5.3")
+    assert check.violations == [] and check.unknown == [] and check.states_checked == 1
+    assert check.replay_note.startswith("on pyspark 3.5.3, 3 replays") and "clock independent" in check.replay_note
+    assert check.replay_note.endswith("state read by pyspark 4.3.0, after the replay")
+    assert len(list((tmp_path / "cache").glob("*.json"))) == 1
