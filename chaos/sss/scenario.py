@@ -221,7 +221,20 @@ class SssScenario(Strict):
     stall_limit_s: Annotated[float, Field(gt=0)] = 120  # as the runtime's scenarios name it
     # the PySpark the query runs under (harness.sss.pyspark_env): a cached venv; unset: statechaos's own
     spark: str | None = None
+    # Spark settings of the query's driver over statechaos's own (harness.sss.query_run.spark_conf):
+    # e.g. the state store provider or changelog checkpointing a deployment runs with
+    spark_conf: dict[str, str] = Field(default_factory=dict)
     _base_dir: Path | None = PrivateAttr(default=None)
+
+    @field_validator("spark_conf", mode="before")
+    @classmethod
+    def _spark_conf(cls, v: Any) -> Any:
+        if not isinstance(v, dict):
+            return v
+        for k in v:
+            if not str(k).startswith("spark."):
+                raise ValueError(f"{k!r} is not a Spark setting (spark.*)")
+        return {str(k): str(x).lower() if isinstance(x, bool) else str(x) for k, x in v.items()}
 
     @field_validator("trigger", "tail", mode="before")
     @classmethod

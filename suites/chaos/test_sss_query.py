@@ -348,3 +348,15 @@ def test_a_replay_whose_state_was_read_afterwards_is_judged_and_cached_clock_fre
     assert check.replay_note.startswith("on pyspark 3.5.3, 3 replays") and "clock independent" in check.replay_note
     assert check.replay_note.endswith("state read by pyspark 4.3.0, after the replay")
     assert len(list((tmp_path / "cache").glob("*.json"))) == 1
+
+
+def test_a_scenarios_spark_conf_is_checked_and_carried_to_the_run() -> None:
+    """The ingredients of a state store bug's scenario: the provider and its checkpointing as the
+    deployment runs them (examples/sss/rocksdb-retry-3.4.0-local.yaml)."""
+    conf = ("spark_conf:\n  spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled: false\n"
+            "  spark.sql.shuffle.partitions: 3\n")  # fmt: skip
+    sc = parse_scenario(WINDOWED + conf, "w.yaml", ROOT)
+    assert sc.spark_conf == {"spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "false",
+                             "spark.sql.shuffle.partitions": "3"}  # fmt: skip
+    with pytest.raises(ScenarioError, match=r"spark_conf: .*'shuffle.partitions' is not a Spark setting"):
+        parse_scenario(WINDOWED + "spark_conf: {shuffle.partitions: 3}\n", "w.yaml", ROOT)

@@ -205,3 +205,23 @@ def test_a_stream_thread_that_died_without_an_exception_is_a_failure_with_sparks
 def test_a_running_query_is_not_a_death(tmp_path: Path) -> None:
     q = _Query()
     assert query_run.query_death(q, tmp_path / "none.log") is None
+
+
+def test_the_scenarios_spark_settings_reach_the_driver_over_statechaos_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``spark_conf`` (e.g. a deployment's state store provider, changelog checkpointing off) goes
+    through run.json to the driver's SparkCluster, over statechaos's own settings."""
+    seen: dict[str, Any] = {}
+
+    class _Seen(_Cluster):
+        def __init__(self, *a: Any, extra_conf: dict[str, str], **k: Any) -> None:
+            super().__init__()
+            seen.update(extra_conf)
+
+    monkeypatch.setattr(cluster_mod, "SparkCluster", _Seen)
+    hdfs = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+    w = _workdir(tmp_path, cluster_kwargs={"extra_conf": {"spark.sql.streaming.stateStore.providerClass": hdfs}})
+    assert query_run.run_query(w, lambda spark, cfg: _Writer(w, {})) == 0
+    assert seen["spark.sql.streaming.stateStore.providerClass"] == hdfs
+    assert seen["spark.sql.session.timeZone"] == "UTC"  # statechaos's own settings stay under it
