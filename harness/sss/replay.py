@@ -190,7 +190,12 @@ def read_deferred_state(request_path: Path) -> int:
     cluster = SparkCluster("local[1]", extra_conf=conf, app_name="statechaos-sss-replay-state")
     cluster.start()
     try:
-        result["chaos_state"] = _chaos_state(cluster.spark, Path(req["workdir"]), req["state_batches"])
+        # a read ours cannot make is not a refusal by the user's Spark, which never tried: unknown
+        result["chaos_state"] = {
+            b: {"unreadable": f"pyspark {pyspark.__version__} (statechaos's) could not read it: {got['error']}"}
+            if isinstance(got.get("error"), str) else got
+            for b, got in _chaos_state(cluster.spark, Path(req["workdir"]), req["state_batches"]).items()
+        }  # fmt: skip
         for r in result["replays"]:
             r["state"] = {str(b): read_all_state(cluster.spark, Path(r["checkpoint"]), b) for b in req["batches"]}
         result["state_read_by"] = f"pyspark {pyspark.__version__}, after the replay"

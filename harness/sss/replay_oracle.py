@@ -221,6 +221,9 @@ def _compare(check: ReplayCheck, workdir: Path, reference: dict[str, Any], commi
         if "error" in stores and isinstance(stores["error"], str):
             check.refused.append(f"state data source refused batch {b}: {stores['error']}")
             continue
+        if "unreadable" in stores and isinstance(stores["unreadable"], str):
+            check.unknown.append(f"state at batch {b} not judged: {stores['unreadable']}")
+            continue
         want_stores = reference["state"].get(b, {})
         for store in sorted(set(stores) | set(want_stores)):
             diff = output_diff(stores.get(store, []), want_stores.get(store, []))

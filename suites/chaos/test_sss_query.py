@@ -360,3 +360,17 @@ def test_a_scenarios_spark_conf_is_checked_and_carried_to_the_run() -> None:
                              "spark.sql.shuffle.partitions": "3"}  # fmt: skip
     with pytest.raises(ScenarioError, match=r"spark_conf: .*'shuffle.partitions' is not a Spark setting"):
         parse_scenario(WINDOWED + "spark_conf: {shuffle.partitions: 3}\n", "w.yaml", ROOT)
+
+
+def test_chaos_state_our_pyspark_could_not_read_afterwards_is_unknown_not_refused(tmp_path: Path) -> None:
+    """The user's pyspark (before 4.0) never read its state; statechaos's failing to read it later is
+    not a refusal by Spark but a check that could not be made."""
+    from harness.sss.replay_oracle import _compare
+
+    check = ReplayCheck()
+    chaos_state = {"2": {"unreadable": "pyspark 4.3.0 (statechaos's) could not read it: 3.changelog does not exist"},
+                   "3": {"error": "CANNOT_LOAD_STATE_STORE"}}  # fmt: skip
+    _compare(check, tmp_path, {"outputs": {}, "state": {}}, [], chaos_state)
+    assert check.unknown == ["state at batch 2 not judged: pyspark 4.3.0 (statechaos's) could not read it: "
+                             "3.changelog does not exist"]  # fmt: skip
+    assert check.refused == ["state data source refused batch 3: CANNOT_LOAD_STATE_STORE"]
