@@ -374,3 +374,16 @@ def test_chaos_state_our_pyspark_could_not_read_afterwards_is_unknown_not_refuse
     assert check.unknown == ["state at batch 2 not judged: pyspark 4.3.0 (statechaos's) could not read it: "
                              "3.changelog does not exist"]  # fmt: skip
     assert check.refused == ["state data source refused batch 3: CANNOT_LOAD_STATE_STORE"]
+
+
+def test_the_spark_43404_pair_differs_only_in_the_version_and_the_expected_verdict() -> None:
+    """The RocksDB task-retry pair: the same query, input, state store settings and faults (a restart,
+    a Python worker kill in the next batch's stateful tasks, a restart), on the affected and the
+    fixed pyspark."""
+    sss = ROOT / "examples" / "sss"
+    bad, good = (parse_scenario((sss / f"rocksdb-retry-{v}-local.yaml").read_text(), v, sss) for v in ("3.4.0", "3.4.1"))
+    assert (bad.spark, bad.expect, good.spark, good.expect) == ("3.4.0", "refused", "3.4.1", "pass")
+    assert bad.query == good.query and bad.input == good.input and bad.spark_conf == good.spark_conf
+    assert bad.faults == good.faults
+    assert [f.kind for f in bad.faults] == ["kill_driver", "kill_python_worker", "kill_driver"]
+    assert "RocksDBStateStoreProvider" in bad.spark_conf["spark.sql.streaming.stateStore.providerClass"]
