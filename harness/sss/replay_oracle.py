@@ -135,6 +135,10 @@ def _run_replay(workdir: Path, spec: QuerySpec, batches: list[int], state_batche
     if not path.exists():
         raise RuntimeError(f"the replay wrote no result (see {rdir / 'replay.log'})")
     result = json.loads(path.read_text())
+    if result.get("state_deferred") and not result.get("state_read_by") and not result.get("error"):
+        # never judge a replay without its state as if it had none
+        raise RuntimeError(f"{result['state_deferred']} and statechaos's could not read it after the replay "
+                           f"(see {rdir / 'replay.log'})")  # fmt: skip
     if result.get("error"):
         from harness.sss.errors import spark_error_gist
 

@@ -387,3 +387,24 @@ def test_the_spark_43404_pair_differs_only_in_the_version_and_the_expected_verdi
     assert bad.faults == good.faults
     assert [f.kind for f in bad.faults] == ["kill_driver", "kill_python_worker", "kill_driver"]
     assert "RocksDBStateStoreProvider" in bad.spark_conf["spark.sql.streaming.stateStore.providerClass"]
+
+
+def test_a_deferred_replay_whose_state_was_never_read_is_not_judged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If statechaos's own pyspark never filled in the state of a replay on an older one, the replay
+    cannot be had (unknown): empty state on both sides must not pass as equal."""
+    import subprocess
+
+    from harness.sss import replay_oracle
+
+    def fake_run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        if "--state" not in cmd:  # the state pass dies before writing anything
+            (tmp_path / "replay" / "result.json").write_text(json.dumps(
+                {"replays": [], "chaos_state": {}, "error": None, "state_deferred": "pyspark 3.5.3 has none"}))  # fmt: skip
+        return subprocess.CompletedProcess(cmd, 1)
+
+    monkeypatch.setattr(replay_oracle.subprocess, "run", fake_run)
+    spec = QuerySpec("examples.sss.windowed:build", {"events": "user string, ts timestamp, n long"}, "append")
+    with pytest.raises(RuntimeError, match="could not read it after the replay"):
+        replay_oracle._run_replay(tmp_path, spec, [0], [0], ["recorded"], 60, python=tmp_path / "python")
