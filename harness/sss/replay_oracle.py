@@ -226,7 +226,7 @@ def _compare(check: ReplayCheck, workdir: Path, reference: dict[str, Any], commi
             check.refused.append(f"state data source refused batch {b}: {stores['error']}")
             continue
         if "unreadable" in stores and isinstance(stores["unreadable"], str):
-            check.unknown.append(f"state at batch {b} not judged: {stores['unreadable']}")
+            check.state_unknown.append(f"state at batch {b} not judged: {stores['unreadable']}")
             continue
         want_stores = reference["state"].get(b, {})
         for store in sorted(set(stores) | set(want_stores)):

@@ -371,9 +371,10 @@ def test_chaos_state_our_pyspark_could_not_read_afterwards_is_unknown_not_refuse
     chaos_state = {"2": {"unreadable": "pyspark 4.3.0 (statechaos's) could not read it: 3.changelog does not exist"},
                    "3": {"error": "CANNOT_LOAD_STATE_STORE"}}  # fmt: skip
     _compare(check, tmp_path, {"outputs": {}, "state": {}}, [], chaos_state)
-    assert check.unknown == ["state at batch 2 not judged: pyspark 4.3.0 (statechaos's) could not read it: "
+    assert check.state_unknown == ["state at batch 2 not judged: pyspark 4.3.0 (statechaos's) could not read it: "
                              "3.changelog does not exist"]  # fmt: skip
     assert check.refused == ["state data source refused batch 3: CANNOT_LOAD_STATE_STORE"]
+    assert check.unknown == []  # the output is still judged: only the restored state is unknown
 
 
 def test_the_spark_43404_pair_differs_only_in_the_version_and_the_expected_verdict() -> None:
