@@ -12,6 +12,9 @@ from pathlib import Path
 
 import psutil
 
+from harness.sss.pyspark_env import child_env
+from harness.sss.query_run import DRIVER_LOG
+
 __all__ = ["DriverProcess"]
 
 _EXECUTOR = "CoarseGrainedExecutorBackend"
@@ -23,22 +26,12 @@ class DriverProcess:
     path and ``PATH`` the query needs; killed as a whole, as losing the driver host would."""
 
     def __init__(self, workdir: Path, module: str = "harness.sss.driver", python: Path | None = None) -> None:
-        env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[2])
-        if python is not None:  # the user's pyspark (harness.sss.pyspark_env): ours must not shadow it
-            root = str(_harness_only(workdir, Path(root)))
-            for var in ("SPARK_HOME", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
-                env.pop(var, None)
-        exe = str(python) if python is not None else sys.executable
         # the project, the working directory and this process's import path, where the processor's
-        # module is found (local executors too; remote ones get it pickled by value)
-        own = [
-            p for p in sys.path if p and Path(p).is_dir() and not p.startswith((sys.prefix, sys.base_prefix))
-        ]
-        paths = [root, os.getcwd(), *own, env.get("PYTHONPATH", "")]
-        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
-        env["PATH"] = os.pathsep.join([str(Path(exe).parent), env.get("PATH", "")])
-        self.log = open(workdir / "driver.log", "ab")  # noqa: SIM115 - closed in stop()
+        # module is found (local executors too; remote ones get it pickled by value); with the user's
+        # pyspark (harness.sss.pyspark_env) ours must not shadow it
+        env = child_env(python, workdir / "pylib")
+        exe = str(python) if python is not None else sys.executable
+        self.log = open(workdir / DRIVER_LOG, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [exe, "-m", module, str(workdir)],
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
@@ -111,16 +104,3 @@ def _folder_size(path: Path) -> tuple[int, int]:
                 size += os.stat(os.path.join(root, name)).st_size
                 files += 1
     return files, size
-
-
-def _harness_only(workdir: Path, root: Path) -> Path:
-    """A folder holding only statechaos's ``harness`` and ``reference_impl`` packages (links), for
-    the import path of a driver running another pyspark: ``root`` may be a site-packages folder that
-    also holds the harness's own pyspark, pandas and numpy."""
-    lib = workdir / "pylib"
-    lib.mkdir(exist_ok=True)
-    for pkg in ("harness", "reference_impl"):
-        link = lib / pkg
-        if not link.exists():
-            link.symlink_to(root / pkg, target_is_directory=True)
-    return lib

@@ -37,7 +37,7 @@ def execute_sss(sc: SssScenario, run_dir: Path) -> tuple[list[Verdict], dict[str
              for f in sc.faults],
             master=sc.master, trigger_ms=sc.trigger, tail_ms=sc.tail, time_limit_s=sc.timeout_s, seed=sc.seed,
             stall_s=sc.stall_limit_s, sink=sc.sink.model_dump() if sc.sink else None,
-            differential=sc.differential, pyspark=sc.spark,
+            differential=sc.differential, pyspark=sc.spark, spark_conf=dict(sc.spark_conf),
         )  # fmt: skip
     except (SpecError, ValueError) as e:
         raise InputError(f"scenario {sc.name!r}: {e}") from None

@@ -97,6 +97,7 @@ class SssRun:
     seed: int = 0
     differential: bool = False  # also read Spark's state after every committed batch and compare each
     pyspark: str | None = None  # the query's PySpark (a cached venv, harness.sss.pyspark_env); None: ours
+    spark_conf: dict[str, str] = field(default_factory=dict)  # the driver's settings over ours (spark_conf())
 
 
 @dataclass
@@ -187,6 +188,8 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
     w = run.workdir
     (w / "input").mkdir(parents=True, exist_ok=True)
     master, kwargs = (docker.master_url, docker.spark_kwargs()) if docker else (run.master, {})
+    if run.spark_conf:  # the user's settings, under any the run's own wiring needs (a toxic's ports)
+        kwargs["extra_conf"] = {**run.spark_conf, **kwargs.get("extra_conf", {})}
     if link is not None:
         kwargs["extra_conf"] = {**kwargs.get("extra_conf", {}), **link.conf}
     if docker:
@@ -385,7 +388,7 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
     if isinstance(run.spec, QuerySpec):
         from harness.sss.replay_oracle import check_replay
 
-        check: SssCheck = check_replay(w, run.spec, written)
+        check: SssCheck = check_replay(w, run.spec, written, python=python, version=run.pyspark)
     else:
         read_deferred(w)  # a pyspark without a state data source: its checkpoint read by ours
         check = check_run(w, run.spec, written)

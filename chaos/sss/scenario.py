@@ -224,7 +224,20 @@ class SssScenario(Strict):
     stall_limit_s: Annotated[float, Field(gt=0)] = 120  # as the runtime's scenarios name it
     # the PySpark the query runs under (harness.sss.pyspark_env): a cached venv; unset: statechaos's own
     spark: str | None = None
+    # Spark settings of the query's driver over statechaos's own (harness.sss.query_run.spark_conf):
+    # e.g. the state store provider or changelog checkpointing a deployment runs with
+    spark_conf: dict[str, str] = Field(default_factory=dict)
     _base_dir: Path | None = PrivateAttr(default=None)
+
+    @field_validator("spark_conf", mode="before")
+    @classmethod
+    def _spark_conf(cls, v: Any) -> Any:
+        if not isinstance(v, dict):
+            return v
+        for k in v:
+            if not str(k).startswith("spark."):
+                raise ValueError(f"{k!r} is not a Spark setting (spark.*)")
+        return {str(k): str(x).lower() if isinstance(x, bool) else str(x) for k, x in v.items()}
 
     @field_validator("trigger", "tail", mode="before")
     @classmethod
@@ -337,13 +350,12 @@ class SssScenario(Strict):
 
 def pyspark_problem(version: str, spec: SssSpec | QuerySpec, cluster_kind: str) -> tuple[str, str] | None:
     """(field, problem) when the query cannot run on pyspark ``version`` here: a feature that version
-    lacks, named with the version; a builder's query (its replay and state reads run on statechaos's
-    own pyspark); executors that are not this machine's (they run their own pyspark)."""
-    if isinstance(spec, QuerySpec):
-        return "spark", (f"pyspark {version}: a builder's query runs on statechaos's own pyspark (its replay "
-                         "reads state with it); a processor or GroupState function runs on another version")  # fmt: skip
+    lacks, named with the version (a builder's query: what ``validate`` finds building its plan on that
+    version); executors that are not this machine's (they run their own pyspark)."""
     if cluster_kind != "local":
         return "spark", f"pyspark {version} runs on local or local-cluster only (other executors run their own pyspark)"
+    if isinstance(spec, QuerySpec):
+        return None
     feature = "applyInPandasWithState" if spec.api == APPLY else "transformWithStateInPandas"
     why = missing_feature(version, feature)
     return ("query.api", why) if why else None
@@ -431,16 +443,27 @@ def _several_inputs(sc: SssScenario, spec: QuerySpec) -> list[dict[str, list[dic
 ANALYSE_PLANS: ContextVar[bool] = ContextVar("analyse_plans", default=False)
 
 
-def _analysis_problem(spec: QuerySpec) -> tuple[str, str] | None:
-    """(field, problem) of the first thing Spark will not run in the builder's plan, or None."""
+def _analysis_problem(spec: QuerySpec, version: str | None = None) -> tuple[str, str] | None:
+    """(field, problem) of the first thing Spark will not run in the builder's plan, or None; built on
+    pyspark ``version`` (its venv, made on first use) when the scenario names one, else on ours."""
+    import importlib.metadata
     import json
-    import os
     import subprocess
+    import tempfile
 
-    root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in [root, *sys.path] if p)}
-    proc = subprocess.run([sys.executable, "-m", "harness.sss.analyse", spec.to_json()], capture_output=True,
-                          text=True, env=env, timeout=600, check=False)  # fmt: skip
+    from harness.sss.pyspark_env import check_java_for, child_env, ensure_env
+
+    python = None
+    if version is not None and version != importlib.metadata.version("pyspark"):
+        try:
+            check_java_for(version)
+            python = ensure_env(version, say=lambda m: print(m, file=sys.stderr, flush=True))
+        except PysparkEnvError as e:
+            return "spark", str(e)
+    with tempfile.TemporaryDirectory(prefix="statechaos-analyse-") as tmp:
+        proc = subprocess.run([str(python or sys.executable), "-m", "harness.sss.analyse", spec.to_json()],
+                              capture_output=True, text=True, env=child_env(python, Path(tmp) / "pylib"),
+                              timeout=600, check=False)  # fmt: skip
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("ANALYSIS ")), None)
     if line is None:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
@@ -476,7 +499,7 @@ def parse_sss_scenario(data: dict[str, Any], path: str, base_dir: Path | None) -
         raise SssScenarioError(path, [(tuple(field.split(".")), msg)]) from None
     spec = sc.spec()
     if isinstance(spec, QuerySpec) and ANALYSE_PLANS.get():
-        problem = _analysis_problem(spec)
+        problem = _analysis_problem(spec, sc.spark)
         if problem is not None:
             raise SssScenarioError(path, [(("query", problem[0]), problem[1])])
     return sc

@@ -30,6 +30,8 @@ __all__ = [
     "env_dir",
     "env_python",
     "ensure_env",
+    "harness_only",
+    "child_env",
 ]
 
 MIN_VERSION = (3, 4, 0)
@@ -192,3 +194,36 @@ def ensure_env(version: str, say: Callable[[str], None] = print) -> Path:
         (where / _DONE).write_text(version)
         say(f"pyspark {version}: environment ready")
     return python
+
+
+def harness_only(folder: Path) -> Path:
+    """``folder`` holding only statechaos's ``harness`` and ``reference_impl`` packages (links), for
+    the import path of a child running another pyspark: the project root may be a site-packages
+    folder that also holds the harness's own pyspark, pandas and numpy."""
+    root = Path(__file__).resolve().parents[2]
+    folder.mkdir(parents=True, exist_ok=True)
+    for pkg in ("harness", "reference_impl"):
+        link = folder / pkg
+        if not link.exists():
+            link.symlink_to(root / pkg, target_is_directory=True)
+    return folder
+
+
+def child_env(python: Path | None, pylib: Path) -> dict[str, str]:
+    """The environment of a child process running a user's query, its replay or its analysis: with
+    ``python`` None (statechaos's own pyspark) the project and this process's import path; with the
+    user's venv, only statechaos's packages (linked in ``pylib``) ahead of the user's modules, and no
+    Spark settings of ours, so our pyspark never shadows theirs. The project, the working directory and
+    this process's own (non-site) import path carry the user's modules."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    if python is not None:
+        root = str(harness_only(pylib))
+        for var in ("SPARK_HOME", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
+            env.pop(var, None)
+    own = [p for p in sys.path if p and Path(p).is_dir() and not p.startswith((sys.prefix, sys.base_prefix))]
+    paths = [root, os.getcwd(), *own, env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
+    exe = str(python) if python is not None else sys.executable
+    env["PATH"] = os.pathsep.join([str(Path(exe).parent), env.get("PATH", "")])
+    return env

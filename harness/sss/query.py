@@ -129,9 +129,10 @@ def _user_frame(e: BaseException) -> str:
     return where
 
 
-def builder_identity(spec: QuerySpec) -> str:
+def builder_identity(spec: QuerySpec, version: str | None = None) -> str:
     """A hash of what decides the query's plan: the builder's module source (and the name), the
-    schemas, the output mode and the PySpark version, for the replay cache's key."""
+    schemas, the output mode and the PySpark version it runs on (``version``, default statechaos's
+    own), for the replay cache's key."""
     import pyspark
 
     fn = load_builder(spec.builder)
@@ -141,7 +142,7 @@ def builder_identity(spec: QuerySpec) -> str:
     except (OSError, TypeError):
         source = repr(fn)
     h = hashlib.sha256()
-    for part in (spec.to_json(), source, pyspark.__version__):
+    for part in (spec.to_json(), source, version or pyspark.__version__):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()

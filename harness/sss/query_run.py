@@ -10,7 +10,10 @@ the user's ``sink`` if any, the ``python_fault_file``), ``input/``, ``checkpoint
 (statechaos's sink: batch N's rows in ``batch-N.json``, by rename, so a replayed batch replaces its
 own file), ``sink/`` (the user's sink's folder), ``starts/`` (``N`` holds the pid of start N,
 ``N.ready`` appears once its query runs). A file ``stop`` asks the driver to stop the query and exit
-0; a query that fails writes ``failure.txt`` and exits 3; exit 4: Spark cannot start here."""
+0; a query that fails writes ``failure.txt`` and exits 3, also when Spark's stream execution thread
+ended without an error in ``query.exception()`` (:func:`query_death`); exit 4: Spark cannot start
+here. The driver's stdout and stderr are ``driver.log`` (:data:`DRIVER_LOG`), where the JVM prints
+an error that killed a thread."""
 
 from __future__ import annotations
 
@@ -25,12 +28,13 @@ from typing import Any
 from harness.sss.spec import load_function
 from harness.sss.values import canon_row
 
-__all__ = ["ROCKSDB", "EXIT_QUERY_FAILED", "EXIT_NO_SPARK", "spark_conf", "json_sink", "start_query",
-           "run_query", "read_sink"]  # fmt: skip
+__all__ = ["ROCKSDB", "EXIT_QUERY_FAILED", "EXIT_NO_SPARK", "DRIVER_LOG", "spark_conf", "json_sink",
+           "start_query", "run_query", "read_sink", "query_death"]  # fmt: skip
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 EXIT_QUERY_FAILED = 3
 EXIT_NO_SPARK = 4  # Spark cannot run here (Java, memory): an environment problem, not a verdict
+DRIVER_LOG = "driver.log"  # in WORKDIR: the driver's stdout and stderr, the JVM's included
 
 
 def spark_conf() -> dict[str, str]:
@@ -81,6 +85,48 @@ def read_sink(spark: Any, read: str, workdir: Path) -> None:
 Hook = Callable[[Any, int], None]
 
 
+def query_death(query: Any, log: Path | None = None) -> str | None:
+    """Spark's error when ``query`` has stopped running on its own, else None. ``query.exception()``
+    holds it when the stream execution thread caught it; a thread killed by an error raised while it
+    handled another (a ``StackOverflowError`` in Spark's own ``java.util.regex`` match of a long
+    message) leaves it empty, with ``isActive`` false or the thread dead: the error is then the one the
+    JVM printed for that thread in ``log``, and the query is reported failed instead of waited for."""
+    if (exc := query.exception()) is not None:
+        return str(exc)
+    alive = _thread_alive(query)
+    if query.isActive and alive is not False:
+        return None
+    if (exc := query.exception()) is not None:  # set just before the thread ended
+        return str(exc)
+    what = "is no longer active" if not query.isActive else "is marked active, but its thread is dead"
+    return (f"Spark's stream execution thread of query {query.id} ended without an error in "
+            f"query.exception() (the query {what}): {_thread_error(query.id, log)}")  # fmt: skip
+
+
+def _thread_alive(query: Any) -> bool | None:
+    """Whether the JVM thread running ``query``'s micro-batches is alive; None when Spark does not say
+    (a query that is not a classic StreamExecution)."""
+    try:
+        return bool(query._jsq.streamingQuery().queryExecutionThread().isAlive())
+    except Exception:
+        return None
+
+
+def _thread_error(query_id: str, log: Path | None) -> str:
+    """The error the JVM printed for the stream execution thread of ``query_id`` in ``log``
+    (``Exception in thread "stream execution thread for [id = ...`` and its first frames)."""
+    try:
+        lines = log.read_text(errors="replace").splitlines() if log is not None else []
+    except OSError:
+        lines = []
+    for i in range(len(lines) - 1, -1, -1):
+        if "stream execution thread for" in lines[i] and str(query_id) in lines[i]:
+            head = lines[i].split('" ', 1)[-1] if "Exception in thread" in lines[i] else lines[i]
+            frames = [ln.strip() for ln in lines[i + 1 : i + 4] if ln.lstrip().startswith("at ")]
+            return "; ".join([head.strip(), *frames])
+    return f"the JVM printed no error for it{f' in {log}' if log is not None else ''}"
+
+
 def _stop_between_batches(query: Any, limit_s: float = 900.0) -> None:
     """Stop ``query`` between two micro-batches where it can: a query whose batches follow the clock
     (processing-time timers, TTL) is never idle, and a batch cut short at the stop may have reached the
@@ -129,8 +175,8 @@ def run_query(workdir: Path, make_writer: Callable[[Any, dict[str, Any]], Any],
                             cfg["trigger_ms"])  # fmt: skip
         (starts / f"{start_no}.ready").write_text(str(query.id))
         while not (workdir / "stop").exists():
-            if query.exception() is not None:
-                (workdir / "failure.txt").write_text(str(query.exception()))
+            if (death := query_death(query, workdir / DRIVER_LOG)) is not None:
+                (workdir / "failure.txt").write_text(death)
                 return EXIT_QUERY_FAILED
             time.sleep(0.05)
         _stop_between_batches(query)

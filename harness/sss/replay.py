@@ -12,8 +12,14 @@ read through Spark's state data source (``statestore``), as it is from the chaos
 batches the request names.
 
 The result (``REQUEST``'s ``result`` path) is JSON: ``replays`` (one per requested clock: ``outputs``
-by batch, ``state`` by batch and store, ``seconds``) and ``chaos_state`` (by batch: store -> rows, or
-``error``: what Spark said when it would not read the state).
+by batch, ``state`` by batch and store, ``seconds``, ``checkpoint``) and ``chaos_state`` (by batch:
+store -> rows, or ``error``: what Spark said when it would not read the state).
+
+A query that runs on the user's pyspark (``spark:``) is replayed on it too, by the same command in
+that version's environment. Before 4.0 that pyspark has no state data source: the replay then says
+``state_deferred``, and ``python -m harness.sss.replay --state REQUEST.json`` on statechaos's own
+pyspark fills in ``state`` and ``chaos_state`` from both checkpoints afterwards (Spark reads the
+checkpoints earlier versions wrote), as :mod:`harness.sss.deferred_state` does for a processor's run.
 """
 
 from __future__ import annotations
@@ -30,17 +36,38 @@ from harness.sss.query import QuerySpec, build_query
 from harness.sss.query_run import json_sink, spark_conf, start_query
 from harness.sss.values import canon
 
-__all__ = ["read_all_state", "rewrite_timestamp", "CANONICAL_T0", "main"]
+__all__ = ["read_all_state", "read_deferred_state", "rewrite_timestamp", "CANONICAL_T0", "main"]
 
 CANONICAL_T0 = 1_600_000_000_000  # the clock-free replay's first batch timestamp; then +1 s per batch
+
+
+def _operator_rows(spark: Any, checkpoint: Path) -> list[dict[str, Any]]:
+    """The ``state-metadata`` rows of ``checkpoint``; for a checkpoint whose version wrote no operator
+    metadata (before 4.0), the stores its ``state/<operator>/<partition>/`` folders hold: ``default``,
+    or each subfolder with state versions of its own (a join's four stores)."""
+    try:
+        rows = [r.asDict(recursive=True) for r in spark.read.format("state-metadata").load(str(checkpoint)).collect()]
+    except Exception:  # no operator metadata at all
+        rows = []
+    if rows:
+        return rows
+    versions = ("*.zip", "*.changelog", "*.delta", "*.snapshot")
+    out = []
+    for op in sorted((p for p in (checkpoint / "state").glob("*") if p.name.isdigit()), key=lambda p: int(p.name)):
+        part = next((p for p in sorted(op.iterdir()) if p.name.isdigit()), None)
+        subs = sorted(d for d in part.iterdir() if d.is_dir()) if part else []
+        named = [d.name for d in subs if any(next(d.glob(v), None) for v in versions)]
+        for store in named or ["default"]:
+            out.append({"operatorId": int(op.name), "stateStoreName": store, "operatorName": "",
+                        "operatorProperties": None})  # fmt: skip
+    return out
 
 
 def _stores(spark: Any, checkpoint: Path) -> list[dict[str, Any]]:
     """The plan's state stores as ``state-metadata`` lists them, as state data source options."""
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
-    for r in spark.read.format("state-metadata").load(str(checkpoint)).collect():
-        m = r.asDict(recursive=True)
+    for m in _operator_rows(spark, checkpoint):
         op, store, name = int(m["operatorId"]), m["stateStoreName"], m["operatorName"]
         if store.startswith(("left-", "right-")):  # a stream-stream join: both stores of a side at once
             side = store.split("-", 1)[0]
@@ -105,9 +132,11 @@ def _recorded_folders(chaos: Path, spec: QuerySpec) -> dict[str, Path] | None:
     return {next(iter(spec.inputs)): Path(paths[0].removeprefix("file:")).parent}
 
 
-def _replay(spark: Any, spec: QuerySpec, chaos: Path, out: Path, batches: list[int], clock: str) -> dict[str, Any]:
+def _replay(spark: Any, spec: QuerySpec, chaos: Path, out: Path, batches: list[int], clock: str,
+            read_state: bool = True) -> dict[str, Any]:  # fmt: skip
     """One replay of ``batches`` in ``out``; ``clock``: ``recorded`` (the chaos run's batch
-    timestamps) or ``canonical`` (:data:`CANONICAL_T0` + 1 s per batch)."""
+    timestamps) or ``canonical`` (:data:`CANONICAL_T0` + 1 s per batch). ``read_state`` False (a
+    pyspark without a state data source): the state is read later from ``checkpoint``."""
     t0 = time.monotonic()
     shutil.rmtree(out, ignore_errors=True)
     cp = out / "checkpoint"
@@ -127,18 +156,73 @@ def _replay(spark: Any, spec: QuerySpec, chaos: Path, out: Path, batches: list[i
         start_query(df.writeStream.outputMode(spec.output_mode), json_sink(output), cp, None).awaitTermination()
         if not (cp / "commits" / str(b)).exists():
             raise RuntimeError(f"the replay did not commit batch {b} (Spark ran another batch?)")
-        state[str(b)] = read_all_state(spark, cp, b)
+        if read_state:
+            state[str(b)] = read_all_state(spark, cp, b)
     outputs = {str(b): json.loads(p.read_text()) for b in batches if (p := output / f"batch-{b}.json").exists()}
-    return {"clock": clock, "outputs": outputs, "state": state, "seconds": round(time.monotonic() - t0, 2)}
+    return {"clock": clock, "outputs": outputs, "state": state, "seconds": round(time.monotonic() - t0, 2),
+            "checkpoint": str(cp)}  # fmt: skip
+
+
+def _chaos_state(spark: Any, chaos: Path, batches: list[int]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for b in batches:
+        try:
+            out[str(b)] = read_all_state(spark, chaos / "checkpoint", b)
+        except Exception as e:  # Spark refusing damaged state is a result
+            from harness.sss.errors import spark_error_gist
+
+            out[str(b)] = {"error": spark_error_gist(f"{type(e).__name__}: {e}")}
+    return out
+
+
+def read_deferred_state(request_path: Path) -> int:
+    """Fill in the state reads a replay on a pyspark without a state data source left to statechaos's
+    own (``state_deferred``): the chaos checkpoint at the requested batches, every replay's at each
+    batch. A replay checkpoint this Spark cannot read fails the replay (``error``): nothing to judge."""
+    import pyspark
+
+    from harness.spark.cluster import SparkCluster
+
+    req = json.loads(request_path.read_text())
+    path = Path(req["result"])
+    result = json.loads(path.read_text())
+    conf = {**spark_conf(), "spark.sql.streaming.stateStore.maintenanceInterval": "60s"}
+    cluster = SparkCluster("local[1]", extra_conf=conf, app_name="statechaos-sss-replay-state")
+    cluster.start()
+    try:
+        # a read ours cannot make is not a refusal by the user's Spark, which never tried: unknown
+        result["chaos_state"] = {
+            b: {"unreadable": f"pyspark {pyspark.__version__} (statechaos's) could not read it: {got['error']}"}
+            if isinstance(got.get("error"), str) else got
+            for b, got in _chaos_state(cluster.spark, Path(req["workdir"]), req["state_batches"]).items()
+        }  # fmt: skip
+        for r in result["replays"]:
+            r["state"] = {str(b): read_all_state(cluster.spark, Path(r["checkpoint"]), b) for b in req["batches"]}
+        result["state_read_by"] = f"pyspark {pyspark.__version__}, after the replay"
+    except Exception:
+        result["error"] = traceback.format_exc()
+    finally:
+        cluster.stop()
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, default=str))
+    tmp.rename(path)
+    return 0 if result["error"] is None else 3
 
 
 def run(request_path: Path) -> int:
+    import pyspark
+
     from harness.spark.cluster import SparkCluster
+    from harness.sss.pyspark_env import has_state_source
 
     req = json.loads(request_path.read_text())
     chaos = Path(req["workdir"])
     spec = QuerySpec.from_json(json.dumps(req["query"]))
-    result: dict[str, Any] = {"replays": [], "chaos_state": {}, "error": None}
+    result: dict[str, Any] = {"replays": [], "chaos_state": {}, "error": None, "pyspark": pyspark.__version__}
+    reads = has_state_source(pyspark.__version__)
+    if not reads:  # read by statechaos's pyspark afterwards (read_deferred_state); every clock replayed,
+        # since whether two replays agree is only known with their state
+        result["state_deferred"] = f"pyspark {pyspark.__version__} has no state data source"
     # a fresh Python worker per task: memory a UDF keeps outside the state store never carries over,
     # so the replay is the same each time and such memory shows as a difference, not as chance
     conf = {**spark_conf(), "spark.sql.streaming.stateStore.maintenanceInterval": "60s",
@@ -147,17 +231,12 @@ def run(request_path: Path) -> int:
     cluster.start()
     try:
         spark = cluster.spark
-        for b in req["state_batches"]:
-            try:
-                result["chaos_state"][str(b)] = read_all_state(spark, chaos / "checkpoint", b)
-            except Exception as e:  # Spark refusing damaged state is a result
-                from harness.sss.errors import spark_error_gist
-
-                result["chaos_state"][str(b)] = {"error": spark_error_gist(f"{type(e).__name__}: {e}")}
+        if reads:
+            result["chaos_state"] = _chaos_state(spark, chaos, req["state_batches"])
         for n, clock in enumerate(req["clocks"]):
             out = Path(req["replay_dir"]) / f"replay-{n}"
-            result["replays"].append(_replay_again_once(spark, spec, chaos, out, req["batches"], clock))
-            if n == 1 and _same(result["replays"][0], result["replays"][1]) and req.get("stop_when_equal"):
+            result["replays"].append(_replay_again_once(spark, spec, chaos, out, req["batches"], clock, reads))
+            if n == 1 and reads and _same(result["replays"][0], result["replays"][1]) and req.get("stop_when_equal"):
                 break
     except Exception:
         result["error"] = traceback.format_exc()
@@ -169,27 +248,30 @@ def run(request_path: Path) -> int:
     return 0 if result["error"] is None else 3
 
 
-def _replay_again_once(spark: Any, spec: QuerySpec, chaos: Path, out: Path, batches: list[int], clock: str) -> dict[str, Any]:
+def _replay_again_once(spark: Any, spec: QuerySpec, chaos: Path, out: Path, batches: list[int], clock: str,
+                       read_state: bool = True) -> dict[str, Any]:  # fmt: skip
     """:func:`_replay`, started afresh once more when it fails: a fault-free replay that fails for the
     machine's sake (a Python worker that did not connect back in time on a loaded machine) is not a
     result; a query that fails twice is reported as the replay failing (``unknown``)."""
     try:
-        return _replay(spark, spec, chaos, out, batches, clock)
+        return _replay(spark, spec, chaos, out, batches, clock, read_state)
     except Exception:
         traceback.print_exc()
-        return _replay(spark, spec, chaos, out, batches, clock)
+        return _replay(spark, spec, chaos, out, batches, clock, read_state)
 
 
 def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    from harness.sss.replay_oracle import replay_differences
+    from harness.sss.row_diff import replay_differences
 
     return not replay_differences(a, b)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if len(args) == 2 and args[0] == "--state":
+        return read_deferred_state(Path(args[1]))
     if len(args) != 1:
-        print("usage: python -m harness.sss.replay REQUEST.json", file=sys.stderr)
+        print("usage: python -m harness.sss.replay [--state] REQUEST.json", file=sys.stderr)
         return 2
     return run(Path(args[0]))
 

@@ -24,7 +24,6 @@ import os
 import subprocess
 import sys
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,8 @@ from harness.run_store import RunStore
 from harness.sss.checkpoint_log import committed_batches, read_offsets, source_files
 from harness.sss.oracles import SssCheck, judge_sink, uses_user_sink
 from harness.sss.query import QuerySpec, builder_identity
+from harness.sss.row_diff import canon_rows as _canon
+from harness.sss.row_diff import output_diff, replay_differences
 
 __all__ = ["ReplayCheck", "check_replay", "replay_differences", "recording", "cache_dir", "output_diff"]
 
@@ -91,64 +92,6 @@ def _key(*parts: Any) -> str:
     return hashlib.sha256(json.dumps([runtime_digest(), *parts], sort_keys=True).encode()).hexdigest()[:32]
 
 
-# ---- comparing row multisets ----------------------------------------------------------------------
-
-
-def _canon(rows: list[dict[str, Any]]) -> Counter[str]:
-    return Counter(json.dumps(r, sort_keys=True, default=str) for r in rows)
-
-
-def output_diff(got: list[dict[str, Any]], want: list[dict[str, Any]], limit: int = 3) -> str:
-    """``""`` when equal as multisets; else the rows only in ``got`` (unexpected: extra or duplicated)
-    and only in ``want`` (missing), side by side."""
-    g, w = _canon(got), _canon(want)
-    if g == w:
-        return ""
-    extra, missing = sorted((g - w).elements()), sorted((w - g).elements())
-    more = lambda xs: f" (+{len(xs) - limit} more)" if len(xs) > limit else ""  # noqa: E731
-    return (f"{len(extra)} unexpected {extra[:limit]}{more(extra)}; "
-            f"{len(missing)} missing {missing[:limit]}{more(missing)}")  # fmt: skip
-
-
-def _flat(row: Any, prefix: str = "") -> dict[str, Any]:
-    """A row with nested structs as dotted columns (``value.sum``), so a difference names the field."""
-    if not isinstance(row, dict):
-        return {prefix or "value": row}
-    out: dict[str, Any] = {}
-    for k, v in row.items():
-        name = f"{prefix}.{k}" if prefix else str(k)
-        out.update(_flat(v, name) if isinstance(v, dict) else {name: v})
-    return out
-
-
-def _columns(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[str]:
-    """The columns (nested fields dotted) the difference between ``a`` and ``b`` lies in: those whose
-    removal makes them equal, else those whose values differ as multisets."""
-    a, b = [_flat(r) for r in a], [_flat(r) for r in b]
-    cols = sorted({c for r in a + b for c in r})
-    alone = [c for c in cols if _canon([{k: v for k, v in r.items() if k != c} for r in a])
-             == _canon([{k: v for k, v in r.items() if k != c} for r in b])]  # fmt: skip
-    if alone:
-        return alone
-    return [c for c in cols if _canon([{c: r.get(c)} for r in a]) != _canon([{c: r.get(c)} for r in b])] or cols
-
-
-def replay_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """Where two replays disagree: ``batch N output column X`` / ``batch N state op0/default column X``."""
-    out = []
-    for batch in sorted(set(a["outputs"]) | set(b["outputs"]), key=int):
-        ra, rb = a["outputs"].get(batch, []), b["outputs"].get(batch, [])
-        if _canon(ra) != _canon(rb):
-            out.append(f"batch {batch} output, column {', '.join(_columns(ra, rb))}")
-    for batch in sorted(set(a["state"]) | set(b["state"]), key=int):
-        sa, sb = a["state"].get(batch, {}), b["state"].get(batch, {})
-        for store in sorted(set(sa) | set(sb)):
-            ra, rb = sa.get(store, []), sb.get(store, [])
-            if _canon(ra) != _canon(rb):
-                out.append(f"batch {batch} state {store}, column {', '.join(_columns(ra, rb))}")
-    return out
-
-
 # ---- the oracle -----------------------------------------------------------------------------------
 
 
@@ -168,23 +111,34 @@ def _state_batches(workdir: Path, committed: list[int]) -> list[int]:
 
 
 def _run_replay(workdir: Path, spec: QuerySpec, batches: list[int], state_batches: list[int],
-                clocks: list[str], timeout_s: float) -> dict[str, Any]:  # fmt: skip
+                clocks: list[str], timeout_s: float, python: Path | None = None) -> dict[str, Any]:  # fmt: skip
+    """The replay child (:mod:`harness.sss.replay`) on ``python`` (the user's pyspark's venv; None:
+    ours), then, when that pyspark has no state data source, the state reads on ours."""
+    from harness.sss.pyspark_env import child_env
+
     rdir = workdir / "replay"
     rdir.mkdir(exist_ok=True)
     req = {"workdir": str(workdir), "query": json.loads(spec.to_json()), "batches": batches,
            "state_batches": state_batches, "clocks": clocks, "stop_when_equal": True,
            "replay_dir": str(rdir), "result": str(rdir / "result.json")}  # fmt: skip
     (rdir / "request.json").write_text(json.dumps(req))
-    root = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [root, os.getcwd(), *sys.path, env.get("PYTHONPATH", "")] if p)
-    with (rdir / "replay.log").open("ab") as log:
-        subprocess.run([sys.executable, "-m", "harness.sss.replay", str(rdir / "request.json")],
-                       stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout_s, check=False)  # fmt: skip
     path = rdir / "result.json"
+    path.unlink(missing_ok=True)
+    with (rdir / "replay.log").open("ab") as log:
+        subprocess.run([str(python or sys.executable), "-m", "harness.sss.replay", str(rdir / "request.json")],
+                       stdout=log, stderr=subprocess.STDOUT, env=child_env(python, rdir / "pylib"),
+                       timeout=timeout_s, check=False)  # fmt: skip
+        if path.exists() and (deferred := json.loads(path.read_text())).get("state_deferred") and not deferred.get("error"):
+            subprocess.run([sys.executable, "-m", "harness.sss.replay", "--state", str(rdir / "request.json")],
+                           stdout=log, stderr=subprocess.STDOUT, env=child_env(None, rdir / "pylib"),
+                           timeout=timeout_s, check=False)  # fmt: skip
     if not path.exists():
         raise RuntimeError(f"the replay wrote no result (see {rdir / 'replay.log'})")
     result = json.loads(path.read_text())
+    if result.get("state_deferred") and not result.get("state_read_by") and not result.get("error"):
+        # never judge a replay without its state as if it had none
+        raise RuntimeError(f"{result['state_deferred']} and statechaos's could not read it after the replay "
+                           f"(see {rdir / 'replay.log'})")  # fmt: skip
     if result.get("error"):
         from harness.sss.errors import spark_error_gist
 
@@ -192,8 +146,10 @@ def _run_replay(workdir: Path, spec: QuerySpec, batches: list[int], state_batche
     return result
 
 
-def check_replay(workdir: Path, spec: QuerySpec, files_written: int, timeout_s: float = 900) -> ReplayCheck:
-    """Judge the chaos run in ``workdir`` against the (cached) fault-free replay of its batches."""
+def check_replay(workdir: Path, spec: QuerySpec, files_written: int, timeout_s: float = 900,
+                 python: Path | None = None, version: str | None = None) -> ReplayCheck:  # fmt: skip
+    """Judge the chaos run in ``workdir`` against the (cached) fault-free replay of its batches, replayed
+    on the pyspark the run used (``python`` of its venv and its ``version``; None: statechaos's own)."""
     check = ReplayCheck()
     cp = workdir / "checkpoint"
     committed = committed_batches(cp)
@@ -202,7 +158,7 @@ def check_replay(workdir: Path, spec: QuerySpec, files_written: int, timeout_s: 
     if not committed:
         check.unknown.append("no micro-batch committed: nothing to replay")
         return check
-    identity = builder_identity(spec)
+    identity = builder_identity(spec, version)
     clock_free = _key("v1", identity, [(r["batch"], r["watermark"], r["files"]) for r in rec])
     clocked = _key("v1", clock_free, [r["timestamp"] for r in rec])
     cache = cache_dir()
@@ -211,7 +167,7 @@ def check_replay(workdir: Path, spec: QuerySpec, files_written: int, timeout_s: 
     t0 = time.monotonic()
     try:
         result = _run_replay(workdir, spec, committed, state_batches,
-                             [] if cached else ["recorded", "canonical", "recorded"], timeout_s)  # fmt: skip
+                             [] if cached else ["recorded", "canonical", "recorded"], timeout_s, python)  # fmt: skip
     except (RuntimeError, subprocess.TimeoutExpired) as e:  # nothing to judge against: not a finding
         check.unknown.append(f"the fault-free replay could not be had: {e}")
         return check
@@ -219,24 +175,29 @@ def check_replay(workdir: Path, spec: QuerySpec, files_written: int, timeout_s: 
         reference = json.loads(cached.read_text())
         check.replay_note = f"cached ({cached.name[:12]}…, state reads {time.monotonic() - t0:.1f} s)"
     else:
+        check.replay_note = f"on pyspark {result['pyspark']}, " if version else ""
         replays = result["replays"]
         secs = sum(r["seconds"] for r in replays)
-        if len(replays) == 2:  # the recorded and the canonical clock agreed: clock-free and deterministic
+        # the recorded and the canonical clock agreed: clock-free and deterministic (the child stops
+        # after two replays then, unless their state is read afterwards: a pyspark before 4.0)
+        if not replay_differences(replays[0], replays[1]):
             reference, key = {**replays[0], "clock": "independent"}, clock_free
         elif not (diff := replay_differences(replays[0], replays[2])):
             reference, key = {**replays[0], "clock": "recorded"}, clocked
         else:
             check.unknown += [f"non-deterministic: two fault-free replays of the same batches differ at {d}"
                               for d in diff[:5]]  # fmt: skip
-            check.replay_note = f"{len(replays)} replays, {secs:.1f} s, non-deterministic: not cached"
+            check.replay_note += f"{len(replays)} replays, {secs:.1f} s, non-deterministic: not cached"
             reference = None
         if reference is not None:
             cache.mkdir(parents=True, exist_ok=True)
             tmp = cache / f".{key}.{os.getpid()}.tmp"
             tmp.write_text(json.dumps(reference, default=str))
             os.replace(tmp, cache / f"{key}.json")
-            check.replay_note = (f"{len(replays)} replays in {secs:.1f} s (clock {reference['clock']}), "
-                                 f"cached as {key[:12]}…")  # fmt: skip
+            check.replay_note += (f"{len(replays)} replays in {secs:.1f} s (clock {reference['clock']}), "
+                                  f"cached as {key[:12]}…")  # fmt: skip
+    if result.get("state_read_by"):
+        check.replay_note += f"; state read by {result['state_read_by']}"
     if reference is None:
         return check
     _compare(check, workdir, reference, committed, result["chaos_state"])
@@ -263,6 +224,9 @@ def _compare(check: ReplayCheck, workdir: Path, reference: dict[str, Any], commi
     for batch, stores in sorted(chaos_state.items(), key=lambda kv: int(kv[0])):
         if "error" in stores and isinstance(stores["error"], str):
             check.refused.append(f"state data source refused batch {batch}: {stores['error']}")
+            continue
+        if "unreadable" in stores and isinstance(stores["unreadable"], str):
+            check.state_unknown.append(f"state at batch {batch} not judged: {stores['unreadable']}")
             continue
         want_stores = reference["state"].get(batch, {})
         for store in sorted(set(stores) | set(want_stores)):

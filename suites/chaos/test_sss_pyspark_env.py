@@ -52,14 +52,22 @@ def test_a_feature_the_version_lacks_is_refused_naming_both() -> None:
     assert parse_scenario(_scenario("4.0.1", tws, generator=cart), "v.yaml", ROOT).spark == "4.0.1"
 
 
+BUILDER = "  builder: examples.sss.windowed:build\n  input_schema: user string, ts timestamp, n long"
+
+
+def test_a_builders_query_runs_on_the_users_version() -> None:
+    """Its replay runs on the same version (harness.sss.replay_oracle), so nothing refuses it."""
+    assert parse_scenario(_scenario("3.5.3", BUILDER, generator="examples.sss.windowed:make_inputs"),
+                          "v.yaml", ROOT).spark == "3.5.3"  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("spark", "cluster", "query", "problem"),
     [
         ("3.3.4", "local", APPLY, "spark: .*supports 3.4.0 and later"),
         ("3.5", "local", APPLY, "spark: .*expected X.Y.Z"),
         ("3.5.3", "docker", APPLY, "spark: pyspark 3.5.3 runs on local or local-cluster only"),
-        ("3.5.3", "local", "  builder: examples.sss.windowed:build\n  input_schema: user string, ts timestamp, n long",
-         "spark: .*a builder's query runs on statechaos's own pyspark"),
+        ("3.5.3", "docker", BUILDER, "spark: pyspark 3.5.3 runs on local or local-cluster only"),
     ],
 )  # fmt: skip
 def test_what_cannot_run_on_another_version_is_refused(
@@ -252,11 +260,12 @@ class Block(importlib.abc.MetaPathFinder):
             raise ImportError(f"{{name}} is not in a user's PySpark venv")
 sys.meta_path.insert(0, Block())
 import harness.sss.driver, harness.sss.query_run, harness.spark.cluster, harness.progress
+import harness.sss.query_driver, harness.sss.replay, harness.sss.row_diff, harness.sss.analyse
 """
 
 
-def test_the_driver_imports_nothing_a_users_pyspark_venv_lacks() -> None:
-    """The driver runs under the user's PySpark, in a venv holding only PySpark and its pandas/pyarrow:
+def test_the_driver_and_the_replay_import_nothing_a_users_pyspark_venv_lacks() -> None:
+    """The driver, the replay and the analysis run under the user's PySpark, in a venv holding only PySpark and its pandas/pyarrow:
     none of statechaos's own dependencies may be imported on its path (a msgpack import through
     harness.progress -> harness.jobmaster once made every run on 3.5.3 end `refused`)."""
     blocked = ("msgpack", "pydantic", "mmh3", "rich", "yaml", "docker", "hypothesis", "rocksdict", "allure")

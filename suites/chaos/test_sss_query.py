@@ -238,3 +238,174 @@ def test_a_builders_run_ends_once_only_the_clock_drives_its_batches(tmp_path: Pa
     assert not _settled(cp)  # batch 2 moved the watermark: only two clock-driven batches since
     batch(5, 1, 5)
     assert _settled(cp)
+
+
+def test_the_replay_runs_on_the_runs_pyspark_and_ours_reads_state_it_cannot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A builder's query on the user's pyspark (``spark: 3.5.3``) is replayed in that version's venv,
+    with only statechaos's own packages linked on the import path; a pyspark without a state data
+    source says ``state_deferred``, and statechaos's own Python then reads the state of both
+    checkpoints (``--state``). The cache key names the version the query ran on."""
+    import subprocess
+    import sys
+
+    from harness.sss import replay_oracle
+    from harness.sss.query import builder_identity
+
+    spec = QuerySpec("examples.sss.windowed:build", {"events": "user string, ts timestamp, n long"}, "append")
+    venv = tmp_path / "venv" / "bin" / "python"
+    calls: list[tuple[list[str], dict[str, str]]] = []
+
+    def fake_run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        calls.append((cmd, kw["env"]))  # type: ignore[arg-type]
+        result = tmp_path / "replay" / "result.json"
+        if "--state" in cmd:
+            old = json.loads(result.read_text())
+            result.write_text(json.dumps({**old, "chaos_state": {"1": {}}, "state_read_by": "pyspark 4.3.0"}))
+        else:
+            result.write_text(json.dumps({"replays": [], "chaos_state": {}, "error": None,
+                                          "state_deferred": "pyspark 3.5.3 has no state data source"}))  # fmt: skip
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(replay_oracle.subprocess, "run", fake_run)
+    got = replay_oracle._run_replay(tmp_path, spec, [0, 1], [1], ["recorded"], 60, python=venv)
+    (first, env1), (second, env2) = calls
+    assert first[:3] == [str(venv), "-m", "harness.sss.replay"]
+    pylib = env1["PYTHONPATH"].split(":")[0]
+    assert sorted(p.name for p in Path(pylib).iterdir()) == ["harness", "reference_impl"]
+    assert second[:4] == [sys.executable, "-m", "harness.sss.replay", "--state"]
+    assert got["chaos_state"] == {"1": {}} and got["state_read_by"] == "pyspark 4.3.0"
+    # a run on 4.0 or later reads its own state: no second child
+    calls.clear()
+    monkeypatch.setattr(replay_oracle.subprocess, "run", lambda cmd, **kw: calls.append((cmd, kw)) or (
+        (tmp_path / "replay" / "result.json").write_text(json.dumps({"replays": [], "chaos_state": {}, "error": None}))))  # fmt: skip
+    replay_oracle._run_replay(tmp_path, spec, [0, 1], [1], ["recorded"], 60, python=venv)
+    assert len(calls) == 1
+    assert builder_identity(spec, "3.5.3") != builder_identity(spec, "4.0.1") != builder_identity(spec)
+
+
+def test_stores_of_a_checkpoint_without_operator_metadata_come_from_its_folders(tmp_path: Path) -> None:
+    """A checkpoint written before 4.0 has no operator metadata for ``state-metadata`` to list; its
+    stores are read from the layout: ``default`` (RocksDB's ``SSTs`` folder is not a store), or a
+    join's named stores."""
+    from harness.sss.replay import _stores
+
+    class _Spark:
+        read = format = load = None
+
+    class _Empty:
+        def format(self, _: str) -> _Empty:
+            return self
+
+        def load(self, _: str) -> _Empty:
+            return self
+
+        def collect(self) -> list[object]:
+            return []
+
+    spark = _Spark()
+    spark.read = _Empty()  # type: ignore[assignment]
+    cp = tmp_path / "cp"
+    (cp / "state" / "0" / "0" / "SSTs").mkdir(parents=True)
+    (cp / "state" / "0" / "0" / "SSTs" / "000008-x.sst").write_text("")
+    (cp / "state" / "0" / "0" / "2.zip").write_text("")
+    for store in ("left-keyToNumValues", "right-keyToNumValues"):
+        (cp / "state" / "1" / "0" / store).mkdir(parents=True)
+        (cp / "state" / "1" / "0" / store / "1.changelog").write_text("")
+    got = [(s["label"], s["options"]) for s in _stores(spark, cp)]
+    assert got == [("op0/default", {"operatorId": 0, "storeName": "default"}),
+                   ("op1/left", {"operatorId": 1, "joinSide": "left"}),
+                   ("op1/right", {"operatorId": 1, "joinSide": "right"})]  # fmt: skip
+
+
+def test_a_replay_whose_state_was_read_afterwards_is_judged_and_cached_clock_free(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pyspark before 4.0 replays every clock (their state is only read afterwards): when the first
+    two agree the query is clock-free, judged, and cached under the version it ran on."""
+    from harness.sss import replay_oracle
+
+    monkeypatch.setenv("STATECHAOS_REPLAY_CACHE", str(tmp_path / "cache"))
+    w = tmp_path / "run"
+    cp = w / "checkpoint"
+    (cp / "offsets").mkdir(parents=True)
+    (cp / "commits").mkdir()
+    (cp / "offsets" / "0").write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":1000}\n{"logOffset":0}')
+    (cp / "commits" / "0").write_text("v1\n{}")
+    (w / "output").mkdir()
+    (w / "output" / "batch-0.json").write_text(json.dumps([{"user": "a", "n": 1}]))
+    state = {"0": {"op0/default": [{"key": {"user": "a"}, "value": {"n": 1}}]}}
+    one = {"outputs": {"0": [{"user": "a", "n": 1}]}, "state": state, "seconds": 1.0, "clock": "recorded"}
+    monkeypatch.setattr(replay_oracle, "recording", lambda _w: [{"batch": 0, "watermark": 0, "timestamp": 1000,
+                                                                  "files": [["h"]]}])  # fmt: skip
+    monkeypatch.setattr(replay_oracle, "_run_replay", lambda *a, **k: {
+        "replays": [one, {**one, "clock": "canonical"}, one], "chaos_state": state, "pyspark": "3.5.3",
+        "state_read_by": "pyspark 4.3.0, after the replay"})  # fmt: skip
+    spec = QuerySpec("examples.sss.windowed:build", {"events": "user string, ts timestamp, n long"}, "append")
+    check = replay_oracle.check_replay(w, spec, 0, version="3.5.3")
+    assert check.violations == [] and check.unknown == [] and check.states_checked == 1
+    assert check.replay_note.startswith("on pyspark 3.5.3, 3 replays") and "clock independent" in check.replay_note
+    assert check.replay_note.endswith("state read by pyspark 4.3.0, after the replay")
+    assert len(list((tmp_path / "cache").glob("*.json"))) == 1
+
+
+def test_a_scenarios_spark_conf_is_checked_and_carried_to_the_run() -> None:
+    """The ingredients of a state store bug's scenario: the provider and its checkpointing as the
+    deployment runs them (examples/sss/rocksdb-retry-3.4.0-local.yaml)."""
+    conf = ("spark_conf:\n  spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled: false\n"
+            "  spark.sql.shuffle.partitions: 3\n")  # fmt: skip
+    sc = parse_scenario(WINDOWED + conf, "w.yaml", ROOT)
+    assert sc.spark_conf == {"spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "false",
+                             "spark.sql.shuffle.partitions": "3"}  # fmt: skip
+    with pytest.raises(ScenarioError, match=r"spark_conf: .*'shuffle.partitions' is not a Spark setting"):
+        parse_scenario(WINDOWED + "spark_conf: {shuffle.partitions: 3}\n", "w.yaml", ROOT)
+
+
+def test_chaos_state_our_pyspark_could_not_read_afterwards_is_unknown_not_refused(tmp_path: Path) -> None:
+    """The user's pyspark (before 4.0) never read its state; statechaos's failing to read it later is
+    not a refusal by Spark but a check that could not be made."""
+    from harness.sss.replay_oracle import _compare
+
+    check = ReplayCheck()
+    chaos_state = {"2": {"unreadable": "pyspark 4.3.0 (statechaos's) could not read it: 3.changelog does not exist"},
+                   "3": {"error": "CANNOT_LOAD_STATE_STORE"}}  # fmt: skip
+    _compare(check, tmp_path, {"outputs": {}, "state": {}}, [], chaos_state)
+    assert check.state_unknown == ["state at batch 2 not judged: pyspark 4.3.0 (statechaos's) could not read it: "
+                             "3.changelog does not exist"]  # fmt: skip
+    assert check.refused == ["state data source refused batch 3: CANNOT_LOAD_STATE_STORE"]
+    assert check.unknown == []  # the output is still judged: only the restored state is unknown
+
+
+def test_the_spark_43404_pair_differs_only_in_the_version_and_the_expected_verdict() -> None:
+    """The RocksDB task-retry pair: the same query, input, state store settings and faults (a restart,
+    a Python worker kill in the next batch's stateful tasks, a restart), on the affected and the
+    fixed pyspark."""
+    sss = ROOT / "examples" / "sss"
+    bad, good = (parse_scenario((sss / f"rocksdb-retry-{v}-local.yaml").read_text(), v, sss) for v in ("3.4.0", "3.4.1"))
+    assert (bad.spark, bad.expect, good.spark, good.expect) == ("3.4.0", "refused", "3.4.1", "pass")
+    assert bad.query == good.query and bad.input == good.input and bad.spark_conf == good.spark_conf
+    assert bad.faults == good.faults
+    assert [f.kind for f in bad.faults] == ["kill_driver", "kill_python_worker", "kill_driver"]
+    assert "RocksDBStateStoreProvider" in bad.spark_conf["spark.sql.streaming.stateStore.providerClass"]
+
+
+def test_a_deferred_replay_whose_state_was_never_read_is_not_judged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If statechaos's own pyspark never filled in the state of a replay on an older one, the replay
+    cannot be had (unknown): empty state on both sides must not pass as equal."""
+    import subprocess
+
+    from harness.sss import replay_oracle
+
+    def fake_run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        if "--state" not in cmd:  # the state pass dies before writing anything
+            (tmp_path / "replay" / "result.json").write_text(json.dumps(
+                {"replays": [], "chaos_state": {}, "error": None, "state_deferred": "pyspark 3.5.3 has none"}))  # fmt: skip
+        return subprocess.CompletedProcess(cmd, 1)
+
+    monkeypatch.setattr(replay_oracle.subprocess, "run", fake_run)
+    spec = QuerySpec("examples.sss.windowed:build", {"events": "user string, ts timestamp, n long"}, "append")
+    with pytest.raises(RuntimeError, match="could not read it after the replay"):
+        replay_oracle._run_replay(tmp_path, spec, [0], [0], ["recorded"], 60, python=tmp_path / "python")

@@ -57,6 +57,7 @@ class _Cluster:
 
 class _Query:
     id = "q"
+    isActive = True  # noqa: N815 - pyspark's name
     status = {"isTriggerActive": False}
 
     def exception(self) -> None:
@@ -145,3 +146,82 @@ def test_a_builder_with_a_python_worker_kill_planned_gets_the_fault_step(
     (tmp_path / "stop").unlink()
     assert query_driver.run(tmp_path) == 0
     assert built == [f"faulting(builder's, {tmp_path / 'python-fault.armed'})", "builder's"]
+
+
+class _DeadQuery(_Query):
+    """A query whose stream execution thread died of an error it raised while handling another: no
+    ``exception()``, and either ``isActive`` false or (``thread_dead``) the thread gone while Spark
+    still says active. After 40 looks it asks for the stop, so a driver that misses the death ends
+    with 0 instead of hanging."""
+
+    id = "3f2a"
+
+    def __init__(self, workdir: Path, *, inactive: bool) -> None:
+        self.workdir, self.looks = workdir, 0
+        self.isActive = not inactive
+        alive = _Alive(inactive)
+        self._jsq = type("Jsq", (), {"streamingQuery": lambda _: type("Se", (), {
+            "queryExecutionThread": lambda _: alive})()})()  # fmt: skip
+
+    def exception(self) -> None:
+        self.looks += 1
+        if self.looks == 40:
+            (self.workdir / "stop").write_text("")
+        return None
+
+
+class _Alive:
+    def __init__(self, alive: bool) -> None:
+        self.alive = alive
+
+    def isAlive(self) -> bool:  # noqa: N802 - Java's name
+        return self.alive
+
+
+@pytest.mark.parametrize("inactive", [True, False], ids=["inactive", "thread-dead"])
+def test_a_stream_thread_that_died_without_an_exception_is_a_failure_with_sparks_error(
+    tmp_path: Path, inactive: bool
+) -> None:
+    """The restart of sink-by-batch-local that was judged stuck: Spark's stream thread died of a
+    StackOverflowError in java.util.regex with query.exception() empty; the driver must say so."""
+    w = _workdir(tmp_path)
+    (w / query_run.DRIVER_LOG).write_text(
+        "26/11/27 04:10:01 WARN SomethingElse: noise\n"
+        'Exception in thread "stream execution thread for [id = 3f2a, runId = 9c]" java.lang.StackOverflowError\n'
+        "\tat java.base/java.util.regex.Pattern$Loop.match(Pattern.java:5063)\n"
+        "\tat java.base/java.util.regex.Pattern$GroupTail.match(Pattern.java:4886)\n"
+    )
+
+    class _W(_Writer):
+        def start(self) -> _Query:
+            return _DeadQuery(w, inactive=inactive)
+
+    assert query_run.run_query(w, lambda spark, cfg: _W(w, {})) == query_run.EXIT_QUERY_FAILED
+    failure = (w / "failure.txt").read_text()
+    assert "ended without an error in query.exception()" in failure
+    assert "java.lang.StackOverflowError; at java.base/java.util.regex.Pattern$Loop.match" in failure
+
+
+def test_a_running_query_is_not_a_death(tmp_path: Path) -> None:
+    q = _Query()
+    assert query_run.query_death(q, tmp_path / "none.log") is None
+
+
+def test_the_scenarios_spark_settings_reach_the_driver_over_statechaos_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``spark_conf`` (e.g. a deployment's state store provider, changelog checkpointing off) goes
+    through run.json to the driver's SparkCluster, over statechaos's own settings."""
+    seen: dict[str, Any] = {}
+
+    class _Seen(_Cluster):
+        def __init__(self, *a: Any, extra_conf: dict[str, str], **k: Any) -> None:
+            super().__init__()
+            seen.update(extra_conf)
+
+    monkeypatch.setattr(cluster_mod, "SparkCluster", _Seen)
+    hdfs = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+    w = _workdir(tmp_path, cluster_kwargs={"extra_conf": {"spark.sql.streaming.stateStore.providerClass": hdfs}})
+    assert query_run.run_query(w, lambda spark, cfg: _Writer(w, {})) == 0
+    assert seen["spark.sql.streaming.stateStore.providerClass"] == hdfs
+    assert seen["spark.sql.session.timeZone"] == "UTC"  # statechaos's own settings stay under it

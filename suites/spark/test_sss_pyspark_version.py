@@ -1,8 +1,9 @@
 """Issue #33 item 1 on local-cluster: a GroupState query runs under the user's PySpark (3.5.3, a venv
 statechaos builds from PyPI once and caches; about 320 MB to download the first time), through a
 driver kill and restart, and is judged as on statechaos's own Spark: pyspark 3.5 has no state data
-source, so its checkpoint's state is read after the run by statechaos's pyspark. One small test
-(three micro-batches): the venv is built once per machine, then reused."""
+source, so its checkpoint's state is read after the run by statechaos's pyspark. A builder's query
+then runs on the same version, its fault-free replay too (and that replay's state is read by ours).
+One small test (three micro-batches per run): the venv is built once per machine, then reused."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from chaos.sss.run import SssFault, SssRun, run_sss
 from harness.spark.cluster import SparkEnvironmentError
 from harness.sss.pyspark_env import PysparkEnvError, check_java_for
+from harness.sss.query import QuerySpec
 from harness.sss.spec import SssSpec
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -40,3 +42,17 @@ def test_a_query_runs_and_is_judged_under_the_users_pyspark(tmp_path: Path) -> N
     dumps = [json.loads(p.read_text()) for p in (tmp_path / "state").glob("*.json")]
     assert dumps and all(d.get("written_by") == VERSION and "read_by" in d for d in dumps), dumps
     assert out.check.states_checked == len(dumps) >= 2 and out.check.batches_checked >= 3
+
+    # a builder's query on the same version: run, replayed and judged there, state read by ours
+    from examples.sss.counts import INPUT_SCHEMA
+    from examples.sss.counts import make_inputs as count_inputs
+
+    query = QuerySpec("examples.sss.counts:build", {"events": INPUT_SCHEMA}, "update")
+    out = run_sss(SssRun(query, count_inputs(3), tmp_path / "builder", [SssFault("kill_driver", 2)],
+                         pyspark=VERSION))  # fmt: skip
+    assert out.verdict == "pass", out.summary()
+    assert out.pyspark == VERSION and out.check.batches_checked >= 3 and out.check.states_checked >= 2
+    assert out.check.replay_note.startswith(f"on pyspark {VERSION}") or "cached" in out.check.replay_note
+    result = json.loads((tmp_path / "builder" / "replay" / "result.json").read_text())
+    assert result.get("pyspark") == VERSION and "state_read_by" in result
+    assert all(r["state"] for r in result["replays"]), result  # every replay's state was read
