@@ -10,6 +10,7 @@ check kind, serializers and TTL when the state is next requested.
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -32,6 +33,16 @@ _IMMUTABLE_TYPES = frozenset(_IMMUTABLE)  # exact types: one set lookup per valu
 
 _FEW = 8  # a namespace with at most this many keys is snapshotted entry by entry, not bucketed first
 _BULK_MIN = 256  # from this many entries of immutable values a namespace is split in one tight pass
+
+
+def _refs_when_only_cached() -> int:
+    """``sys.getrefcount`` of a handle that only the backend's handle cache and one local name hold."""
+    cache = {0: object()}
+    h = cache[0]
+    return sys.getrefcount(h)
+
+
+_ONLY_CACHED = _refs_when_only_cached()
 
 
 def _all_immutable(values: Any) -> bool:
@@ -248,11 +259,15 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
             for n, (meta, data) in self._restored.items()
         ]
         kg_of, imm = self._kg_of, _IMMUTABLE_TYPES
+        empty: list[tuple[str, Any]] = []  # namespaces whose last entry was removed
         for name, meta, data, ttl in sources:
             states[name] = meta
             drop = ttl is not None and ttl.full_snapshot_cleanup
             kind = StateKind(meta.kind)
             for ns, m in data.items():
+                if not m:
+                    empty.append((name, ns))
+                    continue
                 if shared and not drop and 0 < len(m) <= _FEW:
                     # few keys under this namespace (a window's, a timer's): straight into their key
                     # groups, without the per-namespace bucket dicts (same content, same order)
@@ -297,7 +312,29 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
                     bucket[key] = v
                 for kg, bucket in buckets.items():
                     kgs.setdefault(kg, {}).setdefault(name, {})[ns] = bucket
+        if empty:
+            self._drop_empty_namespaces(empty)
         return KeyedStateSnapshot(self.max_parallelism, self.key_group_range, states, kgs, now)
+
+    def _drop_empty_namespaces(self, empty: list[tuple[str, Any]]) -> None:
+        """Forget namespaces left without entries (a fired session window's, a deleted timer's), with
+        their cached handles, so neither a snapshot nor memory grows with every namespace ever used;
+        the content of the state is unchanged. A namespace whose handle the job still holds (a
+        reference beyond the backend's cache) is kept: that handle writes into its dict."""
+        handles = self._handles
+        for name, ns in empty:
+            table = self._tables.get(name)
+            if table is None or (type(ns) is str and ns == VOID_NAMESPACE):
+                continue
+            h = handles.get((name, ns))
+            if h is not None:
+                if sys.getrefcount(h) > _ONLY_CACHED:
+                    continue
+                del handles[(name, ns)]
+            h = None
+            m = table.data.get(ns)
+            if m is not None and not m:
+                del table.data[ns]
 
     def _split_by_key_group(self, m: dict[Any, Any]) -> dict[int, dict[Any, Any]]:
         """``m``'s entries as one new dict per key group, in one pass: each entry goes into its key

@@ -65,3 +65,25 @@ def test_shared_shares_and_isolated_copies():
     assert isolated == value and isolated is not value
     first = next(iter(value))
     assert isolated[first] is not value[first] and isolated[first][1] is not value[first][1]
+
+
+def test_namespaces_left_empty_are_dropped_and_a_held_handle_still_writes():
+    """A namespace whose last entry went (a fired window, a deleted timer) is forgotten by the next
+    snapshot, so snapshots do not grow with every namespace ever used; a handle the job still holds
+    keeps its namespace, and state written afterwards through new or held handles is all there."""
+    b = HeapKeyedStateBackend(32, KeyGroupRange(0, 31), ManualClock(0))
+    windows = ListStateDescriptor("per_window")
+    b.set_current_key("k")
+    for w in range(500):
+        b.get_partitioned_state(w, windows).add(w)
+        b.get_partitioned_state(w, windows).clear()
+    held = b.get_partitioned_state("held", windows)
+    held.add(1)
+    held.clear()
+    b.snapshot(shared=True)
+    assert list(b._tables["per_window"].data) == ["held"]  # 500 emptied namespaces gone
+    held.add(2)  # the job's own reference: still writes into the state
+    b.get_partitioned_state(7, windows).add(3)  # a dropped namespace used again
+    snap = b.snapshot()
+    per_ns = {ns: m for groups in snap.key_groups.values() for ns, m in groups["per_window"].items()}
+    assert per_ns == {"held": {"k": [2]}, 7: {"k": [3]}}

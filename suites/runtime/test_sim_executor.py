@@ -158,3 +158,38 @@ def test_a_fault_that_never_fires_fails_the_run_instead_of_passing_quietly(sim_r
     details = next(v for v in out.verdicts if v["oracle"] == "fault_schedule")["details"]
     assert any("crash_task at time_ms=600000 never fired" in d for d in details)
     assert any("only 0 of 1 rescale steps happened" in d for d in details)
+
+
+@allure.feature("sim executor")
+def test_a_slow_machine_gives_the_same_checkpoints_and_history(sim_run, monkeypatch):
+    """The sim's time is simulated: a run slowed down in wall time (every record batch and every
+    state snapshot takes real milliseconds more, as on a loaded machine) completes the same
+    checkpoints and writes the same history, byte for byte, as the same seed on a quiet one."""
+    from harness.stream_task import StreamTask
+    from reference_impl.state.heap_backend import HeapKeyedStateBackend
+
+    kw = dict(
+        faults=[{"at": "checkpoint:3", "kind": "crash_task"}],
+        rescale=[{"at": "checkpoint:5", "parallelism": {"source": 1, "count": 3}}],
+        seed=4,
+    )
+    quiet = sim_run(**kw)
+    on_records, snapshot = StreamTask.on_records, HeapKeyedStateBackend.snapshot
+
+    def slow_records(self, *a, **k):
+        time.sleep(0.001)
+        return on_records(self, *a, **k)
+
+    def slow_snapshot(self, *a, **k):
+        time.sleep(0.005)
+        return snapshot(self, *a, **k)
+
+    monkeypatch.setattr(StreamTask, "on_records", slow_records)
+    monkeypatch.setattr(HeapKeyedStateBackend, "snapshot", slow_snapshot)
+    t0 = time.perf_counter()
+    loaded = sim_run(**kw)
+    assert time.perf_counter() - t0 > 0.2  # the slowdown did act
+    histories = [open(f"{o.run_dir}/history.jsonl", "rb").read() for o in (quiet, loaded)]
+    completed = [h.count(b'"type": "checkpoint_completed"') for h in histories]
+    assert completed[0] == completed[1] > 5
+    assert histories[0] == histories[1]
