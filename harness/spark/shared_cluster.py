@@ -46,7 +46,7 @@ __all__ = [
     "session_cluster",
 ]
 
-RESET_STALL_S = 60.0  # a reset fails when nothing it waits for changed for this long
+RESET_STALL_S = 30.0  # a reset fails when nothing it waits for changed for this long
 
 
 class SharedStats:

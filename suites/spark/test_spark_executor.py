@@ -1,13 +1,15 @@
 """The reference keyed job on local-cluster, parallelism 2 sources / 3 keyed, with (a) no faults,
 (b) an executor SIGKILL mid-run, (c) a SIGKILL during barrier alignment, (d) an executor SIGSTOP
 past the checkpoint timeout, then SIGCONT, (e) rescale 3 -> 5 -> 2: every oracle holds in each, and
-no process of a run outlives it."""
+no process of a run outlives it (but the session's shared cluster, idle and reset)."""
 
 from __future__ import annotations
 
 import allure
 import psutil
 import pytest
+
+from harness.spark import shared_cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, allure.epic("spark"), allure.feature("spark executor")]
 
@@ -60,6 +62,10 @@ def test_reference_job_on_local_cluster(run_scenario, case):
     assert outcome.error is None, outcome.error
     assert outcome.passed, [(v["oracle"], v["summary"], v["details"][:5]) for v in outcome.failed_checks]
     left = {p.pid for p in psutil.Process().children(recursive=True) if p.is_running()} - before
+    shared = shared_cluster.session_cluster()  # the session's cluster idles for the next run, reset
+    if shared is not None:
+        assert not any(shared.python_worker_pids().values()), "Python workers left for the next run"
+        left -= shared.owned_pids()
     assert not left, f"processes left behind: {left}"
 
 
