@@ -94,3 +94,18 @@ def test_a_cluster_that_cannot_be_reset_is_discarded(run_scenario, statechaos_sp
     assert after.error is None and after.passed
     assert after.stats["spark_cluster_reused"] is False
     assert after.stats["spark_app_id"] != first.stats["spark_app_id"]
+
+
+def test_a_test_not_marked_spark_cannot_use_the_shared_cluster(statechaos_spark_session, monkeypatch, tmp_path):
+    """STATECHAOS_NO_SPARK (set for every test not marked spark) refuses the session's cluster too,
+    also when one is already up: nothing is started, nothing stopped."""
+    if statechaos_spark_session is None:
+        pytest.skip("--statechaos-fresh-spark: every run starts its own Spark")
+    from harness.spark.cluster import NO_SPARK, SparkRefused
+
+    up = shared_cluster.session_cluster()
+    monkeypatch.setenv(NO_SPARK, "this test is not marked spark")
+    with pytest.raises(SparkRefused, match="not marked spark"):
+        with shared_cluster.cluster_for_run(BASE["cluster"], logs_dir=tmp_path, app_name="refused"):
+            pass
+    assert shared_cluster.session_cluster() is up
