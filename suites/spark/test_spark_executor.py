@@ -54,6 +54,21 @@ CASES = {
 }
 
 
+# first: its local-cluster[2,2] is the shape the tests before it in this folder leave in the
+# session's shared cluster, so it reuses that one (the cases below need [2,3], then [2,4])
+def test_a_relative_runs_dir_works_although_executors_have_their_own_cwd(tmp_path, monkeypatch):
+    from chaos.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "name: relative\ncluster: local\nparallelism: {source: 1, count: 2}\nrecords: 20000\nkeys: 100\n"
+        "checkpoint: {interval_ms: 100ms}\nchecks: [exactly_once, checkpoint_integrity, liveness]\n"
+    )
+    assert main(["run", "s.yaml", "--runs-dir", "runs", "--json", "out.json"]) == 0
+    assert list((tmp_path / "runs").glob("*/output/committed/*.jsonl"))
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_reference_job_on_local_cluster(run_scenario, case):
     before = {p.pid for p in psutil.Process().children(recursive=True)}
@@ -67,16 +82,3 @@ def test_reference_job_on_local_cluster(run_scenario, case):
         assert not any(shared.python_worker_pids().values()), "Python workers left for the next run"
         left -= shared.owned_pids()
     assert not left, f"processes left behind: {left}"
-
-
-def test_a_relative_runs_dir_works_although_executors_have_their_own_cwd(tmp_path, monkeypatch):
-    from chaos.cli import main
-
-    monkeypatch.chdir(tmp_path)
-    scenario = tmp_path / "s.yaml"
-    scenario.write_text(
-        "name: relative\ncluster: local\nparallelism: {source: 1, count: 2}\nrecords: 20000\nkeys: 100\n"
-        "checkpoint: {interval_ms: 100ms}\nchecks: [exactly_once, checkpoint_integrity, liveness]\n"
-    )
-    assert main(["run", "s.yaml", "--runs-dir", "runs", "--json", "out.json"]) == 0
-    assert list((tmp_path / "runs").glob("*/output/committed/*.jsonl"))
