@@ -121,6 +121,13 @@ def _starts_only_what_it_is_marked_for(
             monkeypatch.setenv(var, f"{request.node.nodeid} is not marked @pytest.mark.{marker}")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _one_spark_start_per_session(statechaos_spark_session: Any) -> Any:
+    """Every local-cluster run of the session shares one cluster (the plugin's session fixture,
+    which ``run_scenario`` uses): also the runs tests make through ``statechaos run`` in-process."""
+    return statechaos_spark_session
+
+
 @pytest.fixture
 def java() -> None:
     """Skip (with the reason) where no Java 17/21 runs Spark; for tests that start Spark themselves."""

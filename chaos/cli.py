@@ -7,6 +7,7 @@ command are printed); 2 bad input or environment (a clear message, no traceback)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -88,16 +89,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
             )
         # every one is an SssScenario (checked above); load_scenarios still types them all as Scenario
         scenarios = [(p, sc.with_overrides(spark=args.pyspark)) for p, sc in scenarios]  # type: ignore[call-arg]
-    return run_scenarios(
-        scenarios,
-        cluster=args.cluster,
-        seed=args.seed,
-        runs_dir=Path(args.runs_dir),
-        json_path=Path(args.json) if args.json else None,
-        alluredir=Path(args.alluredir) if args.alluredir else None,
-        console=console,
-        repeat=args.repeat,
-    )
+    # several runs: local-cluster ones share one Spark start (reset between runs)
+    session: Any = contextlib.nullcontext()
+    if len(scenarios) > 1 or args.repeat > 1:
+        from harness.spark.shared_cluster import local_cluster_session
+
+        session = local_cluster_session()
+    with session:
+        return run_scenarios(
+            scenarios,
+            cluster=args.cluster,
+            seed=args.seed,
+            runs_dir=Path(args.runs_dir),
+            json_path=Path(args.json) if args.json else None,
+            alluredir=Path(args.alluredir) if args.alluredir else None,
+            console=console,
+            repeat=args.repeat,
+        )
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:

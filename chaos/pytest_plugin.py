@@ -11,6 +11,8 @@ Fixtures (see ``docs/pytest-plugin.md``):
 - ``run_scenario``: run a scenario file, :class:`~chaos.scenario.Scenario`, dict or YAML text (with
   field overrides; ``engine: sss`` scenarios too, see docs/structured-streaming.md) and get its :class:`~chaos.runner.ScenarioOutcome`, every artefact attached to
   Allure; an infrastructure error raises :class:`ScenarioInfrastructureError` (Allure: *broken*);
+- ``statechaos_spark_session`` (session scope): one local cluster shared by the session's
+  local-cluster runs, reset between them (``--statechaos-fresh-spark``: a Spark start per run);
 - ``assert_oracles``: assert that oracles held, failing with ``oracle failed: NAME: why`` (Allure's
   "Oracle failures" category);
 - ``scenario_file`` / ``scenario``: one parametrised case per scenario found by ``--scenario`` or the
@@ -64,6 +66,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--scenario", action="append", default=[], help="scenario file or folder (repeatable)")
     group.addoption("--runs-dir", default=None, help="keep run directories here (default: pytest's tmp dirs)")
+    group.addoption(
+        "--statechaos-fresh-spark",
+        action="store_true",
+        default=False,
+        help="start Spark for every local-cluster run instead of sharing one cluster per session",
+    )
     group.addoption(
         "--statechaos-repeat",
         type=int,
@@ -157,6 +165,23 @@ def _skip_unless_available(cluster: str) -> None:
             docker.from_env().ping()
         except Exception as e:  # no engine, no socket, no permission: all mean "cannot run here"
             pytest.skip(f"cluster {cluster}: no Docker engine reachable ({type(e).__name__}: {e})")
+
+
+@pytest.fixture(scope="session")
+def statechaos_spark_session(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """One local cluster for the session's local-cluster runs (``run_scenario`` uses it): Spark starts
+    at the first such run, is reset between runs (no job, task or Python worker of the previous run
+    left, every executor back) and stops when the session ends; a cluster that cannot be reset, or a
+    run with another ``local-cluster[W,C,MEM]`` shape, gets a new one. Yields the session's
+    :class:`~harness.spark.shared_cluster.SharedStats` (Spark starts, runs), or None with
+    ``--statechaos-fresh-spark`` (every run starts its own Spark)."""
+    if request.config.getoption("--statechaos-fresh-spark"):
+        yield None
+        return
+    from harness.spark.shared_cluster import local_cluster_session
+
+    with local_cluster_session() as stats:
+        yield stats
 
 
 @pytest.fixture
@@ -375,7 +400,7 @@ def _prepare(
 
 @pytest.fixture
 def run_scenario(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, statechaos_spark_session: Any
 ) -> Callable[..., Any]:
     """Run a scenario (path, :class:`Scenario`, dict or YAML text) and return its outcome.
 
@@ -385,7 +410,8 @@ def run_scenario(
     ``--cluster``, else the test's ``cluster`` marker, else the scenario's own (skipped when its Java or
     Docker is missing); the seed is ``seed=``, else ``--seed``, else the scenario's. The outcome is
     attached to Allure. A run that ends in an error instead of verdicts raises
-    :class:`ScenarioInfrastructureError` unless ``allow_error=True``.
+    :class:`ScenarioInfrastructureError` unless ``allow_error=True``. Local-cluster runs share the
+    session's cluster (``statechaos_spark_session``): N scenarios cost one Spark start plus N jobs.
     """
     from chaos.replay_command import replay_command
     from chaos.runner import run_scenario as _run

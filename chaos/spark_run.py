@@ -128,9 +128,10 @@ def run_on_spark(
     and run the job under the scenario's nemesis; everything started is registered on ``stack``."""
     from chaos.scenario_job import checks_for
     from chaos.toxiproxy.launch import toxiproxy_client, toxiproxy_server
-    from harness.spark.cluster import SparkCluster, SparkEnvironmentError
+    from harness.spark.cluster import SparkEnvironmentError
     from harness.spark.executor import SparkExecutor
     from harness.spark.network import TaskNetwork
+    from harness.spark.shared_cluster import cluster_for_run
     from harness.spark.transport import TransportError
 
     master, docker = place.master, place.docker
@@ -159,16 +160,17 @@ def run_on_spark(
         router = _LinkRouter(toxiproxy_client(url), run_dir.name, links, **proxy_hosts)
         stack.callback(router.close)
         network = TaskNetwork(**place.network, router=router.route, inband=inband)
-    try:
-        cluster = SparkCluster(
-            master,
-            app_name=f"statechaos-{sc.name}-{sc.seed}",
-            logs_dir=RunStore(run_dir).logs,
-            **place.spark_kwargs,
-        ).start()
+    try:  # inside a local_cluster_session a local-cluster run reuses the session's cluster
+        cluster, reused = stack.enter_context(
+            cluster_for_run(
+                master,
+                app_name=f"statechaos-{sc.name}-{sc.seed}",
+                logs_dir=RunStore(run_dir).logs,
+                **place.spark_kwargs,
+            )
+        )
     except SparkEnvironmentError as e:
         raise EnvironmentProblem(str(e)) from None
-    stack.callback(cluster.stop)
     if place.executors:  # every worker's executor registered, so the barrier stage starts spread out
         try:
             cluster.wait_for_executors(place.executors, 120)
@@ -229,6 +231,9 @@ def run_on_spark(
     return {
         **stats,
         "master": master,
-        "spark_startup_s": round(getattr(cluster, "startup_s", 0.0), 1),
+        # what this run paid to start Spark: 0 when it reused a session's cluster
+        "spark_startup_s": 0.0 if reused else round(getattr(cluster, "startup_s", 0.0) or 0.0, 1),
+        "spark_cluster_reused": reused,
+        "spark_app_id": cluster.app_id,
         **place.stats,
     }

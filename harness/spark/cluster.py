@@ -75,6 +75,8 @@ __all__ = [
     "check_java",
     "alive_pids",
     "sweep_stale_work_dirs",
+    "parse_local_cluster",
+    "set_idle_shared",
 ]
 
 _LOCAL_CLUSTER = re.compile(r"^local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\]$")
@@ -84,6 +86,23 @@ _EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 NO_SPARK = "STATECHAOS_NO_SPARK"
 """Set (to a reason) to refuse starting Spark: the test suite sets it for every test not marked
 ``spark``, so a test that needs Spark cannot hide in the fast tier (subprocesses inherit it)."""
+
+
+_idle_shared: SparkCluster | None = None
+
+
+def set_idle_shared(cluster: SparkCluster | None) -> None:
+    """Mark the session-shared cluster idle between runs (None: in use or gone). pyspark allows one
+    SparkContext per process: an idle shared cluster is stopped when another cluster starts here
+    (``harness.spark.shared_cluster`` starts a new one for its next run)."""
+    global _idle_shared
+    _idle_shared = cluster
+
+
+def parse_local_cluster(master: str) -> tuple[int, int, int] | None:
+    """(workers, cores, memory MB) of a ``local-cluster[W,C,MEM]`` master, None for any other."""
+    m = _LOCAL_CLUSTER.match(master)
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
 
 
 class SparkRefused(RuntimeError):
@@ -209,10 +228,7 @@ class SparkCluster:
         self.log_level = log_level
         self.start_timeout_s = start_timeout_s
         self.keep_work_dir = keep_work_dir
-        m = _LOCAL_CLUSTER.match(master)
-        self.local_cluster: tuple[int, int, int] | None = (
-            (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
-        )
+        self.local_cluster = parse_local_cluster(master)
         if executor_memory_mb is None:
             executor_memory_mb = min(self.local_cluster[2], 1024) if self.local_cluster else 1024
         self.executor_memory_mb = executor_memory_mb
@@ -320,7 +336,13 @@ class SparkCluster:
             ctx = jvm.org.apache.logging.log4j.LogManager.getContext(False)
             ctx.setConfigLocation(jvm.java.net.URI(self._log4j_config().as_uri()))
 
-    def _keep_executor_logs(self) -> None:
+    def attach_logs(self, logs_dir: Path | None) -> None:
+        """Send the driver's log lines to ``logs_dir/driver.log`` from now on (a shared cluster
+        serving the next run); executors' output is copied there by :meth:`keep_executor_logs`."""
+        self.logs_dir = None if logs_dir is None else Path(logs_dir).resolve()
+        self._redirect_driver_log()
+
+    def keep_executor_logs(self) -> None:
         """Copy each executor's stdout and stderr (``work/<app>/<id>/``) into ``logs_dir/executors``."""
         if self.logs_dir is None or self._work_dir is None or not self._work_dir.is_dir():
             return
@@ -352,6 +374,10 @@ class SparkCluster:
         from pyspark import SparkContext
         from pyspark.sql import SparkSession
 
+        idle = _idle_shared
+        if idle is not None and idle is not self and SparkContext._active_spark_context is not None:
+            set_idle_shared(None)  # a session's idle cluster gives way (one SparkContext per process)
+            idle.stop()
         if SparkContext._active_spark_context is not None:
             raise RuntimeError(
                 "another SparkContext is active in this process; stop it first (one Spark app at a time)"
@@ -475,12 +501,14 @@ class SparkCluster:
             self._shutdown_gateway()
         procs.update(self._snapshot())
         self._kill(procs, hard=False)
-        self._keep_executor_logs()
+        self.keep_executor_logs()
         if self._work_dir is not None and not self.keep_work_dir:
             shutil.rmtree(self._work_dir, ignore_errors=True)
         if self._tmp is not None:
             self._tmp.cleanup()
         self._state = "stopped"
+        if _idle_shared is self:
+            set_idle_shared(None)
         atexit.unregister(self.stop)
 
     def _stop_spark(self) -> None:

@@ -96,7 +96,6 @@ def _evidence(name: str, outcome: Any) -> None:
         "stop-worker-docker",
         "python-worker-kill-docker",
         "partition-worker-docker",
-        "kill-worker-alignment-docker",
         "windowed-sss-docker",
     ):
         assert restarts, "the fault never made the job fail over"
@@ -106,7 +105,7 @@ def _evidence(name: str, outcome: Any) -> None:
     for f in faults:  # every fault acted (an injector that found nothing to act on says why)
         end = next((e for e in events if e["type"] == "fault_end" and e["fault_id"] == f["fault_id"]), {})
         assert not end.get("error") and not f["details"].get("error"), (f, end)
-    if name == "kill-worker-alignment-docker":
+    if name == "kill-worker-docker":  # killed during alignment
         t_kill, _ = _window(events, "kill_worker")
         t_delay, _ = _window(events, "delay_barrier")
         triggered = {e["checkpoint_id"]: e["t"] for e in events if e["type"] == "checkpoint_triggered"}
