@@ -66,6 +66,13 @@ class PyflinkConfig:
             "execution.checkpointing.storage": "filesystem",
         }
 
+    def short(self) -> str:
+        """The settings that set PyFlink's per-record cost, for the bench table's baseline column."""
+        return (
+            f"PyFlink {PYFLINK_VERSION} {self.execution_mode} mode, bundle {self.bundle_size:,}, "
+            f"{self.state_backend} state, state cache {self.state_cache_size:,}, p={self.parallelism}"
+        )
+
     def describe(self) -> str:
         return (
             f"PyFlink {PYFLINK_VERSION}, local MiniCluster, parallelism {self.parallelism}, "
@@ -232,36 +239,39 @@ def _our_runs(quick: bool) -> tuple[tuple[int, float], tuple[int, float], int]:
 
 
 def run(quick: bool) -> list[Figure]:
+    return [measure(quick, PyflinkConfig())]
+
+
+def measure(quick: bool, config: PyflinkConfig) -> Figure:
+    """Ours / PyFlink (run with ``config``), marginal rates, PyFlink first; Unavailable without its venv."""
     try:
         python = ready_python()
     except PyflinkUnavailable as e:
         raise Unavailable(str(e)) from None
-    config = PyflinkConfig()
     p1, p2 = PYFLINK_SIZES[quick]
     theirs = run_pyflink(python, [(p1, KEYS), (p2, KEYS)], config, WARM_UP)
     flink_rate = marginal_rate((p1, theirs[0].seconds), (p2, theirs[1].seconds))
     small, large, checkpoints = _our_runs(quick)
     ours_rate = marginal_rate(small, large)
-    return [
-        Figure(
-            name="keyed running count, marginal rate: ours / PyFlink",
-            value=ours_rate,
-            baseline=flink_rate,
-            unit="records/s",
-            baseline_name="PyFlink KeyedProcessFunction",
-            target=10.0,
-            size={"keys": KEYS, "ours": f"{small[0]}->{large[0]}", "pyflink": f"{p1}->{p2}"},
-            notes=(
-                f"ours: keyed_count per-record path, source 1 + count 1 on local-cluster[2,1,2048], "
-                f"1 s checkpoints ({checkpoints} in the larger run), 2PC file sink; "
-                f"{small[0]:,} records {small[1]:.2f} s, {large[0]:,} records {large[1]:.2f} s. "
-                f"PyFlink: {config.describe()}; {p1:,} records {theirs[0].seconds:.2f} s, "
-                f"{p2:,} records {theirs[1].seconds:.2f} s"
-            ),
-        )
-    ]
+    return Figure(
+        name="keyed running count, marginal rate: ours / PyFlink",
+        value=ours_rate,
+        baseline=flink_rate,
+        unit="records/s",
+        baseline_name=config.short(),
+        target=10.0,
+        size={"keys": KEYS, "ours": f"{small[0]}->{large[0]}", "pyflink": f"{p1}->{p2}"},
+        notes=(
+            f"ours: keyed_count per-record path, source 1 + count 1 on local-cluster[2,1,2048], "
+            f"1 s checkpoints ({checkpoints} in the larger run), 2PC file sink; "
+            f"{small[0]:,} records {small[1]:.2f} s, {large[0]:,} records {large[1]:.2f} s. "
+            f"PyFlink: {config.describe()}; {p1:,} records {theirs[0].seconds:.2f} s, "
+            f"{p2:,} records {theirs[1].seconds:.2f} s"
+        ),
+    )
 
 
-if __name__ == "__main__":  # a diagnostic: ./dev python -m chaos.bench.pyflink_peer [--full]
-    for f in run("--full" not in sys.argv[1:]):
-        print(json.dumps(f.to_dict(), indent=2))
+if __name__ == "__main__":  # a diagnostic: ./dev python -m chaos.bench.pyflink_peer [--full] [--thread]
+    mode = "thread" if "--thread" in sys.argv[1:] else "process"
+    fig = measure("--full" not in sys.argv[1:], PyflinkConfig(execution_mode=mode))
+    print(json.dumps(fig.to_dict(), indent=2))

@@ -74,6 +74,9 @@ def test_the_stated_configuration_is_what_flink_is_given() -> None:
     assert flink["python.state.cache-size"] == "1000" and "state cache 1,000" in said
     assert flink["execution.checkpointing.interval"] == "1000 ms" and "every 1000 ms" in said
     assert f"PyFlink {pyflink_env.PYFLINK_VERSION}" in said and "parallelism 2" in said
+    assert conf.short() == (
+        f"PyFlink {pyflink_env.PYFLINK_VERSION} process mode, bundle 1,000, hashmap state, state cache 1,000, p=2"
+    )
     other = peer.PyflinkConfig(execution_mode="thread", bundle_size=100_000, state_cache_size=10)
     assert other.flink_conf()["python.execution-mode"] == "thread"
     assert "thread mode" in other.describe() and "bundle size 100,000" in other.describe()
