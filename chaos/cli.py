@@ -177,6 +177,17 @@ def _cmd_coverage(args: argparse.Namespace) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     from chaos.bench.runner import run_benchmarks
 
+    if args.setup_pyflink:
+        from chaos.bench.pyflink_env import PyflinkUnavailable, setup
+
+        try:
+            python = setup(say=console.print)
+        except PyflinkUnavailable as e:
+            console.print(f"[red]error[/red] {e}")
+            return EXIT_BAD_INPUT
+        console.print(f"PyFlink is set up: {python}; `statechaos bench --only pyflink_peer` runs the peer")
+        return EXIT_OK
+
     return run_benchmarks(
         quick=args.quick, json_path=Path(args.json) if args.json else None, only=args.only, console=console
     )
@@ -302,6 +313,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--quick", action="store_true", help="small sizes, a few minutes in all")
     b.add_argument("--json", metavar="FILE")
     b.add_argument("--only", action="append", help="run only these benchmark modules (repeatable)")
+    b.add_argument(
+        "--setup-pyflink",
+        action="store_true",
+        help="build the PyFlink peer's own venv (pip downloads about 350 MB, once) and exit",
+    )
     b.set_defaults(fn=_cmd_bench)
 
     from chaos.sss.cli import add_sss_parser  # Structured Streaming queries under chaos

@@ -12,7 +12,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["Figure", "best_rate"]
+__all__ = ["Figure", "Unavailable", "best_rate"]
+
+
+class Unavailable(Exception):
+    """A benchmark that cannot run here (an optional peer not set up); the message says how to enable
+    it. The runner reports it and goes on: not an error."""
 
 
 @dataclass

@@ -7,15 +7,15 @@ Only the standard library here: the query's driver, running under the user's PyS
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
+
+from harness.venv_cache import VenvBuildError, cache_dir, ensure_venv
 
 __all__ = [
     "MIN_VERSION",
@@ -26,6 +26,7 @@ __all__ = [
     "missing_feature",
     "has_state_source",
     "java_majors",
+    "java_major",
     "check_java_for",
     "env_dir",
     "env_python",
@@ -36,7 +37,6 @@ __all__ = [
 
 MIN_VERSION = (3, 4, 0)
 ENVS = "STATECHAOS_PYSPARK_ENVS"  # where the venvs live; default ~/.cache/statechaos/pyspark
-_DONE = ".statechaos-complete"  # written last: a venv without it is half-built and never used
 
 # feature -> (first version with it, where that is stated), checked against Spark's sources
 FEATURES: dict[str, tuple[tuple[int, int, int], str]] = {
@@ -88,7 +88,7 @@ def java_majors(version: str) -> tuple[int, ...]:
     return (8, 11, 17) if parse_version(version) < (4, 0, 0) else (17, 21)
 
 
-def _java_major(java: str) -> int | None:
+def java_major(java: str) -> int | None:
     try:
         out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30).stderr
     except (OSError, subprocess.TimeoutExpired):
@@ -110,7 +110,7 @@ def check_java_for(version: str) -> str:
     for java in candidates:
         if not java or not os.access(java, os.X_OK):
             continue
-        major = _java_major(java)
+        major = java_major(java)
         if major in wanted:
             return java
         found.append(f"{java} is Java {major or '?'}")
@@ -144,56 +144,21 @@ def requirements(version: str) -> list[str]:
 
 
 def env_dir(version: str) -> Path:
-    root = os.environ.get(ENVS) or str(Path.home() / ".cache" / "statechaos" / "pyspark")
-    return Path(root) / version
+    return cache_dir("pyspark", ENVS) / version
 
 
 def env_python(version: str) -> Path:
     return env_dir(version) / "bin" / "python"
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)  # one builder per version; the others wait, then reuse it
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def ensure_env(version: str, say: Callable[[str], None] = print) -> Path:
     """The Python of the venv for pyspark ``version``, built first if missing (``say`` reports each
-    step). Built under a lock into a fresh folder and marked complete last, so a build that was
-    interrupted is removed and redone, never used."""
+    step), cached by :func:`harness.venv_cache.ensure_venv`."""
     parse_version(version)
-    where = env_dir(version)
-    python = env_python(version)
-    if (where / _DONE).exists():
-        return python
-    with _locked(where.parent / f".{version}.lock"):
-        if (where / _DONE).exists():
-            return python
-        if where.exists():
-            say(f"pyspark {version}: removing a half-built environment at {where}")
-            shutil.rmtree(where)
-        say(f"pyspark {version}: creating an environment at {where} (first use; pip downloads about 350 MB)")
-        try:
-            subprocess.run(
-                [sys.executable, "-m", "venv", str(where)], check=True, capture_output=True, text=True
-            )
-            reqs = requirements(version)
-            say(f"pyspark {version}: installing {' '.join(reqs)}")
-            subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *reqs],
-                           check=True, capture_output=True, text=True)  # fmt: skip
-        except subprocess.CalledProcessError as e:
-            shutil.rmtree(where, ignore_errors=True)
-            tail = "\n".join((e.stderr or e.stdout or "").strip().splitlines()[-5:])
-            raise PysparkEnvError(f"pyspark {version}: could not build its environment: {tail}") from None
-        (where / _DONE).write_text(version)
-        say(f"pyspark {version}: environment ready")
-    return python
+    try:
+        return ensure_venv(env_dir(version), requirements(version), f"pyspark {version}", "about 350 MB", say)
+    except VenvBuildError as e:
+        raise PysparkEnvError(str(e)) from None
 
 
 def harness_only(folder: Path) -> Path:
