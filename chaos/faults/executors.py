@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from chaos.faults.registry import FaultTarget, SssInjectorFactory, SssTarget
 from chaos.injectors.base import Injector, InjectorError
@@ -34,7 +34,7 @@ def docker_of(on: FaultTarget) -> DockerSparkCluster:
     """The run's docker Spark cluster; an :class:`InjectorError` on a run that has none."""
     if on.docker is None:
         raise InjectorError(f"this fault acts on worker containers, and a {on.cluster_kind} run has none")
-    return on.docker
+    return cast("DockerSparkCluster", on.docker)  # the only class a run puts there
 
 
 def executor_target(spark: SparkCluster, target: str | None, rng: random.Random) -> tuple[str, int]:

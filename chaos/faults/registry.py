@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
 from chaos.faults.params import FaultParams
 from chaos.injectors.base import Injector
@@ -20,7 +20,6 @@ from chaos.scope import RunScope
 from harness.controls import ExecutorControls
 
 if TYPE_CHECKING:  # pyspark and the docker SDK load only when a run starts their cluster
-    from chaos.cluster.docker_spark import DockerSparkCluster
     from chaos.injectors.network import ProxyRouter
     from harness.spark.cluster import SparkCluster
 
@@ -48,6 +47,14 @@ DOCKER = ("docker",)
 Targets = Literal["task", "executor", "channel", "worker"]
 
 
+class DockerCluster(Protocol):
+    """A run's dockerised Spark cluster as a fault target holds it
+    (``chaos.cluster.docker_spark.DockerSparkCluster``, named here as a protocol because the cluster
+    code sits above the fault kinds; :func:`chaos.faults.executors.docker_of` gives the class)."""
+
+    stack: Any
+
+
 @dataclass
 class FaultTarget:
     """What a fault can act on in one run: the executor's controls (every cluster), and on Spark clusters
@@ -56,7 +63,7 @@ class FaultTarget:
     executor: ExecutorControls
     scope: RunScope
     spark: SparkCluster | None = None
-    docker: DockerSparkCluster | None = None
+    docker: DockerCluster | None = None
     router: ProxyRouter | None = None  # when the scenario has network faults
     cluster_kind: str = "sim"  # the scenario's cluster kind (sim, local, spark, docker): default deliveries
 
