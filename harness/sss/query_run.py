@@ -25,12 +25,18 @@ from typing import Any
 from harness.sss.spec import load_function
 from harness.sss.values import canon_row
 
-__all__ = ["ROCKSDB", "EXIT_QUERY_FAILED", "EXIT_NO_SPARK", "spark_conf", "json_sink", "start_query",
+__all__ = ["ROCKSDB", "EXIT_QUERY_FAILED", "EXIT_NO_SPARK", "TRANSIENT", "transient", "spark_conf", "json_sink", "start_query",
            "run_query", "read_sink"]  # fmt: skip
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 EXIT_QUERY_FAILED = 3
 EXIT_NO_SPARK = 4  # Spark cannot run here (Java, memory): an environment problem, not a verdict
+# Spark's own words when a Python worker it started did not connect back within its fixed 10 s
+# (``PythonWorkerFactory.createSimpleWorker``; transformWithStateInPandas starts one on the driver at
+# every query start, to read the processor's state schema): the machine's load, not the query. A
+# query that failed so committed nothing of the failed batch, and is started again.
+TRANSIENT = ("Python worker failed to connect back",)
+QUERY_STARTS = 4  # attempts per driver start (and per replay batch) when the failure is TRANSIENT
 
 
 def spark_conf() -> dict[str, str]:
@@ -78,6 +84,11 @@ def read_sink(spark: Any, read: str, workdir: Path) -> None:
     tmp.rename(workdir / "sink-read.json")
 
 
+def transient(error: object) -> bool:
+    """Whether a query's failure is the machine's (:data:`TRANSIENT`), not the query's."""
+    return any(t in str(error) for t in TRANSIENT)
+
+
 Hook = Callable[[Any, int], None]
 
 
@@ -122,12 +133,19 @@ def run_query(workdir: Path, make_writer: Callable[[Any, dict[str, Any]], Any],
             on_start(spark, start_no)
         sink = cfg.get("sink") or {}
         write = user_sink(sink["foreach_batch"], workdir / "sink") if sink else json_sink(output)
-        query = start_query(make_writer(spark, cfg), chaos_sink(write, workdir), workdir / "checkpoint",
-                            cfg["trigger_ms"])  # fmt: skip
+        def start() -> Any:
+            return start_query(make_writer(spark, cfg), chaos_sink(write, workdir), workdir / "checkpoint",
+                               cfg["trigger_ms"])  # fmt: skip
+
+        query, attempts = start(), 1
         (starts / f"{start_no}.ready").write_text(str(query.id))
         while not (workdir / "stop").exists():
-            if query.exception() is not None:
-                (workdir / "failure.txt").write_text(str(query.exception()))
+            if (error := query.exception()) is not None:
+                if transient(error) and attempts < QUERY_STARTS:
+                    print(f"query start {attempts} failed for the machine's sake, again: {error}"[:400], flush=True)
+                    query, attempts = start(), attempts + 1
+                    continue
+                (workdir / "failure.txt").write_text(str(error))
                 return EXIT_QUERY_FAILED
             time.sleep(0.05)
         _stop_between_batches(query)

@@ -238,3 +238,39 @@ def test_a_builders_run_ends_once_only_the_clock_drives_its_batches(tmp_path: Pa
     assert not _settled(cp)  # batch 2 moved the watermark: only two clock-driven batches since
     batch(5, 1, 5)
     assert _settled(cp)
+
+
+def test_a_replay_batch_whose_python_worker_did_not_connect_back_is_run_again() -> None:
+    """transformWithStateInPandas starts a Python worker on the driver at every query start, and Spark
+    gives it a fixed 10 s to connect back: on a loaded machine the replay (a query start per batch)
+    failed so twice and the verdict was ``unknown`` for Spark's own processor. The batch is run again;
+    any other failure is the query's and is raised at once."""
+    from harness.sss.replay import run_batch
+
+    calls: list[int] = []
+
+    def flaky() -> None:
+        calls.append(1)
+        if len(calls) < 3:
+            raise RuntimeError("[STREAM_FAILED] Query terminated with exception: Python worker failed to connect back.")
+
+    run_batch(flaky)
+    assert len(calls) == 3
+    calls.clear()
+
+    def broken() -> None:
+        calls.append(1)
+        raise RuntimeError("[STREAM_FAILED] AssertionError: the user's")
+
+    with pytest.raises(RuntimeError, match="the user's"):
+        run_batch(broken)
+    assert len(calls) == 1
+    calls.clear()
+
+    def always() -> None:
+        calls.append(1)
+        raise RuntimeError("Python worker failed to connect back.")
+
+    with pytest.raises(RuntimeError, match="connect back"):
+        run_batch(always, attempts=3)
+    assert len(calls) == 3
