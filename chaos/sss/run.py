@@ -253,6 +253,9 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
         while watch.stalled() is None and not over_time():
             if (w / "starts" / f"{n}.ready").exists():
                 return d
+            # the driver's own milestones are progress: its Spark session up (a JVM and executors
+            # to start, which took over 80 s on a loaded machine), then its query
+            watch.observe(driver_spark_up=sum(1 for _ in (w / "starts").glob("*.spark")))
             if d.proc.poll() == EXIT_NO_SPARK:
                 d.kill()
                 raise SparkEnvironmentError(_failure(w, "the query's driver could not start Spark"))

@@ -9,7 +9,8 @@ A driver's ``WORKDIR`` holds ``run.json`` (the query, master, trigger, the clust
 the user's ``sink`` if any, the ``python_fault_file``), ``input/``, ``checkpoint/``, ``output/``
 (statechaos's sink: batch N's rows in ``batch-N.json``, by rename, so a replayed batch replaces its
 own file), ``sink/`` (the user's sink's folder), ``starts/`` (``N`` holds the pid of start N,
-``N.ready`` appears once its query runs). A file ``stop`` asks the driver to stop the query and exit
+``N.spark`` appears once its Spark session is up, ``N.ready`` once its query runs: the orchestrator
+counts each as progress, so a start slowed by a loaded machine is not taken for a stall). A file ``stop`` asks the driver to stop the query and exit
 0; a query that fails writes ``failure.txt`` and exits 3; exit 4: Spark cannot start here."""
 
 from __future__ import annotations
@@ -129,6 +130,7 @@ def run_query(workdir: Path, make_writer: Callable[[Any, dict[str, Any]], Any],
         return EXIT_NO_SPARK
     try:
         spark = cluster.spark
+        (starts / f"{start_no}.spark").write_text("")
         if on_start is not None:
             on_start(spark, start_no)
         sink = cfg.get("sink") or {}
