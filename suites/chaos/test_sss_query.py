@@ -274,3 +274,18 @@ def test_a_replay_batch_whose_python_worker_did_not_connect_back_is_run_again() 
     with pytest.raises(RuntimeError, match="connect back"):
         run_batch(always, attempts=3)
     assert len(calls) == 3
+
+
+def test_a_query_the_machine_could_not_start_is_unknown_never_refused() -> None:
+    """A query start whose driver-side Python worker missed Spark's fixed 10 s connect-back, every
+    retry (a loaded machine: importing pyspark, pandas and pyarrow took 14 s at load 45): Spark
+    refused nothing, so ``query_ran`` is unknown, not a refusal."""
+    sc = SssScenario.model_validate({"name": "w", "engine": "sss", "input": {"folder": "x"},
+                                     "query": {"builder": "examples.sss.windowed:build", "input_schema": "user string"}})  # fmt: skip
+    gist = "driver exited 3 during the run: [STREAM_FAILED] Python worker failed to connect back."
+    out = SssOutcome("unknown", ReplayCheck(batches_checked=3, states_checked=1), [], 2, [], machine=[gist])
+    verdicts = {v.oracle: v for v in verdicts_of(sc, out)}
+    assert status_of(verdicts["query_ran"].to_dict()) == "unknown"
+    assert "connect back" in verdicts["query_ran"].summary and "unknown: the machine" in out.summary()
+    refused = SssOutcome("refused", ReplayCheck(), [], 2, ["driver exited 3: AnalysisException"])
+    assert status_of({v.oracle: v for v in verdicts_of(sc, refused)}["query_ran"].to_dict()) != "unknown"
