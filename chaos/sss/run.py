@@ -115,10 +115,10 @@ class SssOutcome:
     failures: list[str]
     processor_errors: list[str] = field(default_factory=list)
     stuck_reason: str = ""  # what stopped progressing (verdict stuck)
+    pyspark: str = ""  # the PySpark version the query ran under
     # query starts that failed for the machine's sake after every retry (harness.sss.query_run.TRANSIENT):
     # not Spark refusing anything, so the verdict is unknown, not refused
     machine: list[str] = field(default_factory=list)
-    pyspark: str = ""  # the PySpark version the query ran under
 
     def summary(self) -> str:
         lines = [f"verdict: {self.verdict} ({self.starts} driver starts, {self.check.batches_checked} "

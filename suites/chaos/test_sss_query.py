@@ -287,5 +287,8 @@ def test_a_query_the_machine_could_not_start_is_unknown_never_refused() -> None:
     verdicts = {v.oracle: v for v in verdicts_of(sc, out)}
     assert status_of(verdicts["query_ran"].to_dict()) == "unknown"
     assert "connect back" in verdicts["query_ran"].summary and "unknown: the machine" in out.summary()
+    # as run_sss builds it (positional, the PySpark version last): no machine failure, query_ran holds
+    ran = SssOutcome("pass", ReplayCheck(batches_checked=3, states_checked=1), [], 2, [], [], "", "4.3.0")
+    assert ran.machine == [] and status_of({v.oracle: v for v in verdicts_of(sc, ran)}["query_ran"].to_dict()) == "holds"
     refused = SssOutcome("refused", ReplayCheck(), [], 2, ["driver exited 3: AnalysisException"])
     assert status_of({v.oracle: v for v in verdicts_of(sc, refused)}["query_ran"].to_dict()) != "unknown"
