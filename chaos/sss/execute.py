@@ -112,6 +112,8 @@ def verdicts_of(sc: SssScenario, out: SssOutcome) -> list[Verdict]:
             f"{out.check.states_checked} state reads")  # fmt: skip
     ran = Verdict.of("query_ran", refusals, f"Spark ran the query through {out.starts} driver starts",
                      "Spark refused {n} times (failed query or unreadable state)")  # fmt: skip
+    if getattr(out, "machine", None) and not refusals:  # not the query's doing, nor Spark refusing it
+        ran = Verdict.unknown("query_ran", f"the machine could not start the query in Spark's time: {out.machine[0]}")
     if out.processor_errors:  # the user's code failed, not Spark and not statechaos: say so first
         ran = Verdict("query_ran", False, f"your processor raised {out.processor_errors[0]}",
                       [f"your processor raised {e}" for e in out.processor_errors] + refusals)  # fmt: skip

@@ -47,7 +47,7 @@ from harness.sss.oracles import SssCheck, check_run
 from harness.sss.pyspark_env import PysparkEnvError, check_java_for, ensure_env
 from harness.sss.python_faults import ARMED, arm, fired
 from harness.sss.query import QuerySpec
-from harness.sss.query_run import EXIT_NO_SPARK
+from harness.sss.query_run import EXIT_NO_SPARK, transient
 from harness.sss.sink import ARMED as SINK_ARMED
 from harness.sss.sink import RELEASE as SINK_RELEASE
 from harness.sss.sink import arm_sink, sink_hit
@@ -106,7 +106,8 @@ class SssOutcome:
     its state), ``caught`` (an oracle found wrong output or state), ``stuck`` (no progress),
     ``processor_raised`` (the user's processor raised, in Spark or in the model's fault-free run:
     ``processor_errors`` say where), ``unknown`` (a user's query whose fault-free replays disagree:
-    non-determinism, never a finding)."""
+    non-determinism, never a finding; or a query the machine could not start in Spark's time:
+    ``machine``)."""
 
     verdict: str
     check: SssCheck
@@ -116,12 +117,16 @@ class SssOutcome:
     processor_errors: list[str] = field(default_factory=list)
     stuck_reason: str = ""  # what stopped progressing (verdict stuck)
     pyspark: str = ""  # the PySpark version the query ran under
+    # query starts that failed for the machine's sake after every retry (harness.sss.query_run.TRANSIENT):
+    # not Spark refusing anything, so the verdict is unknown, not refused
+    machine: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         lines = [f"verdict: {self.verdict} ({self.starts} driver starts, {self.check.batches_checked} "
                  f"batches and {self.check.states_checked} restored states checked, pyspark {self.pyspark})"]  # fmt: skip
         lines += [f"  your processor raised {e}" for e in self.processor_errors]
         lines += [f"  refused: {r}" for r in self.check.refused + self.failures]
+        lines += [f"  unknown: the machine could not start the query: {m}" for m in self.machine]
         lines += [f"  violation: {v}" for v in self.check.violations]
         lines += [f"  unknown: {u}" for u in getattr(self.check, "unknown", [])]
         lines += [f"  unknown: state not read: {u}" for u in getattr(self.check, "state_unknown", [])]
@@ -256,6 +261,9 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
         while watch.stalled() is None and not over_time():
             if (w / "starts" / f"{n}.ready").exists():
                 return d
+            # the driver's own milestones are progress: its Spark session up (a JVM and executors
+            # to start, which took over 80 s on a loaded machine), then its query
+            watch.observe(driver_spark_up=sum(1 for _ in (w / "starts").glob("*.spark")))
             if d.proc.poll() == EXIT_NO_SPARK:
                 d.kill()
                 raise SparkEnvironmentError(_failure(w, "the query's driver could not start Spark"))
@@ -393,6 +401,8 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
         read_deferred(w)  # a pyspark without a state data source: its checkpoint read by ours
         check = check_run(w, run.spec, written)
     processor_errors = [f"in Spark: {e}" for e in raised.errors] + check.processor_errors
+    machine = [f for f in failures if transient(f)]
+    failures = [f for f in failures if not transient(f)]
     if processor_errors:
         verdict = "processor_raised"
     elif failures or check.refused:
@@ -401,13 +411,13 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
         verdict = "caught"
     elif stuck or stalled:  # unread input of a run that stopped progressing: stuck, not a wrong result
         verdict = "stuck"
-    elif getattr(check, "unknown", None) or getattr(check, "state_unknown", None):
+    elif machine or getattr(check, "unknown", None) or getattr(check, "state_unknown", None):
         verdict = "unknown"
     else:
         verdict = "pass"
     starts = sum(1 for p in (w / "starts").glob("[0-9]*") if p.name.isdigit())
     return SssOutcome(verdict, check, events, starts, failures, processor_errors, "; ".join(stalled),
-                      run.pyspark or importlib.metadata.version("pyspark"))  # fmt: skip
+                      run.pyspark or importlib.metadata.version("pyspark"), machine)  # fmt: skip
 
 
 def _python_kills(w: Path, emit: Any, events: list[dict[str, Any]]) -> None:

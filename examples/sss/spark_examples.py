@@ -1,15 +1,19 @@
 """Apache Spark's own shipped streaming examples as your query: the transformations of
-``examples/src/main/python/sql/streaming/structured_sessionization.py`` and
-``structured_network_wordcount_windowed.py`` (pyspark's examples), unchanged, over statechaos's file
-source instead of a socket. The socket source with ``includeTimestamp`` gives ``value string,
+``examples/src/main/python/sql/streaming/structured_sessionization.py``,
+``structured_network_wordcount_windowed.py`` and ``structured_network_wordcount_session_window.py``
+(pyspark's examples), unchanged, over statechaos's file source instead of a socket. The socket source with ``includeTimestamp`` gives ``value string,
 timestamp timestamp``; the file source here has the same two columns (a line of words and when it
 arrived), so the examples' code runs as shipped from ``lines`` on."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
+import pandas as pd
 from pyspark.sql.functions import count, explode, session_window, split, window
+from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
+from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
 INPUT_SCHEMA = "value string, timestamp timestamp"
 
@@ -32,6 +36,44 @@ def wordcount_windowed(spark: Any, lines: Any) -> Any:
     (output mode ``complete``)."""
     words = lines.select(explode(split(lines.value, " ")).alias("word"), lines.timestamp)
     return words.groupBy(window(words.timestamp, "10 seconds", "5 seconds"), words.word).count().orderBy("window")
+
+
+def session_window_pandas(spark: Any, lines: Any) -> Any:
+    """``structured_network_wordcount_session_window.py``: ``applyInPandasWithState`` with a 10 s
+    ``ProcessingTimeTimeout`` per word, ``(count, start, end)`` in the ``GroupState`` (timestamps in
+    the state), a summary row when a session times out (output mode ``update``)."""
+    events = lines.select(explode(split(lines.value, " ")).alias("sessionId"), lines.timestamp)
+    session_schema = StructType([StructField("sessionId", StringType()), StructField("count", LongType()),
+                                 StructField("start", TimestampType()), StructField("end", TimestampType())])
+    session_state_schema = StructType([StructField("count", LongType()), StructField("start", TimestampType()),
+                                       StructField("end", TimestampType())])  # fmt: skip
+
+    def func(key: Any, pdfs: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
+        if state.hasTimedOut:
+            count, start, end = state.get
+            state.remove()
+            (session_id,) = key
+            yield pd.DataFrame({"sessionId": [session_id], "count": [count], "start": [start], "end": [end]})
+        else:
+            pdf_iter = iter(pdfs)
+            first_pdf = next(pdf_iter)
+            start = first_pdf["timestamp"].min()
+            end = first_pdf["timestamp"].max()
+            count = len(first_pdf)
+            for pdf in pdf_iter:
+                start = min(start, pdf["timestamp"].min())
+                end = max(end, pdf["timestamp"].max())
+                count = count + len(pdf)
+            if state.exists:
+                (old_count, start, old_end) = state.get
+                count = count + old_count
+                end = max(end, old_end)
+            state.update((count, start, end))
+            state.setTimeoutDuration(10000)
+            yield pd.DataFrame()
+
+    return events.groupBy(events["sessionId"]).applyInPandasWithState(
+        func, session_schema, session_state_schema, "Update", GroupStateTimeout.ProcessingTimeTimeout)
 
 
 def make_inputs(files: int = 4) -> list[list[dict[str, Any]]]:

@@ -9,11 +9,12 @@ A driver's ``WORKDIR`` holds ``run.json`` (the query, master, trigger, the clust
 the user's ``sink`` if any, the ``python_fault_file``), ``input/``, ``checkpoint/``, ``output/``
 (statechaos's sink: batch N's rows in ``batch-N.json``, by rename, so a replayed batch replaces its
 own file), ``sink/`` (the user's sink's folder), ``starts/`` (``N`` holds the pid of start N,
-``N.ready`` appears once its query runs). A file ``stop`` asks the driver to stop the query and exit
-0; a query that fails writes ``failure.txt`` and exits 3, also when Spark's stream execution thread
-ended without an error in ``query.exception()`` (:func:`query_death`); exit 4: Spark cannot start
-here. The driver's stdout and stderr are ``driver.log`` (:data:`DRIVER_LOG`), where the JVM prints
-an error that killed a thread."""
+``N.spark`` appears once its Spark session is up, ``N.ready`` once its query runs: the orchestrator
+counts each as progress, so a start slowed by a loaded machine is not taken for a stall). A file
+``stop`` asks the driver to stop the query and exit 0; a query that fails writes ``failure.txt`` and
+exits 3, also when Spark's stream execution thread ended without an error in ``query.exception()``
+(:func:`query_death`); exit 4: Spark cannot start here. The driver's stdout and stderr are
+``driver.log`` (:data:`DRIVER_LOG`), where the JVM prints an error that killed a thread."""
 
 from __future__ import annotations
 
@@ -28,13 +29,19 @@ from typing import Any
 from harness.sss.spec import load_function
 from harness.sss.values import canon_row
 
-__all__ = ["ROCKSDB", "EXIT_QUERY_FAILED", "EXIT_NO_SPARK", "DRIVER_LOG", "spark_conf", "json_sink",
-           "start_query", "run_query", "read_sink", "query_death"]  # fmt: skip
+__all__ = ["ROCKSDB", "EXIT_QUERY_FAILED", "EXIT_NO_SPARK", "DRIVER_LOG", "TRANSIENT", "transient", "spark_conf",
+           "json_sink", "start_query", "run_query", "read_sink", "query_death"]  # fmt: skip
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 EXIT_QUERY_FAILED = 3
 EXIT_NO_SPARK = 4  # Spark cannot run here (Java, memory): an environment problem, not a verdict
 DRIVER_LOG = "driver.log"  # in WORKDIR: the driver's stdout and stderr, the JVM's included
+# Spark's own words when a Python worker it started did not connect back within its fixed 10 s
+# (``PythonWorkerFactory.createSimpleWorker``; transformWithStateInPandas starts one on the driver at
+# every query start, to read the processor's state schema): the machine's load, not the query. A
+# query that failed so committed nothing of the failed batch, and is started again.
+TRANSIENT = ("Python worker failed to connect back",)
+QUERY_STARTS = 4  # attempts per driver start (and per replay batch) when the failure is TRANSIENT
 
 
 def spark_conf() -> dict[str, str]:
@@ -80,6 +87,11 @@ def read_sink(spark: Any, read: str, workdir: Path) -> None:
     tmp = workdir / ".sink-read.json.tmp"
     tmp.write_text(json.dumps([canon_row(r) for r in rows]))
     tmp.rename(workdir / "sink-read.json")
+
+
+def transient(error: object) -> bool:
+    """Whether a query's failure is the machine's (:data:`TRANSIENT`), not the query's."""
+    return any(t in str(error) for t in TRANSIENT)
 
 
 Hook = Callable[[Any, int], None]
@@ -167,15 +179,23 @@ def run_query(workdir: Path, make_writer: Callable[[Any, dict[str, Any]], Any],
         return EXIT_NO_SPARK
     try:
         spark = cluster.spark
+        (starts / f"{start_no}.spark").write_text("")
         if on_start is not None:
             on_start(spark, start_no)
         sink = cfg.get("sink") or {}
         write = user_sink(sink["foreach_batch"], workdir / "sink") if sink else json_sink(output)
-        query = start_query(make_writer(spark, cfg), chaos_sink(write, workdir), workdir / "checkpoint",
-                            cfg["trigger_ms"])  # fmt: skip
+        def start() -> Any:
+            return start_query(make_writer(spark, cfg), chaos_sink(write, workdir), workdir / "checkpoint",
+                               cfg["trigger_ms"])  # fmt: skip
+
+        query, attempts = start(), 1
         (starts / f"{start_no}.ready").write_text(str(query.id))
         while not (workdir / "stop").exists():
             if (death := query_death(query, workdir / DRIVER_LOG)) is not None:
+                if transient(death) and attempts < QUERY_STARTS:
+                    print(f"query start {attempts} failed for the machine's sake, again: {death}"[:400], flush=True)
+                    query, attempts = start(), attempts + 1
+                    continue
                 (workdir / "failure.txt").write_text(death)
                 return EXIT_QUERY_FAILED
             time.sleep(0.05)

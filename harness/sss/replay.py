@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.sss.query import QuerySpec, build_query
-from harness.sss.query_run import json_sink, spark_conf, start_query
+from harness.sss.query_run import QUERY_STARTS, json_sink, spark_conf, start_query, transient
 from harness.sss.values import canon
 
-__all__ = ["read_all_state", "read_deferred_state", "rewrite_timestamp", "CANONICAL_T0", "main"]
+__all__ = ["read_all_state", "read_deferred_state", "rewrite_timestamp", "run_batch", "CANONICAL_T0", "main"]
 
 CANONICAL_T0 = 1_600_000_000_000  # the clock-free replay's first batch timestamp; then +1 s per batch
 
@@ -132,6 +132,22 @@ def _recorded_folders(chaos: Path, spec: QuerySpec) -> dict[str, Path] | None:
     return {next(iter(spec.inputs)): Path(paths[0].removeprefix("file:")).parent}
 
 
+def run_batch(start_and_wait: Any, attempts: int = QUERY_STARTS) -> None:
+    """One replay batch: ``start_and_wait()`` (start the query for one batch, wait for it), started
+    again on the same checkpoint when it failed for the machine's sake (:data:`TRANSIENT`): the
+    batch was not committed, so Spark runs it again from its offset log entry, with the same result.
+    Any other failure, or the last attempt's, is raised."""
+    for attempt in range(attempts):
+        try:
+            start_and_wait()
+            return
+        except Exception as e:
+            if attempt == attempts - 1 or not transient(e):
+                raise
+            print(f"replay batch start {attempt + 1} failed for the machine's sake, again: {e}"[:400],
+                  file=sys.stderr, flush=True)  # fmt: skip
+
+
 def _replay(spark: Any, spec: QuerySpec, chaos: Path, out: Path, batches: list[int], clock: str,
             read_state: bool = True) -> dict[str, Any]:  # fmt: skip
     """One replay of ``batches`` in ``out``; ``clock``: ``recorded`` (the chaos run's batch
@@ -153,7 +169,8 @@ def _replay(spark: Any, spec: QuerySpec, chaos: Path, out: Path, batches: list[i
         if clock == "canonical":
             entry = rewrite_timestamp(entry, CANONICAL_T0 + 1000 * i)
         (cp / "offsets" / str(b)).write_text(entry)
-        start_query(df.writeStream.outputMode(spec.output_mode), json_sink(output), cp, None).awaitTermination()
+        run_batch(lambda: start_query(df.writeStream.outputMode(spec.output_mode), json_sink(output), cp,
+                                      None).awaitTermination())  # fmt: skip
         if not (cp / "commits" / str(b)).exists():
             raise RuntimeError(f"the replay did not commit batch {b} (Spark ran another batch?)")
         if read_state:

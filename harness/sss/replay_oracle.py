@@ -169,7 +169,11 @@ def check_replay(workdir: Path, spec: QuerySpec, files_written: int, timeout_s: 
         result = _run_replay(workdir, spec, committed, state_batches,
                              [] if cached else ["recorded", "canonical", "recorded"], timeout_s, python)  # fmt: skip
     except (RuntimeError, subprocess.TimeoutExpired) as e:  # nothing to judge against: not a finding
-        check.unknown.append(f"the fault-free replay could not be had: {e}")
+        from harness.sss.query_run import QUERY_STARTS, transient
+
+        why = (f"Spark's Python worker did not connect back within Spark's fixed 10 s in {QUERY_STARTS} "
+               f"query starts of a batch (the machine is overloaded): " if transient(e) else "")  # fmt: skip
+        check.unknown.append(f"the fault-free replay could not be had: {why}{e}")
         return check
     if cached is not None:
         reference = json.loads(cached.read_text())

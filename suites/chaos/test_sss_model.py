@@ -374,3 +374,25 @@ def test_state_metadata_is_counted_only_when_spark_named_the_operator(tmp_path: 
     (tmp_path / "state" / "final-0.json").write_text(json.dumps({**dump, "metadata": [meta]}))
     [v] = meta_violations(check_run(tmp_path, spec, 2))
     assert v.startswith("final-0.json: state-metadata declares [('largest', 'value', False), ('top', 'list', False)]")
+
+
+def test_a_processor_in_another_module_than_the_builder_raising_is_the_users(tmp_path: Path) -> None:
+    """A builder (``module:build``) that imports its processor from a module of its own, as a user
+    bringing Spark's test processors does: Spark's failure names that module, not the builder's, and
+    it is still the user's code, not statechaos's (Spark's own ``PandasProcTimeStatefulProcessor``
+    asserted in a no-data batch, and the run said ``refused``)."""
+    from harness.sss.user_error import raised_in_spark
+
+    helper = tmp_path / "helper_procs.py"
+    site = "/opt/venv/lib/python3.11/site-packages/pyspark/python/lib/pyspark.zip/pyspark"
+    own = Path(__file__).resolve().parents[2] / "harness" / "sss" / "sink.py"
+    spark = (f"PythonException: Traceback (most recent call last):\n"
+             f'  File "{own}", line 111, in write_batch\n'
+             f'  File "{site}/worker.py", line 3265, in convert_results\n'
+             f'  File "{helper}", line 167, in handleExpiredTimer\n    assert len(timer_list_1) == 2\n'
+             f"AssertionError\n\n\tat org.apache.spark.api.python.BasePythonRunner")  # fmt: skip
+    builder = "suites.chaos.test_sss_model:RaisesOnBigOrders"  # the named module is not in the traceback
+    assert raised_in_spark(spark, builder) == f"{helper}:167 in handleExpiredTimer: AssertionError"
+    # only installed libraries and statechaos's own code in the traceback: not the user's
+    lib_only = spark.replace(f'  File "{helper}", line 167, in handleExpiredTimer\n', "")
+    assert raised_in_spark(lib_only, builder) is None

@@ -409,3 +409,55 @@ def test_a_deferred_replay_whose_state_was_never_read_is_not_judged(
     spec = QuerySpec("examples.sss.windowed:build", {"events": "user string, ts timestamp, n long"}, "append")
     with pytest.raises(RuntimeError, match="could not read it after the replay"):
         replay_oracle._run_replay(tmp_path, spec, [0], [0], ["recorded"], 60, python=tmp_path / "python")
+def test_a_replay_batch_whose_python_worker_did_not_connect_back_is_run_again() -> None:
+    """transformWithStateInPandas starts a Python worker on the driver at every query start, and Spark
+    gives it a fixed 10 s to connect back: on a loaded machine the replay (a query start per batch)
+    failed so twice and the verdict was ``unknown`` for Spark's own processor. The batch is run again;
+    any other failure is the query's and is raised at once."""
+    from harness.sss.replay import run_batch
+
+    calls: list[int] = []
+
+    def flaky() -> None:
+        calls.append(1)
+        if len(calls) < 3:
+            raise RuntimeError("[STREAM_FAILED] Query terminated with exception: Python worker failed to connect back.")
+
+    run_batch(flaky)
+    assert len(calls) == 3
+    calls.clear()
+
+    def broken() -> None:
+        calls.append(1)
+        raise RuntimeError("[STREAM_FAILED] AssertionError: the user's")
+
+    with pytest.raises(RuntimeError, match="the user's"):
+        run_batch(broken)
+    assert len(calls) == 1
+    calls.clear()
+
+    def always() -> None:
+        calls.append(1)
+        raise RuntimeError("Python worker failed to connect back.")
+
+    with pytest.raises(RuntimeError, match="connect back"):
+        run_batch(always, attempts=3)
+    assert len(calls) == 3
+
+
+def test_a_query_the_machine_could_not_start_is_unknown_never_refused() -> None:
+    """A query start whose driver-side Python worker missed Spark's fixed 10 s connect-back, every
+    retry (a loaded machine: importing pyspark, pandas and pyarrow took 14 s at load 45): Spark
+    refused nothing, so ``query_ran`` is unknown, not a refusal."""
+    sc = SssScenario.model_validate({"name": "w", "engine": "sss", "input": {"folder": "x"},
+                                     "query": {"builder": "examples.sss.windowed:build", "input_schema": "user string"}})  # fmt: skip
+    gist = "driver exited 3 during the run: [STREAM_FAILED] Python worker failed to connect back."
+    out = SssOutcome("unknown", ReplayCheck(batches_checked=3, states_checked=1), [], 2, [], machine=[gist])
+    verdicts = {v.oracle: v for v in verdicts_of(sc, out)}
+    assert status_of(verdicts["query_ran"].to_dict()) == "unknown"
+    assert "connect back" in verdicts["query_ran"].summary and "unknown: the machine" in out.summary()
+    # as run_sss builds it (positional, the PySpark version last): no machine failure, query_ran holds
+    ran = SssOutcome("pass", ReplayCheck(batches_checked=3, states_checked=1), [], 2, [], [], "", "4.3.0")
+    assert ran.machine == [] and status_of({v.oracle: v for v in verdicts_of(sc, ran)}["query_ran"].to_dict()) == "holds"
+    refused = SssOutcome("refused", ReplayCheck(), [], 2, ["driver exited 3: AnalysisException"])
+    assert status_of({v.oracle: v for v in verdicts_of(sc, refused)}["query_ran"].to_dict()) != "unknown"

@@ -225,3 +225,39 @@ def test_the_scenarios_spark_settings_reach_the_driver_over_statechaos_own(
     assert query_run.run_query(w, lambda spark, cfg: _Writer(w, {})) == 0
     assert seen["spark.sql.streaming.stateStore.providerClass"] == hdfs
     assert seen["spark.sql.session.timeZone"] == "UTC"  # statechaos's own settings stay under it
+class _FailedQuery(_Query):
+    def __init__(self, error: str) -> None:
+        self.error = error
+
+    def exception(self) -> str:  # type: ignore[override]
+        return self.error
+
+
+def test_a_query_start_that_failed_for_the_machines_sake_is_started_again(tmp_path: Path) -> None:
+    """transformWithStateInPandas starts a Python worker on the driver at each query start, with a
+    fixed 10 s to connect back: on a loaded machine that failed, and the run said ``refused``. The
+    driver starts the query again; any other failure ends it (exit 3). The Spark session's milestone
+    (``starts/0.spark``) is written before the query starts, for the orchestrator's stall watch."""
+    w = _workdir(tmp_path)
+    seen: dict[str, Any] = {}
+
+    class Flaky(_Writer):
+        def start(self) -> _Query:
+            seen["starts"] = seen.get("starts", 0) + 1
+            assert (w / "starts" / "0.spark").exists()
+            if seen["starts"] == 1:
+                return _FailedQuery("[STREAM_FAILED] Python worker failed to connect back. SQLSTATE: XXKST")
+            return super().start()
+
+    assert query_run.run_query(w, lambda spark, cfg: Flaky(w, seen)) == 0
+    assert seen["starts"] == 2 and json.loads((w / "output" / "batch-0.json").read_text())
+
+    (tmp_path / "other").mkdir()
+    w2 = _workdir(tmp_path / "other")
+
+    class Broken(_Writer):
+        def start(self) -> _Query:
+            return _FailedQuery("[STREAM_FAILED] AnalysisException: not the machine's")
+
+    assert query_run.run_query(w2, lambda spark, cfg: Broken(w2, {})) == query_run.EXIT_QUERY_FAILED
+    assert "not the machine's" in (w2 / "failure.txt").read_text()
