@@ -204,8 +204,10 @@ def test_user_job_survives_an_executor_kill_on_local_cluster(project, tmp_path, 
     import json
 
     verdicts = json.loads((project / "out.json").read_text())["scenarios"][0]["verdicts"]
-    # every default check the job supports (it declares no seq), and the executor kill fired
-    assert {v["oracle"] for v in verdicts} == {
+    # every default check the job supports (it declares no seq), and the executor kill fired; plus
+    # adaptive_recovery where the lost executor made the job restart smaller (whether it does depends
+    # on how soon local-cluster relaunches the executor)
+    assert {v["oracle"] for v in verdicts} - {"adaptive_recovery"} == {
         "exactly_once",
         "restored_state",
         "checkpoint_integrity",
