@@ -9,13 +9,15 @@ holds does not count, and once it ends progress must come within the bound.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Hashable
+from pathlib import Path
 from typing import Any
 
 from harness.job_errors import JobFailure
 
-__all__ = ["ProgressWatch", "Stalled"]
+__all__ = ["ProgressWatch", "Stalled", "tree_size"]
 
 
 class ProgressWatch:
@@ -103,3 +105,17 @@ class Stalled(JobFailure):
 
 
 _UNSEEN = object()
+
+
+def tree_size(path: Path) -> tuple[int, int]:
+    """How many files ``path`` holds and their bytes: a progress signal for work that writes a folder
+    (a run's history, logs and checkpoints grow while it runs, including while Spark starts)."""
+    files = size = 0
+    for root, _, names in os.walk(path):
+        for name in names:
+            try:
+                size += os.stat(os.path.join(root, name)).st_size
+                files += 1
+            except OSError:  # removed meanwhile (checkpoint retention)
+                pass
+    return files, size

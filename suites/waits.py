@@ -6,16 +6,15 @@ still (``harness.progress.ProgressWatch``)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from harness.progress import ProgressWatch
+from harness.progress import ProgressWatch, tree_size
 
-__all__ = ["wait_until", "tree_size", "alive", "run_while_progressing", "spark_tasks"]
+__all__ = ["wait_until", "tree_size", "run_while_progressing", "spark_tasks"]
 
 T = TypeVar("T")
 
@@ -39,34 +38,6 @@ def wait_until(
         if (why := watch.stalled()) is not None:
             raise AssertionError(f"waiting for {what}: {why}")
         time.sleep(poll_s)
-
-
-def tree_size(path: Path) -> tuple[int, int]:
-    """How many files ``path`` holds and their bytes: a run's directory grows (history, logs,
-    checkpoints) while it runs, including while Spark starts."""
-    files = size = 0
-    for root, _, names in os.walk(path):
-        for name in names:
-            try:
-                size += os.stat(os.path.join(root, name)).st_size
-                files += 1
-            except OSError:  # removed meanwhile (checkpoint retention)
-                pass
-    return files, size
-
-
-def alive(pids: Sequence[int]) -> list[int]:
-    """The processes of ``pids`` still running (zombies, already dead and only unreaped, aside)."""
-    import psutil
-
-    out = []
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                out.append(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return out
 
 
 def run_while_progressing(

@@ -78,7 +78,7 @@ class DriverProcess:
         reads the state, which a loaded machine makes slow. Gives up (None; the driver is killed) only
         when neither its work folder nor its processes' CPU time (in 5 s steps: a hung JVM's background
         threads barely move it) changed for ``stall_s``."""
-        from harness.progress import ProgressWatch
+        from harness.progress import ProgressWatch, tree_size
 
         (workdir / "stop").write_text("")
         watch = ProgressWatch(stall_s)
@@ -88,19 +88,9 @@ class DriverProcess:
                 rc = self.proc.wait(1.0)
                 break
             except subprocess.TimeoutExpired:
-                watch.observe(files=_folder_size(workdir), cpu=int(self._cpu_s() // 5))
+                watch.observe(files=tree_size(workdir), cpu=int(self._cpu_s() // 5))
         self.kill()
         with contextlib.suppress(FileNotFoundError):
             (workdir / "stop").unlink()
         return rc
 
-
-def _folder_size(path: Path) -> tuple[int, int]:
-    """Files under ``path`` and their bytes (they grow while the driver works)."""
-    files = size = 0
-    for root, _, names in os.walk(path):
-        for name in names:
-            with contextlib.suppress(OSError):
-                size += os.stat(os.path.join(root, name)).st_size
-                files += 1
-    return files, size

@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from harness.history import read_history
-from suites.waits import alive, run_while_progressing, tree_size, wait_until
+from harness.spark.cluster import alive_pids
+from suites.waits import run_while_progressing, tree_size, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, allure.epic("spark"), allure.feature("driver replacement")]
 
@@ -74,7 +75,7 @@ def test_a_new_driver_finishes_the_run_of_one_that_was_killed(tmp_path, java):
         # the driver's JVM exits when its Python parent dies, and the executors with it: fails only when
         # none of them exited for 60 s
         wait_until(
-            lambda: not alive(tree[1:]), lambda: len(alive(tree[1:])), "the killed driver's processes to exit", 60
+            lambda: not alive_pids(tree[1:]), lambda: len(alive_pids(tree[1:])), "the killed driver's processes to exit", 60
         )
     finally:
         if driver.poll() is None:

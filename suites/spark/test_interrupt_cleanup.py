@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from harness.history import read_history
-from suites.waits import alive, tree_size, wait_until
+from harness.spark.cluster import alive_pids
+from suites.waits import tree_size, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, allure.epic("chaos"), allure.feature("cleanup")]
 
@@ -75,7 +76,7 @@ def test_ctrl_c_mid_run_exits_130_and_leaves_nothing_running(tmp_path, java):
         os.kill(proc.pid, signal.SIGINT)  # only the driver: the cleanup must be its own doing
         wait_until(
             lambda: proc.poll() is not None,
-            lambda: (tree_size(runs), len(alive(tree)), err.stat().st_size),
+            lambda: (tree_size(runs), len(alive_pids(tree)), err.stat().st_size),
             "the interrupted run's exit",
             90,
         )
@@ -83,7 +84,7 @@ def test_ctrl_c_mid_run_exits_130_and_leaves_nothing_running(tmp_path, java):
         assert proc.returncode == 130, stderr[-2000:]
         assert "interrupted" in stderr
         # processes that outlive the driver fail the test only when none of them exits for 20 s
-        wait_until(lambda: not alive(tree), lambda: len(alive(tree)), "the interrupted run's processes to exit", 20)
+        wait_until(lambda: not alive_pids(tree), lambda: len(alive_pids(tree)), "the interrupted run's processes to exit", 20)
         (history,) = runs.glob("*/history.jsonl")
         end = [e for e in read_history(history) if e["type"] == "run_end"]
         assert [e["status"] for e in end] == ["interrupted"]
