@@ -255,7 +255,7 @@ def story(run_dir: Path) -> list[str]:
     if not path.is_file():
         return []
     out = []
-    events = list(read_events(path, strict=False))  # a Structured Streaming run's own events aside
+    events = list(read_events(path))
     for e in events:
         t = f"t={e.t / 1000:.2f}s"
         match e:

@@ -72,6 +72,15 @@ __all__ = [
     "SlotLayout",
     "DriverReplaced",
     "ClockSkewed",
+    "DriverStart",
+    "DriverFailed",
+    "DriverStop",
+    "BatchPlanned",
+    "BatchCommitted",
+    "FaultArmed",
+    "FaultSkipped",
+    "FaultDeferred",
+    "TimeLimit",
 ]
 
 
@@ -199,8 +208,8 @@ def to_json(ev: Event, seq: int | None = None, t: int | None = None) -> str:
 
 
 def read_history(path: Path) -> Iterator[dict[str, Any]]:
-    """The events of a history file in order, as JSON (any engine's, the Structured Streaming
-    runner's too); a damaged line is an error naming the file and line."""
+    """The events of a history file in order, as JSON; a damaged line is an error naming the file
+    and line."""
     with open(path, encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):
             if not line.strip():
@@ -211,16 +220,14 @@ def read_history(path: Path) -> Iterator[dict[str, Any]]:
                 raise ValueError(f"{path}:{n}: not a JSON history event: {e}") from None
 
 
-def read_events(path: Path, strict: bool = True) -> Iterator[Event]:
-    """The typed events of a history file in order; a damaged or unknown line names file and line.
-    ``strict=False`` skips events that are not ours instead (display code that reads the Structured
-    Streaming runner's histories too, which have events of their own)."""
+def read_events(path: Path) -> Iterator[Event]:
+    """The typed events of a history file in order (any engine's); a damaged or unknown line names
+    file and line."""
     for n, obj in enumerate(read_history(path), 1):
         try:
             yield from_json(obj)
         except EventError as e:
-            if strict:
-                raise EventError(f"{path}: event {n}: {e}") from None
+            raise EventError(f"{path}: event {n}: {e}") from None
 
 
 # ---------------------------------------------------------------------------------------------- run
@@ -371,9 +378,12 @@ class SinkAbort(Event):
 
 @event("job_restart")
 class JobRestart(Event):
+    """A new attempt of the job; a Structured Streaming query's driver restarted from its checkpoint
+    location names the commit it resumes after (``commits/4``) as its ``checkpoint_id``."""
+
     attempt: int
     reason: str
-    checkpoint_id: int | None
+    checkpoint_id: int | str | None
 
 
 @event("job_failover")
@@ -531,3 +541,82 @@ class ConnectionRefused(Event):
     peer: str
     reason: str
     task: str = ABSENT
+
+
+# ------------------------------------------------------------------ Structured Streaming query runs
+# (chaos.sss.run: the query's driver is a child process; a micro-batch is the unit of progress, and a
+# fault names the batch it struck, the first one not yet committed, in ``batch``)
+
+
+@event("driver_start")
+class DriverStart(Event):
+    """Start ``start`` of the query's driver (0 first, then one per restart), before batch ``next_batch``."""
+
+    start: int
+    next_batch: int
+
+
+@event("driver_failed")
+class DriverFailed(Event):
+    """The query's driver exited on its own: while starting (``start``) or during the run (``next_batch``)."""
+
+    returncode: int | None
+    start: int = ABSENT
+    next_batch: int = ABSENT
+
+
+@event("driver_stop")
+class DriverStop(Event):
+    returncode: int | None
+
+
+@event("batch_planned")
+class BatchPlanned(Event):
+    """Micro-batch ``batch`` is in the offset log."""
+
+    batch: int
+
+
+@event("batch_committed")
+class BatchCommitted(Event):
+    """Micro-batch ``batch`` is in the commit log."""
+
+    batch: int
+
+
+@event("fault_armed")
+class FaultArmed(Event):
+    """A fault delivered later by the query's own code: a Python worker kill armed for the next
+    processor call (``process``), or a kill inside the sink window of a batch (``at``)."""
+
+    kind: str
+    batch: int
+    trigger: str
+    process: str = ABSENT
+    at: str = ABSENT
+
+
+@event("fault_skipped")
+class FaultSkipped(Event):
+    """A planned fault that could not strike (``why``): the fault schedule fails on it."""
+
+    kind: str
+    batch: int | None
+    why: str
+
+
+@event("fault_deferred")
+class FaultDeferred(Event):
+    """A damage fault found nothing to damage yet; it strikes after a later batch instead."""
+
+    kind: str
+    batch: int
+    why: str
+
+
+@event("time_limit")
+class TimeLimit(Event):
+    """The query stopped progressing (or hit its overall cap) with ``committed`` batches: ``why`` says what."""
+
+    committed: int
+    why: str

@@ -47,14 +47,6 @@ class HistoryWriter:
             self._fh.write(to_json(ev, seq=self._seq, t=int(self._clock())) + "\n")
             self._seq += 1
 
-    def emit_untyped(self, type_: str, **fields: Any) -> None:
-        """Append an event that is not one of :mod:`harness.events` (the Structured Streaming runner's
-        own history, read back as dicts by its oracles)."""
-        with self._lock:
-            event = {"seq": self._seq, "t": int(self._clock()), "type": type_, **fields}
-            self._fh.write(json.dumps(event, sort_keys=True, default=str) + "\n")
-            self._seq += 1
-
     def flush(self) -> None:
         with self._lock:
             self._fh.flush()

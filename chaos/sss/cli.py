@@ -142,7 +142,7 @@ def _cmd_sss(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({
             "verdict": out.verdict, "violations": out.check.violations, "processor_errors": out.processor_errors,
-            "refused": out.check.refused + out.failures, "events": out.events, "starts": out.starts,
+            "refused": out.check.refused + out.failures, "events": [{"type": e.TAG, **e.fields()} for e in out.events], "starts": out.starts,
             "unknown": getattr(out.check, "unknown", []), "replay": getattr(out.check, "replay_note", ""),
             "pyspark": out.pyspark,
         }, indent=2, default=str))  # fmt: skip

@@ -18,6 +18,7 @@ from typing import Any
 from chaos.errors import InputError
 from chaos.sss.run import SssFault, SssOutcome, SssRun, run_sss
 from chaos.sss.scenario import SssScenario, load_inputs
+from harness.events import FaultSkipped, FaultStart
 from harness.oracles import Verdict
 from harness.sss.spec import SpecError
 
@@ -130,9 +131,9 @@ def verdicts_of(sc: SssScenario, out: SssOutcome) -> list[Verdict]:
 
 
 def _schedule(sc: SssScenario, out: SssOutcome) -> Verdict:
-    struck = [e for e in out.events if e["type"] == "fault_start" and "damage" not in e]
-    problems = [f"{e['kind']} at batch {e.get('batch')} did not strike: {e.get('why')}"
-                for e in out.events if e["type"] == "fault_skipped"]  # fmt: skip
+    struck = [e for e in out.events if isinstance(e, FaultStart) and "damage" not in e.extra]
+    problems = [f"{e.kind} at batch {e.batch} did not strike: {e.why}"
+                for e in out.events if isinstance(e, FaultSkipped)]  # fmt: skip
     if len(struck) < len(sc.faults) and not problems:
         problems.append(f"only {len(struck)} of {len(sc.faults)} planned faults struck")
     return Verdict.of("fault_schedule", problems, f"all {len(sc.faults)} planned faults struck",

@@ -36,6 +36,21 @@ from chaos.scope import RunScope
 from chaos.sss.cluster_faults import CLUSTER_FAULTS, cluster_injector
 from chaos.sss.damage import DAMAGE_CLASSES, damage_injectors, damage_targets
 from chaos.sss.driver_process import DriverProcess
+from harness.events import (
+    BatchCommitted,
+    BatchPlanned,
+    DriverFailed,
+    DriverStart,
+    DriverStop,
+    Event,
+    FaultArmed,
+    FaultDeferred,
+    FaultEnd,
+    FaultSkipped,
+    FaultStart,
+    JobRestart,
+    TimeLimit,
+)
 from harness.history import HistoryWriter
 from harness.progress import ProgressWatch
 from harness.run_store import RunStore
@@ -111,7 +126,7 @@ class SssOutcome:
 
     verdict: str
     check: SssCheck
-    events: list[dict[str, Any]]
+    events: list[Event]  # the run's history as written
     starts: int
     failures: list[str]
     processor_errors: list[str] = field(default_factory=list)
@@ -133,6 +148,43 @@ class SssOutcome:
         if note := getattr(self.check, "replay_note", ""):
             lines.append(f"  replay: {note}")
         return "\n".join(lines)
+
+
+class QueryHistory:
+    """The query run's history (``history.jsonl``), written as it goes so a long run can be followed.
+    Fault windows are numbered as the runtime's (``fault_start``/``fault_end`` with a ``fault_id``,
+    docs/runtime-contract.md), so the story, the timeline and Allure show them; each event type's count
+    is a progress signal, so a stall names what stopped (a batch planned or committed, a fault, a
+    driver start)."""
+
+    def __init__(self, writer: HistoryWriter, watch: ProgressWatch) -> None:
+        self.events: list[Event] = []
+        self._writer = writer
+        self._watch = watch
+        self._counts: collections.Counter[str] = collections.Counter()
+        self._ids = itertools.count()
+        self._open: dict[int, int] = {}  # id(injector) -> fault_id of its fault_start
+
+    def __call__(self, ev: Event) -> None:
+        self.events.append(ev)
+        self._writer.emit(ev)
+        self._writer.flush()
+        self._counts[ev.TAG] += 1
+        self._watch.observe(**{ev.TAG: self._counts[ev.TAG]})
+
+    def fault_start(self, inj: Injector | None, batch: int | None, trigger: str, described: dict[str, Any],
+                    **extra: Any) -> None:  # fmt: skip
+        """``described``: the injector's kind, target and parameters (kept at the top level of the event)."""
+        d = dict(described)
+        fid = next(self._ids)
+        if inj is not None and not inj.instant:
+            self._open[id(inj)] = fid
+        self(FaultStart(fault_id=fid, kind=d.pop("kind"), target=d.pop("target", None), trigger=trigger,
+                        details=d.pop("details", {}), extra={"batch": batch, **d, **extra}))  # fmt: skip
+
+    def fault_end(self, inj: Injector, batch: int) -> None:
+        d = inj.describe()
+        self(FaultEnd(fault_id=self._open.pop(id(inj), None), kind=d.pop("kind"), extra={"batch": batch, **d}))
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
@@ -210,7 +262,6 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
                                                 f.kind == PYTHON_WORKER for f in run.faults) else None}))  # fmt: skip
     t0 = time.monotonic()
     history = HistoryWriter(RunStore(w).history, clock=lambda: int((time.monotonic() - t0) * 1000))
-    events: list[dict[str, Any]] = []
     failures: list[str] = []
     raised = Raised(run.spec.builder if isinstance(run.spec, QuerySpec) else run.spec.processor)
     rng = random.Random(run.seed)
@@ -222,24 +273,7 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
     # the run is stuck when no event (a batch planned or committed, a fault, a driver start) came for
     # the stall bound: each event type's count is a progress signal, so the stall names what stopped
     watch = ProgressWatch(run.stall_s)
-    counts: collections.Counter[str] = collections.Counter()
-    fault_ids = itertools.count()
-    open_faults: dict[int, int] = {}  # id(injector) -> fault_id of its fault_start
-
-    def emit(type_: str, _inj: Any = None, **fields: Any) -> None:
-        """One history event; fault windows as the runtime's (``fault_start``/``fault_end`` with a
-        ``fault_id``, docs/runtime-contract.md), so the story, the timeline and Allure show them."""
-        if type_ == "fault_start":
-            fields = {"fault_id": next(fault_ids), "details": {}, **fields}
-            if _inj is not None and not _inj.instant:
-                open_faults[id(_inj)] = fields["fault_id"]
-        elif type_ == "fault_end":
-            fields = {"fault_id": open_faults.pop(id(_inj), None), **fields}
-        events.append({"type": type_, **fields})
-        history.emit_untyped(type_, **fields)
-        history.flush()  # a long run can be followed as it goes
-        counts[type_] += 1
-        watch.observe(**{type_: counts[type_]})
+    emit = QueryHistory(history, watch)
 
     def start() -> DriverProcess | None:
         n = (
@@ -249,15 +283,11 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
         )
         d = DriverProcess(w, "harness.sss.query_driver" if isinstance(run.spec, QuerySpec) else "harness.sss.driver",
                           python)  # fmt: skip
-        emit("driver_start", start=n, next_batch=_next_batch(checkpoint))
+        emit(DriverStart(start=n, next_batch=_next_batch(checkpoint)))
         if n:
             done = committed_batches(checkpoint)
-            emit(
-                "job_restart",
-                attempt=n,
-                reason="driver restarted from the checkpoint location",
-                checkpoint_id=f"commits/{max(done)}" if done else "none (no batch committed)",
-            )
+            emit(JobRestart(attempt=n, reason="driver restarted from the checkpoint location",
+                            checkpoint_id=f"commits/{max(done)}" if done else "none (no batch committed)"))  # fmt: skip
         while watch.stalled() is None and not over_time():
             if (w / "starts" / f"{n}.ready").exists():
                 return d
@@ -269,7 +299,7 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
                 raise SparkEnvironmentError(_failure(w, "the query's driver could not start Spark"))
             if d.proc.poll() is not None:
                 failures.append(_failure(w, f"driver start {n} exited {d.proc.returncode}", raised))
-                emit("driver_failed", start=n, returncode=d.proc.returncode)
+                emit(DriverFailed(start=n, returncode=d.proc.returncode))
                 d.kill()
                 return None
             time.sleep(0.1)
@@ -300,7 +330,7 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
                 last_change = time.monotonic()
             if driver.proc.poll() is not None:
                 failures.append(_failure(w, f"driver exited {driver.proc.returncode} during the run", raised))
-                emit("driver_failed", returncode=driver.proc.returncode, next_batch=_next_batch(checkpoint))
+                emit(DriverFailed(returncode=driver.proc.returncode, next_batch=_next_batch(checkpoint)))
                 driver.kill()
                 driver = None
                 break
@@ -315,8 +345,8 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
                 fault = pending.pop(0)  # placed by the sink's wrapper in the batch that reads the next file
                 arm_sink(w, fault.at, written)  # the batch that reads the next file (held until now)
                 sink_armed.append(fault)
-                emit("fault_armed", kind=fault.kind, at=fault.at, batch=_next_batch(checkpoint),
-                     trigger=f"{fault.after_batches} batches committed")  # fmt: skip
+                emit(FaultArmed(kind=fault.kind, at=fault.at, batch=_next_batch(checkpoint),
+                                trigger=f"{fault.after_batches} batches committed"))  # fmt: skip
                 continue
             if sink_armed and (hit := sink_hit(w)) is not None:
                 fault = dataclasses.replace(sink_armed.pop(0), at="")
@@ -338,23 +368,23 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
                 continue
             if pending and written == len(run.inputs) and _finished(checkpoint, written, tail_ms):
                 if pending[0].at:
-                    emit("fault_skipped", kind=pending[0].kind, batch=_next_batch(checkpoint),
-                         why=f"no batch reached the sink after {pending[0].after_batches} batches committed")  # fmt: skip
+                    emit(FaultSkipped(kind=pending[0].kind, batch=_next_batch(checkpoint),
+                                      why=f"no batch reached the sink after {pending[0].after_batches} batches committed"))  # fmt: skip
                     pending.pop(0)
                 elif pending[0].kind in DAMAGE_CLASSES:
-                    emit("fault_skipped", kind=pending[0].kind, batch=_next_batch(checkpoint),
-                         why="no file a restart would read was ever there to damage")  # fmt: skip
+                    emit(FaultSkipped(kind=pending[0].kind, batch=_next_batch(checkpoint),
+                                      why="no file a restart would read was ever there to damage"))  # fmt: skip
                     pending.pop(0)
                 else:  # every input committed, nothing due: strike now, on an idle query
                     fault = dataclasses.replace(pending.pop(0), after_batches=len(done))
                     driver, _ = _inject(fault, driver, checkpoint, scope, rng, emit, start, heals, docker, link,
                                         trigger="every input committed (the query is idle)")  # fmt: skip
                 continue
-            _python_kills(w, emit, events)
+            _python_kills(w, emit)
             for due, inj in [h for h in heals if h[0] <= time.monotonic()]:
                 inj.stop()
                 heals.remove((due, inj))
-                emit("fault_end", inj, batch=_next_batch(checkpoint), **inj.describe())
+                emit.fault_end(inj, _next_batch(checkpoint))
             if (
                 not pending
                 and not heals
@@ -370,21 +400,21 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
                 stuck = True
                 what = _stall(checkpoint, written, len(run.inputs), tail_ms, run.stall_s, over_time())
                 stalled.append(f"{what} ({why})" if why else what)
-                emit("time_limit", committed=len(done), why=stalled[-1])
+                emit(TimeLimit(committed=len(done), why=stalled[-1]))
                 break
             time.sleep(0.1)
-        _python_kills(w, emit, events)
+        _python_kills(w, emit)
         for fault in sink_armed:
-            emit("fault_skipped", kind=fault.kind, batch=_next_batch(checkpoint),
-                 why=f"no batch reached the sink's {fault.at} after it was armed")  # fmt: skip
+            emit(FaultSkipped(kind=fault.kind, batch=_next_batch(checkpoint),
+                              why=f"no batch reached the sink's {fault.at} after it was armed"))  # fmt: skip
         (w / SINK_ARMED).unlink(missing_ok=True)
         if (w / ARMED).exists():
             (w / ARMED).unlink()
-            emit("fault_skipped", kind=PYTHON_WORKER, batch=_next_batch(checkpoint),
-                 why="no call of the processor came after it was armed (no batch with input or timers)")  # fmt: skip
+            emit(FaultSkipped(kind=PYTHON_WORKER, batch=_next_batch(checkpoint),
+                              why="no call of the processor came after it was armed (no batch with input or timers)"))  # fmt: skip
         if driver is not None:
             rc = driver.stop(w, stall_s=run.stall_s)  # ends on lack of progress, not after a fixed time
-            emit("driver_stop", returncode=rc)
+            emit(DriverStop(returncode=rc))
             if rc not in (0,):
                 failures.append(_failure(w, f"driver stop returned {rc}", raised))
     finally:
@@ -416,21 +446,22 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
     else:
         verdict = "pass"
     starts = sum(1 for p in (w / "starts").glob("[0-9]*") if p.name.isdigit())
-    return SssOutcome(verdict, check, events, starts, failures, processor_errors, "; ".join(stalled),
+    return SssOutcome(verdict, check, emit.events, starts, failures, processor_errors, "; ".join(stalled),
                       run.pyspark or importlib.metadata.version("pyspark"), machine)  # fmt: skip
 
 
-def _python_kills(w: Path, emit: Any, events: list[dict[str, Any]]) -> None:
+def _python_kills(w: Path, emit: QueryHistory) -> None:
     """History events for the armed Python worker kills that fired (or could not) since the last look;
     each names the batch it was armed for (the batch whose first processor call took it)."""
     for f in fired(w):
-        armed = [e for e in events if e["type"] == "fault_armed"]
-        batch = armed[-1]["batch"] if armed else None
+        armed = [e for e in emit.events if isinstance(e, FaultArmed)]
+        batch = armed[-1].batch if armed else None
         if "why" in f:
-            emit("fault_skipped", kind=PYTHON_WORKER, batch=batch, why=f["why"])
+            emit(FaultSkipped(kind=PYTHON_WORKER, batch=batch, why=f["why"]))
         else:
-            emit("fault_start", kind=PYTHON_WORKER, batch=batch, process=f["process"],
-                 target=f"python {f['process']} pid {f['pid']}", trigger="first processor call after it was armed")  # fmt: skip
+            emit.fault_start(None, batch, "first processor call after it was armed",
+                             {"kind": PYTHON_WORKER, "target": f"python {f['process']} pid {f['pid']}"},
+                             process=f["process"])  # fmt: skip
 
 
 def _next_batch(checkpoint: Path) -> int:
@@ -511,27 +542,27 @@ def _can_strike(fault: SssFault, checkpoint: Path) -> bool:
         return False
 
 
-def _progress(checkpoint: Path, seen: tuple[int, int], emit: Any) -> tuple[int, int]:
+def _progress(checkpoint: Path, seen: tuple[int, int], emit: QueryHistory) -> tuple[int, int]:
     """History events for batches newly planned (offset log) and committed (commit log), so a fault's
     effect on the micro-batches shows in the timeline."""
     planned = max((b.batch for b in read_offsets(checkpoint)), default=-1)
     committed = max(committed_batches(checkpoint), default=-1)
     for b in range(seen[0] + 1, planned + 1):
-        emit("batch_planned", batch=b)
+        emit(BatchPlanned(batch=b))
     for b in range(seen[1] + 1, committed + 1):
-        emit("batch_committed", batch=b)
+        emit(BatchCommitted(batch=b))
     return max(planned, seen[0]), max(committed, seen[1])
 
 
 def _inject(fault: SssFault, driver: DriverProcess, checkpoint: Path, scope: RunScope, rng: random.Random,
-            emit: Any, start: Any, heals: list[tuple[float, Injector]], docker: Any,
+            emit: QueryHistory, start: Any, heals: list[tuple[float, Injector]], docker: Any,
             link: Any = None, trigger: str = "") -> tuple[DriverProcess | None, bool]:  # fmt: skip
     """Strike ``fault``; the driver to go on with, and whether the fault struck."""
     batch = _next_batch(checkpoint)
     trigger = trigger or f"{fault.after_batches} batches committed"
     if fault.kind == PYTHON_WORKER:  # in band: the next processor call kills its own worker/daemon
         arm(checkpoint.parent, fault.process)
-        emit("fault_armed", kind=fault.kind, process=fault.process, batch=batch, trigger=trigger)
+        emit(FaultArmed(kind=fault.kind, process=fault.process, batch=batch, trigger=trigger))
         return driver, True
     inj: Injector
     if fault.kind in CLUSTER_FAULTS and (
@@ -543,32 +574,32 @@ def _inject(fault: SssFault, driver: DriverProcess, checkpoint: Path, scope: Run
     elif fault.kind in ("kill_executor", "pause_executor"):
         pids = driver.executor_pids()
         if not pids:
-            emit("fault_skipped", kind=fault.kind, batch=batch, why="no executor running")
+            emit(FaultSkipped(kind=fault.kind, batch=batch, why="no executor running"))
             return driver, True
         pid = rng.choice(pids)
         inj = (KillProcess if fault.kind == "kill_executor" else PauseProcess)(scope, pid, "executor", fault.kind)
     else:
         return _restart(fault, driver, checkpoint, scope, rng, emit, start, batch, trigger)
     inj.start()
-    emit("fault_start", inj, batch=batch, trigger=trigger, **inj.describe())
+    emit.fault_start(inj, batch, trigger, inj.describe())
     if not inj.instant:
         heals.append((time.monotonic() + fault.seconds, inj))
     return driver, True
 
 
 def _restart(fault: SssFault, driver: DriverProcess, checkpoint: Path, scope: RunScope, rng: random.Random,
-             emit: Any, start: Any, batch: int, trigger: str) -> tuple[DriverProcess | None, bool]:  # fmt: skip
+             emit: QueryHistory, start: Any, batch: int, trigger: str) -> tuple[DriverProcess | None, bool]:  # fmt: skip
     """``kill_driver`` or a damage class: the driver killed, the checkpoint damaged, a new driver."""
     driver.kill()
-    emit("fault_start", batch=batch, trigger=trigger, kind="kill_driver", target="driver process group")
+    emit.fault_start(None, batch, trigger, {"kind": "kill_driver", "target": "driver process group"})
     struck = True
     if fault.kind != "kill_driver":
         try:
             injectors = damage_injectors(fault.kind, checkpoint, scope, rng)
         except InjectorError as e:
-            emit("fault_deferred", kind=fault.kind, batch=batch, why=str(e))
+            emit(FaultDeferred(kind=fault.kind, batch=batch, why=str(e)))
             injectors, struck = [], False
         for inj in injectors:
             inj.start()
-            emit("fault_start", inj, batch=batch, trigger=trigger, damage=fault.kind, **inj.describe())
+            emit.fault_start(inj, batch, trigger, inj.describe(), damage=fault.kind)
     return start(), struck

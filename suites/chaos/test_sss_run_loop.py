@@ -15,6 +15,7 @@ import pytest
 
 import chaos.sss.run as run_mod
 from chaos.sss.run import SssFault, SssRun, run_sss
+from harness.events import FaultStart, JobRestart, read_events
 from harness.sss.model import ProcessorModel
 from harness.sss.oracles import batch_inputs
 from harness.sss.spec import SssSpec
@@ -110,10 +111,14 @@ def test_a_driver_kill_on_an_idle_query_is_not_stuck(tmp_path: Path, monkeypatch
     monkeypatch.setattr(run_mod, "DriverProcess", fake_driver(seen_history=seen))
     out = run_sss(SssRun(SPEC, INPUTS, tmp_path, [SssFault("kill_driver", 3)], tail_ms=3_000, stall_s=30))
     assert out.verdict == "pass", out.summary()
-    kill = next(e for e in out.events if e["type"] == "fault_start")
-    assert kill["kind"] == "kill_driver" and out.starts == 2
-    restart = next(e for e in out.events if e["type"] == "job_restart")
-    assert restart["checkpoint_id"] == "commits/2"
+    kill = next(e for e in out.events if isinstance(e, FaultStart))
+    assert kill.kind == "kill_driver" and out.starts == 2
+    restart = next(e for e in out.events if isinstance(e, JobRestart))
+    assert restart.checkpoint_id == "commits/2"
+    # the history on disk reads back as the very events the run recorded
+    assert [(e.TAG, e.fields()) for e in read_events(tmp_path / "history.jsonl")] == [
+        (e.TAG, e.fields()) for e in out.events
+    ]
     # the history is on disk as the run goes: batch 1 saw batch 0's events
     assert '"batch_committed"' in seen[1] and '"driver_start"' in seen[0]
 
@@ -169,5 +174,5 @@ def test_kill_python_worker_strikes_the_batch_after_its_trigger(tmp_path: Path, 
     out = run_sss(SssRun(SPEC, INPUTS, tmp_path, [SssFault("kill_python_worker", 2)], stall_s=30))
     assert out.verdict == "pass", out.summary()
     assert calls == [0, 0, -9]
-    [kill] = [e for e in out.events if e["type"] == "fault_start"]
-    assert kill["kind"] == "kill_python_worker" and kill["batch"] == 2 and kill["target"].startswith("python worker pid")
+    [kill] = [e for e in out.events if isinstance(e, FaultStart)]
+    assert kill.kind == "kill_python_worker" and kill.get("batch") == 2 and str(kill.target).startswith("python worker pid")

@@ -15,6 +15,7 @@ from chaos.scenario import ScenarioError, load_scenario
 from chaos.sss.execute import verdicts_of
 from chaos.sss.run import SssOutcome
 from chaos.sss.scenario import SssScenario, SssScenarioError
+from harness.events import FaultSkipped, FaultStart
 from harness.oracles.verdict import status_of
 from harness.sss.group_state_model import GROUP_STATE, NO_TIMESTAMP, GroupStateModel
 from harness.sss.oracles import SssCheck, spark_state_image
@@ -153,8 +154,12 @@ def _outcome(
     verdict: str, violations: list[str] = (), refused: list[str] = (), events: Any = None
 ) -> SssOutcome:
     check = SssCheck(list(violations), list(refused), batches_checked=4, states_checked=2, metadata_checked=2)
-    events = events if events is not None else [{"type": "fault_start", "kind": "kill_executor", "batch": 2},
-                                                {"type": "fault_start", "kind": "kill_driver", "batch": 4}]  # fmt: skip
+    events = events if events is not None else [
+        FaultStart(fault_id=0, kind="kill_executor", target="executor:1", trigger="2 batches committed",
+                   extra={"batch": 2}),
+        FaultStart(fault_id=1, kind="kill_driver", target="driver process group", trigger="4 batches committed",
+                   extra={"batch": 4}),
+    ]  # fmt: skip
     return SssOutcome(verdict, check, events, 2, [])
 
 
@@ -168,7 +173,7 @@ def test_outcome_becomes_the_usual_verdicts() -> None:
     assert got == {"exactly_once": "fails", "restored_state": "fails", "state_metadata": "holds", "liveness": "fails",
                    "query_ran": "holds", "fault_schedule": "holds"}  # fmt: skip
     skipped = _outcome(
-        "pass", events=[{"type": "fault_skipped", "kind": "kill_executor", "batch": 2, "why": "x"}]
+        "pass", events=[FaultSkipped(kind="kill_executor", batch=2, why="x")]
     )
     assert status_of(verdicts_of(sc, skipped)[-1].to_dict()) == "fails"
 

@@ -86,8 +86,8 @@ def event_types_by_name() -> dict[str, type[Event]]:
 
 
 def test_no_string_typed_emit_is_left_and_every_event_class_is_written() -> None:
-    """Writers build typed events (the Structured Streaming runner's own history aside: it writes
-    through ``emit_untyped``); an event class nobody writes is dead."""
+    """Writers build typed events (the Structured Streaming runner's too); an event class nobody
+    writes is dead."""
     left = []
     for f in [*ROOT.glob("harness/**/*.py"), *ROOT.glob("chaos/**/*.py")]:
         for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):

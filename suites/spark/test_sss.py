@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from chaos.sss.run import SssFault, SssRun, run_sss
+from harness.events import FaultStart, JobRestart
 from harness.spark.cluster import SparkEnvironmentError, check_java
 from harness.sss.spec import SssSpec
 
@@ -50,9 +51,9 @@ def _run(
 def test_executor_kill_and_driver_restart_keep_output_and_state(tmp_path: Path) -> None:
     out = _run(tmp_path, [SssFault("kill_executor", 2), SssFault("kill_driver", 4)])
     assert out.verdict == "pass", out.summary()
-    faults = [e for e in out.events if e["type"] == "fault_start"]
-    assert [f["kind"] for f in faults] == ["kill_executor", "kill_driver"]
-    assert all(f["batch"] >= 2 for f in faults)  # each names the micro-batch it hit
+    faults = [e for e in out.events if isinstance(e, FaultStart)]
+    assert [f.kind for f in faults] == ["kill_executor", "kill_driver"]
+    assert all(f.get("batch") >= 2 for f in faults)  # each names the micro-batch it hit
     assert out.starts == 2
     # the restart's state (read through Spark's state data source) and the final state were checked
     assert out.check.states_checked >= 2 and out.check.batches_checked >= 6
@@ -73,8 +74,8 @@ def test_missing_changelog_is_refused_by_spark(tmp_path: Path) -> None:
     classes' verdicts are in docs/structured-streaming.md)."""
     out = _run(tmp_path, [SssFault("missing_changelog", 3)], files=4)
     assert out.verdict == "refused", out.summary()
-    damaged = [e for e in out.events if e.get("damage") == "missing_changelog"]
-    assert damaged and all(e["target"].endswith(".changelog") for e in damaged)
+    damaged = [e for e in out.events if isinstance(e, FaultStart) and e.get("damage") == "missing_changelog"]
+    assert damaged and all(str(e.target).endswith(".changelog") for e in damaged)
     refusals = " ".join(out.check.refused + out.failures)
     assert "CANNOT_LOAD_STATE_STORE" in refusals and ".changelog does not exist" in refusals
 
@@ -124,13 +125,13 @@ def test_typed_state_python_worker_kills_and_an_idle_restart_pass(tmp_path: Path
               SssFault("kill_driver", 4)]  # fmt: skip
     out = run_sss(SssRun(SssSpec(**SPEC), make_inputs(4), tmp_path, faults, tail_ms=3_000))
     assert out.verdict == "pass", out.summary()
-    struck = [(e["kind"], e["batch"], e.get("process")) for e in out.events if e["type"] == "fault_start"]
+    struck = [(e.kind, e.get("batch"), e.get("process")) for e in out.events if isinstance(e, FaultStart)]
     assert struck == [("kill_python_worker", 1, "worker"), ("kill_python_worker", 2, "daemon"),
                       ("kill_driver", 4, None)]  # fmt: skip
     assert out.check.metadata_checked >= 2 and out.check.states_checked >= 2
     assert "Python worker exited unexpectedly" in (tmp_path / "driver.log").read_text()  # a task retry
-    restart = next(e for e in out.events if e["type"] == "job_restart")
-    assert restart["checkpoint_id"] == "commits/3"
+    restart = next(e for e in out.events if isinstance(e, JobRestart))
+    assert restart.checkpoint_id == "commits/3"
 
 
 RAISER = """
