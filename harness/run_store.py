@@ -15,6 +15,18 @@ through :class:`RunStore` instead of spelling file names.
       error.txt         the traceback (and root cause) of a run that ended in an error
       timeline.png      the timeline plot (timeline-error.txt: why it could not be drawn)
       logs/             Spark: driver.log, executors/<id>/stdout|stderr, spark-error.txt
+
+A Structured Streaming query's run (``chaos.sss.run``; its driver is a child process that reads and
+writes the same folder) has, besides ``history.jsonl``, ``output/`` and ``outcome.json``::
+
+      run.json          the query's settings for its driver (spec or query, master, trigger, sink)
+      input/            the query's file source: one CSV file per micro-batch (several inputs: a folder each)
+      checkpoint/       the query's checkpoint location (Spark's offsets, commits, state)
+      starts/           one marker per driver start: N, N.spark (its Spark session up), N.ready (its query)
+      state/            Spark's state as its state data source read it (start-N, final-N, batch-B .json)
+      failure.txt       why the driver's query failed, as Spark said (failure-<ns>.txt: earlier ones)
+      stop              asks the driver to stop its query
+      sink-read.json    what the user's own sink holds, as its ``read`` function returns it
 """
 
 from __future__ import annotations
@@ -89,3 +101,41 @@ class RunStore:
     @property
     def logs(self) -> Path:
         return self.root / "logs"
+
+    # ---- a Structured Streaming query's run ------------------------------------------------------
+
+    @property
+    def query_settings(self) -> Path:
+        return self.root / "run.json"
+
+    @property
+    def query_input(self) -> Path:
+        return self.root / "input"
+
+    @property
+    def query_checkpoint(self) -> Path:
+        return self.root / "checkpoint"
+
+    @property
+    def driver_starts(self) -> Path:
+        return self.root / "starts"
+
+    @property
+    def state_reads(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def driver_failure(self) -> Path:
+        return self.root / "failure.txt"
+
+    def earlier_failure(self, stamp: int) -> Path:
+        """Where a driver failure already reported is kept (``failure-<stamp>.txt``)."""
+        return self.root / f"failure-{stamp}.txt"
+
+    @property
+    def stop_request(self) -> Path:
+        return self.root / "stop"
+
+    @property
+    def sink_read(self) -> Path:
+        return self.root / "sink-read.json"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psutil
 
+from harness.run_store import RunStore
 from harness.sss.pyspark_env import child_env
 from harness.sss.query_run import DRIVER_LOG
 
@@ -80,7 +81,7 @@ class DriverProcess:
         threads barely move it) changed for ``stall_s``."""
         from harness.progress import ProgressWatch, tree_size
 
-        (workdir / "stop").write_text("")
+        RunStore(workdir).stop_request.write_text("")
         watch = ProgressWatch(stall_s)
         rc: int | None = None
         while watch.stalled() is None:
@@ -91,6 +92,6 @@ class DriverProcess:
                 watch.observe(files=tree_size(workdir), cpu=int(self._cpu_s() // 5))
         self.kill()
         with contextlib.suppress(FileNotFoundError):
-            (workdir / "stop").unlink()
+            RunStore(workdir).stop_request.unlink()
         return rc
 

@@ -59,6 +59,7 @@ from harness.sss.checkpoint_log import committed_batches, read_offsets, source_f
 from harness.sss.deferred_state import read_deferred
 from harness.sss.errors import spark_error_gist
 from harness.sss.oracles import SssCheck, check_run
+from harness.sss.outcome import SssOutcome
 from harness.sss.pyspark_env import PysparkEnvError, check_java_for, ensure_env
 from harness.sss.python_faults import ARMED, arm, fired
 from harness.sss.query import QuerySpec
@@ -115,41 +116,6 @@ class SssRun:
     spark_conf: dict[str, str] = field(default_factory=dict)  # the driver's settings over ours (spark_conf())
 
 
-@dataclass
-class SssOutcome:
-    """``verdict``: ``pass`` (oracles content), ``refused`` (Spark failed the query or would not read
-    its state), ``caught`` (an oracle found wrong output or state), ``stuck`` (no progress),
-    ``processor_raised`` (the user's processor raised, in Spark or in the model's fault-free run:
-    ``processor_errors`` say where), ``unknown`` (a user's query whose fault-free replays disagree:
-    non-determinism, never a finding; or a query the machine could not start in Spark's time:
-    ``machine``)."""
-
-    verdict: str
-    check: SssCheck
-    events: list[Event]  # the run's history as written
-    starts: int
-    failures: list[str]
-    processor_errors: list[str] = field(default_factory=list)
-    stuck_reason: str = ""  # what stopped progressing (verdict stuck)
-    pyspark: str = ""  # the PySpark version the query ran under
-    # query starts that failed for the machine's sake after every retry (harness.sss.query_run.TRANSIENT):
-    # not Spark refusing anything, so the verdict is unknown, not refused
-    machine: list[str] = field(default_factory=list)
-
-    def summary(self) -> str:
-        lines = [f"verdict: {self.verdict} ({self.starts} driver starts, {self.check.batches_checked} "
-                 f"batches and {self.check.states_checked} restored states checked, pyspark {self.pyspark})"]  # fmt: skip
-        lines += [f"  your processor raised {e}" for e in self.processor_errors]
-        lines += [f"  refused: {r}" for r in self.check.refused + self.failures]
-        lines += [f"  unknown: the machine could not start the query: {m}" for m in self.machine]
-        lines += [f"  violation: {v}" for v in self.check.violations]
-        lines += [f"  unknown: {u}" for u in getattr(self.check, "unknown", [])]
-        lines += [f"  unknown: state not read: {u}" for u in getattr(self.check, "state_unknown", [])]
-        if note := getattr(self.check, "replay_note", ""):
-            lines.append(f"  replay: {note}")
-        return "\n".join(lines)
-
-
 class QueryHistory:
     """The query run's history (``history.jsonl``), written as it goes so a long run can be followed.
     Fault windows are numbered as the runtime's (``fault_start``/``fault_end`` with a ``fault_id``,
@@ -196,12 +162,12 @@ def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> No
 def _write_input(w: Path, spec: SssSpec | QuerySpec, n: int, step: Any) -> None:
     """Input step ``n``: one CSV file (a user's query: one per input, in ``input/<name>/``)."""
     if isinstance(spec, SssSpec):
-        _write_csv(w / "input" / f"part-{n:05d}.csv", step, spec.input_columns())
+        _write_csv(RunStore(w).query_input / f"part-{n:05d}.csv", step, spec.input_columns())
         return
     for name in spec.inputs:
-        (w / "input" / name).mkdir(parents=True, exist_ok=True)
+        (RunStore(w).query_input / name).mkdir(parents=True, exist_ok=True)
         rows = step.get(name, []) if spec.several else step
-        _write_csv(w / "input" / name / f"part-{n:05d}.csv", rows, spec.columns(name))
+        _write_csv(RunStore(w).query_input / name / f"part-{n:05d}.csv", rows, spec.columns(name))
 
 
 def _consumed(checkpoint: Path, spec: SssSpec | QuerySpec) -> int:
@@ -243,7 +209,7 @@ def run_sss(run: SssRun) -> SssOutcome:
 
 def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> SssOutcome:
     w = run.workdir
-    (w / "input").mkdir(parents=True, exist_ok=True)
+    RunStore(w).query_input.mkdir(parents=True, exist_ok=True)
     master, kwargs = (docker.master_url, docker.spark_kwargs()) if docker else (run.master, {})
     if run.spark_conf:  # the user's settings, under any the run's own wiring needs (a toxic's ports)
         kwargs["extra_conf"] = {**run.spark_conf, **kwargs.get("extra_conf", {})}
@@ -255,7 +221,7 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
         # interpreter's folder the driver's), not the image's absolute path
         kwargs["executor_python"] = "python3"
     what = "query" if isinstance(run.spec, QuerySpec) else "spec"
-    (w / "run.json").write_text(json.dumps({what: json.loads(run.spec.to_json()), "master": master,
+    RunStore(w).query_settings.write_text(json.dumps({what: json.loads(run.spec.to_json()), "master": master,
                                             "cluster_kwargs": kwargs, "trigger_ms": run.trigger_ms,
                                             "state_every_batch": run.differential, "sink": run.sink,
                                             "python_fault_file": str(w / ARMED) if any(
@@ -265,7 +231,7 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
     failures: list[str] = []
     raised = Raised(run.spec.builder if isinstance(run.spec, QuerySpec) else run.spec.processor)
     rng = random.Random(run.seed)
-    checkpoint = w / "checkpoint"
+    checkpoint = RunStore(w).query_checkpoint
     driver: DriverProcess | None = None
     scope = RunScope(f"sss-{w.name}", pids=lambda: driver.executor_pids() if driver else [], paths=[checkpoint],
                      compose_project=docker.stack.project if docker else None)  # fmt: skip
@@ -277,8 +243,8 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
 
     def start() -> DriverProcess | None:
         n = (
-            sum(1 for p in (w / "starts").glob("[0-9]*") if p.name.isdigit())
-            if (w / "starts").exists()
+            sum(1 for p in RunStore(w).driver_starts.glob("[0-9]*") if p.name.isdigit())
+            if RunStore(w).driver_starts.exists()
             else 0
         )
         d = DriverProcess(w, "harness.sss.query_driver" if isinstance(run.spec, QuerySpec) else "harness.sss.driver",
@@ -289,11 +255,11 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
             emit(JobRestart(attempt=n, reason="driver restarted from the checkpoint location",
                             checkpoint_id=f"commits/{max(done)}" if done else "none (no batch committed)"))  # fmt: skip
         while watch.stalled() is None and not over_time():
-            if (w / "starts" / f"{n}.ready").exists():
+            if (RunStore(w).driver_starts / f"{n}.ready").exists():
                 return d
             # the driver's own milestones are progress: its Spark session up (a JVM and executors
             # to start, which took over 80 s on a loaded machine), then its query
-            watch.observe(driver_spark_up=sum(1 for _ in (w / "starts").glob("*.spark")))
+            watch.observe(driver_spark_up=sum(1 for _ in RunStore(w).driver_starts.glob("*.spark")))
             if d.proc.poll() == EXIT_NO_SPARK:
                 d.kill()
                 raise SparkEnvironmentError(_failure(w, "the query's driver could not start Spark"))
@@ -445,7 +411,7 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
         verdict = "unknown"
     else:
         verdict = "pass"
-    starts = sum(1 for p in (w / "starts").glob("[0-9]*") if p.name.isdigit())
+    starts = sum(1 for p in RunStore(w).driver_starts.glob("[0-9]*") if p.name.isdigit())
     return SssOutcome(verdict, check, emit.events, starts, failures, processor_errors, "; ".join(stalled),
                       run.pyspark or importlib.metadata.version("pyspark"), machine)  # fmt: skip
 
@@ -472,10 +438,10 @@ def _next_batch(checkpoint: Path) -> int:
 def _failure(w: Path, what: str, raised: Raised | None = None) -> str:
     """What the driver's ``failure.txt`` says, in one line; when Spark's error is the user's processor
     raising (its file in the Python worker's traceback), also added to ``raised``."""
-    f = w / "failure.txt"
+    f = RunStore(w).driver_failure
     text = f.read_text().strip() if f.exists() else ""
     with contextlib.suppress(FileNotFoundError):
-        f.rename(w / f"failure-{time.monotonic_ns()}.txt")
+        f.rename(RunStore(w).earlier_failure(time.monotonic_ns()))
     gist = spark_error_gist(text)
     line = f"{what}: {gist}" if gist else what
     if raised is not None and (where := raised_in_spark(text, raised.processor)):

@@ -16,7 +16,7 @@ from harness.oracles.exactly_once import check_exactly_once
 from harness.oracles.fault_schedule import check_fault_schedule
 from harness.oracles.integrity import IntegrityConfig, check_checkpoint_integrity
 from harness.oracles.liveness import LivenessConfig, check_liveness
-from harness.oracles.registry import ORACLES, Oracle, register_oracle
+from harness.oracles.registry import ENGINES, ORACLES, Oracle, oracles_for, register_oracle
 from harness.oracles.rescale import check_rescale
 from harness.oracles.restored_state import check_restored_state
 from harness.oracles.sequence import check_sequence
@@ -31,6 +31,8 @@ __all__ = [
     "Oracle",
     "ORACLES",
     "register_oracle",
+    "oracles_for",
+    "ENGINES",
     "IntegrityConfig",
     "LivenessConfig",
     "check_all",
@@ -49,19 +51,24 @@ __all__ = [
 
 
 def check_all(
-    run_dir: Path, spec: JobSpec, checks: list[str], config: dict[str, Any] | None = None
+    run: Path | RunArtifacts,
+    spec: JobSpec | None,
+    checks: list[str],
+    config: dict[str, Any] | None = None,
+    engine: str = "runtime",
 ) -> list[Verdict]:
-    """Run the named oracles over a finished run, each with its typed config from ``config`` (by
-    oracle name; default settings otherwise); an oracle that crashes gives an unknown verdict naming
-    the exception, never a silent pass."""
-    art = RunArtifacts.load(run_dir)
+    """Run the named oracles of ``engine`` over a finished run (its directory, or its artifacts), each
+    with its typed config from ``config`` (by oracle name; default settings otherwise); an oracle that
+    crashes gives an unknown verdict naming the exception, never a silent pass."""
+    art = run if isinstance(run, RunArtifacts) else RunArtifacts.load(run)
     config = config or {}
+    registered = oracles_for(engine)
     out = []
     for name in checks:
-        if name not in ORACLES:
-            raise ValueError(f"unknown oracle {name!r}; expected one of {', '.join(ORACLES)}")
+        if name not in registered:
+            raise ValueError(f"unknown {engine} oracle {name!r}; expected one of {', '.join(registered)}")
         try:
-            out.append(ORACLES[name].run(art, spec, config.get(name)))
+            out.append(registered[name].run(art, spec, config.get(name)))
         except Exception as e:  # an oracle that crashed has decided nothing: unknown, never a pass
             tb = traceback.format_exception(e)[-6:]
             out.append(

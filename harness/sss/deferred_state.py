@@ -13,11 +13,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from harness.run_store import RunStore
+
 __all__ = ["pending", "read_deferred", "main"]
 
 
 def pending(workdir: Path) -> list[Path]:
-    return [p for p in sorted((workdir / "state").glob("*.json")) if "deferred" in json.loads(p.read_text())]
+    return [p for p in sorted(RunStore(workdir).state_reads.glob("*.json")) if "deferred" in json.loads(p.read_text())]
 
 
 def _unreadable(path: Path, why: str) -> None:
@@ -53,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     from harness.sss.spec import SssSpec
 
     workdir = Path((sys.argv[1:] if argv is None else argv)[0])
-    cfg = json.loads((workdir / "run.json").read_text())
+    cfg = json.loads(RunStore(workdir).query_settings.read_text())
     spec = SssSpec.from_json(json.dumps(cfg["spec"]))
     cluster = SparkCluster("local[1]", extra_conf=spark_conf(), app_name="statechaos-sss-state")
     cluster.start()

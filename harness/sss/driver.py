@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.run_store import RunStore
 from harness.sss.checkpoint_log import committed_batches
 from harness.sss.errors import spark_error_gist
 from harness.sss.pyspark_env import has_state_source
@@ -63,7 +64,7 @@ def dump_state(spark: Any, workdir: Path, spec: SssSpec, name: str, batch: int |
     """Write what the state data source reads for ``batch`` (default: the last committed one) to
     ``state/NAME.json``, with the operator's ``state-metadata`` rows (an ``error`` entry instead when
     Spark refuses to read it)."""
-    checkpoint = workdir / "checkpoint"
+    checkpoint = RunStore(workdir).query_checkpoint
     done = committed_batches(checkpoint)
     if not done:
         return
@@ -87,7 +88,7 @@ def dump_state(spark: Any, workdir: Path, spec: SssSpec, name: str, batch: int |
                 out["timers"] = read_timers(spark, checkpoint, batch)
     except Exception as e:  # Spark refusing damaged state is a result, not a crash
         out["error"] = spark_error_gist(f"{type(e).__name__}: {e}")
-    state_dir = workdir / "state"
+    state_dir = RunStore(workdir).state_reads
     state_dir.mkdir(exist_ok=True)
     tmp = state_dir / f".{name}.json.tmp"
     tmp.write_text(json.dumps(out, default=str))
@@ -97,7 +98,7 @@ def dump_state(spark: Any, workdir: Path, spec: SssSpec, name: str, batch: int |
 def defer_state_read(workdir: Path, name: str, batch: int, version: str) -> None:
     """Record that ``state/NAME.json`` (the state after ``batch``) is to be read after the run, by
     statechaos's own Spark (:mod:`harness.sss.deferred_state`): pyspark ``version`` has no state data source."""
-    state_dir = workdir / "state"
+    state_dir = RunStore(workdir).state_reads
     state_dir.mkdir(exist_ok=True)
     tmp = state_dir / f".{name}.json.tmp"
     tmp.write_text(json.dumps({"batch": batch, "deferred": f"pyspark {version} has no state data source",
@@ -133,20 +134,20 @@ def _query(spark: Any, spec: SssSpec, source: Any, armed: str | None = None) -> 
 
 
 def run(workdir: Path) -> int:
-    spec = SssSpec.from_json(json.dumps(json.loads((workdir / "run.json").read_text())["spec"]))
+    spec = SssSpec.from_json(json.dumps(json.loads(RunStore(workdir).query_settings.read_text())["spec"]))
 
     def writer(spark: Any, cfg: dict[str, Any]) -> Any:
         stream = (
             spark.readStream.schema(spec.input_schema)
             .option("maxFilesPerTrigger", 1)
-            .csv(str(workdir / "input"))
+            .csv(str(RunStore(workdir).query_input))
         )
         return _query(spark, spec, stream, cfg.get("python_fault_file"))
 
     def on_stop(spark: Any, start_no: int) -> None:
         dump_state(spark, workdir, spec, f"final-{start_no}")
-        if json.loads((workdir / "run.json").read_text()).get("state_every_batch"):
-            for b in committed_batches(workdir / "checkpoint"):  # differential: the state after every batch
+        if json.loads(RunStore(workdir).query_settings.read_text()).get("state_every_batch"):
+            for b in committed_batches(RunStore(workdir).query_checkpoint):  # differential: the state after every batch
                 dump_state(spark, workdir, spec, f"batch-{b:05d}", batch=b)
 
     return run_query(workdir, writer, lambda spark, n: dump_state(spark, workdir, spec, f"start-{n}"), on_stop)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.run_store import RunStore
 from harness.sss.checkpoint_log import committed_batches, read_offsets, source_files
 from harness.sss.group_state_model import GroupStateModel
 from harness.sss.model import ProcessorModel, StateImage
@@ -64,7 +65,7 @@ def _read_csv(path: Path, spec: SssSpec) -> list[dict[str, Any]]:
 
 def batch_inputs(workdir: Path, spec: SssSpec) -> list[tuple[int, int, list[dict[str, Any]]]]:
     """(batch id, batch timestamp, input rows) for every batch in the offset log."""
-    checkpoint = workdir / "checkpoint"
+    checkpoint = RunStore(workdir).query_checkpoint
     files = source_files(checkpoint)
     out = []
     prev = -1
@@ -72,7 +73,7 @@ def batch_inputs(workdir: Path, spec: SssSpec) -> list[tuple[int, int, list[dict
         rows: list[dict[str, Any]] = []
         for log_offset in range(prev + 1, b.source_offset + 1):
             for name in files.get(log_offset, []):
-                rows += _read_csv(workdir / "input" / name, spec)
+                rows += _read_csv(RunStore(workdir).query_input / name, spec)
         prev = max(prev, b.source_offset)
         out.append((b.batch, b.timestamp_ms, rows))
     return out
@@ -158,7 +159,7 @@ def _canon(rows: list[dict[str, Any]]) -> Counter[str]:
 
 def uses_user_sink(workdir: Path) -> bool:
     try:
-        return bool(json.loads((workdir / "run.json").read_text()).get("sink"))
+        return bool(json.loads(RunStore(workdir).query_settings.read_text()).get("sink"))
     except FileNotFoundError:
         return False
 
@@ -169,7 +170,7 @@ def judge_sink(workdir: Path, committed: set[int], expected: dict[int, Counter[s
     ``reference`` (the model, or the replay) emits for the committed batches, each exactly once. The batch after the last committed one
     may have reached the sink before the final stop (its commit was never written): its rows are
     allowed all present or all absent."""
-    path = workdir / "sink-read.json"
+    path = RunStore(workdir).sink_read
     if not path.exists():
         return  # never read (the driver did not stop cleanly): nothing to judge, not a pass
     got = _canon(json.loads(path.read_text()))
@@ -199,9 +200,9 @@ def check_run(workdir: Path, spec: SssSpec, files_written: int) -> SssCheck:
             raise  # statechaos's own error, not the processor's
         result.processor_errors.append(f"in the model's fault-free run, building it: {where}")
         return result
-    committed = set(committed_batches(workdir / "checkpoint"))
+    committed = set(committed_batches(RunStore(workdir).query_checkpoint))
     dumps: dict[int, list[tuple[str, dict[str, Any]]]] = {}
-    for path in sorted((workdir / "state").glob("*.json")):
+    for path in sorted(RunStore(workdir).state_reads.glob("*.json")):
         d = json.loads(path.read_text())
         if d.get("unreadable") or d.get("deferred"):  # a pyspark without a state data source: read later
             result.state_unknown.append(f"{path.name} (batch {d['batch']}): {d.get('unreadable') or d['deferred']}")
@@ -219,7 +220,7 @@ def check_run(workdir: Path, spec: SssSpec, files_written: int) -> SssCheck:
                 raise
             result.processor_errors.append(f"in the model's fault-free run of batch {batch}: {where}")
             break  # later batches build on a state the processor never finished
-        out_file = workdir / "output" / f"batch-{batch}.json"
+        out_file = RunStore(workdir).output / f"batch-{batch}.json"
         expected_by_batch[batch] = _canon([canon_row(r) for r in expected])
         if user_sink:
             pass  # judged as a whole on what the user's read returns (below)
@@ -256,9 +257,9 @@ def check_run(workdir: Path, spec: SssSpec, files_written: int) -> SssCheck:
         judge_sink(workdir, committed, expected_by_batch, result)
     read = 0
     if committed:
-        offsets = {b.batch: b.source_offset for b in read_offsets(workdir / "checkpoint")}
+        offsets = {b.batch: b.source_offset for b in read_offsets(RunStore(workdir).query_checkpoint)}
         top = offsets.get(max(committed), -1)
-        read = sum(len(v) for k, v in source_files(workdir / "checkpoint").items() if k <= top)
+        read = sum(len(v) for k, v in source_files(RunStore(workdir).query_checkpoint).items() if k <= top)
     if read < files_written:
         result.violations.append(f"liveness: committed batches read {read} of {files_written} input files")
     return result

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.run_store import RunStore
 from harness.sss.query import QuerySpec, build_query
 from harness.sss.query_run import run_query
 
@@ -22,7 +23,7 @@ __all__ = ["run", "main"]
 def run(workdir: Path) -> int:
     def writer(spark: Any, cfg: dict[str, Any]) -> Any:
         spec = QuerySpec.from_json(json.dumps(cfg["query"]))
-        df = build_query(spark, spec, workdir / "input")
+        df = build_query(spark, spec, RunStore(workdir).query_input)
         if armed := cfg.get("python_fault_file"):
             from pyspark import cloudpickle
 

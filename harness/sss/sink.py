@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from harness.run_store import RunStore
 from harness.sss.checkpoint_log import read_offsets
 
 __all__ = ["SINK_AT", "ARMED", "HIT", "RELEASE", "user_sink", "chaos_sink", "arm_sink", "sink_hit"]
@@ -80,7 +81,7 @@ def _armed_for(workdir: Path, batch_id: int) -> bool:
         at_file = int((workdir / ARMED).read_text().split()[1])
     except (FileNotFoundError, IndexError, ValueError):
         return False
-    offsets = {b.batch: b.source_offset for b in read_offsets(workdir / "checkpoint")}
+    offsets = {b.batch: b.source_offset for b in read_offsets(RunStore(workdir).query_checkpoint)}
     return offsets.get(batch_id, -1) >= at_file
 
 

@@ -302,3 +302,21 @@ def test_kill_python_worker_takes_a_process(tmp_path: Path) -> None:
         "{kind: kill_driver, after_batches: 4}", "{kind: kill_driver, after_batches: 4, process: daemon}"))  # fmt: skip
     with pytest.raises(ScenarioError, match=r"bad.yaml:19: faults\[1\].process: only kill_python_worker takes process"):
         load_scenario(tmp_path / "bad.yaml")
+
+
+def test_the_query_checks_are_registered_oracles_of_their_engine() -> None:
+    """A query's checks live in the runtime's oracle registry under engine structured_streaming: the
+    runtime's checks of the same name stay the runtime's, and check_all runs the query's by name."""
+    from harness.oracles import ORACLES, RunArtifacts, check_all, oracles_for
+    from harness.sss.verdicts import ENGINE, QueryRun
+
+    sc = load_scenario(LOCAL)
+    query = oracles_for(ENGINE)
+    assert set(sc.checks()) <= set(query) and "expected_verdict" in query
+    assert query["exactly_once"].check is not ORACLES["exactly_once"].check
+    art = RunArtifacts(Path("."), [FaultSkipped(kind="kill_driver", batch=3, why="no driver running")])
+    [v] = check_all(art, None, ["fault_schedule"], {"fault_schedule": QueryRun(_outcome("pass"), "pass", 1)},
+                    engine=ENGINE)  # fmt: skip
+    assert not v.passed and "kill_driver at batch 3 did not strike: no driver running" in v.details
+    with pytest.raises(ValueError, match="unknown structured_streaming oracle 'ttl'"):
+        check_all(art, None, ["ttl"], engine=ENGINE)
