@@ -63,15 +63,11 @@ def _cmd_list(args: argparse.Namespace) -> int:
     table = Table(title="scenarios")
     for col in ("file", "cluster", "faults", "rescale", "checks"):
         table.add_column(col, overflow="fold")
-    from chaos.scenario_job import checks_for, scenario_job
-    from chaos.sss.scenario import is_sss
+    from chaos.engines import engine_of
 
     for path, sc in scenarios:
-        if is_sss(sc):  # a Structured Streaming query: no job, no rescale
-            table.add_row(path.name, f"{sc.cluster} (sss)", _describe_faults(sc), "0", str(len(sc.checks())))
-            continue
-        checks = checks_for(sc, scenario_job(sc, sc.base_dir).graph)  # validated: the job builds
-        table.add_row(path.name, sc.cluster, _describe_faults(sc), str(len(sc.rescale)), str(len(checks)))
+        row = engine_of(sc).list_row(sc)
+        table.add_row(path.name, row.cluster, _describe_faults(sc), str(row.rescale_steps), str(row.checks))
     console.print(table)
     return EXIT_OK
 
@@ -80,15 +76,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from chaos.runner import run_scenarios
 
     scenarios = load_scenarios(args.paths)
-    if args.pyspark:  # the query's PySpark: engine: sss scenarios only (the runtime runs on ours)
-        from chaos.sss.scenario import is_sss
+    if args.pyspark:  # the query's PySpark: structured_streaming scenarios only (the runtime runs on ours)
+        from chaos.engines import engine_of
 
-        if other := [str(p) for p, sc in scenarios if not is_sss(sc)]:
-            raise UsageError(
-                f"--pyspark {args.pyspark}: only engine: sss scenarios run on another pyspark, not {other[0]}"
-            )
-        # every one is an SssScenario (checked above); load_scenarios still types them all as Scenario
-        scenarios = [(p, sc.with_overrides(spark=args.pyspark)) for p, sc in scenarios]  # type: ignore[call-arg]
+        if other := [str(p) for p, sc in scenarios if engine_of(sc).on_pyspark is None]:
+            raise UsageError(f"--pyspark {args.pyspark}: only engine: structured_streaming scenarios run on "
+                             f"another pyspark, not {other[0]}")  # fmt: skip
+        scenarios = [(p, _on_pyspark(sc, args.pyspark)) for p, sc in scenarios]
     # several runs: local-cluster ones share one Spark start (reset between runs)
     session: Any = contextlib.nullcontext()
     if len(scenarios) > 1 or args.repeat > 1:
@@ -106,6 +100,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
             console=console,
             repeat=args.repeat,
         )
+
+
+def _on_pyspark(sc: Any, version: str) -> Any:
+    """``sc`` run under pyspark ``version`` (its engine takes another PySpark: checked by the caller)."""
+    from chaos.engines import engine_of
+
+    on_pyspark = engine_of(sc).on_pyspark
+    assert on_pyspark is not None
+    return on_pyspark(sc, version)
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
@@ -238,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--pyspark",
         metavar="VERSION",
-        help="run engine: sss queries under this PySpark (a cached venv built from PyPI), e.g. 3.5.3",
+        help="run engine: structured_streaming queries under this PySpark (a cached venv built from PyPI), e.g. 3.5.3",
     )
     r.add_argument("--json", metavar="FILE", help="write a machine-readable report")
     r.add_argument("--alluredir", metavar="DIR", help="write Allure results")

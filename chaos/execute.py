@@ -75,19 +75,8 @@ def record_input(spec: JobSpec, run_dir: Path) -> None:
 def execute_scenario(
     sc: Scenario, run_dir: Path, resume: bool = False
 ) -> tuple[list[Verdict], dict[str, Any]]:
-    """Run ``sc`` in ``run_dir`` (``resume``: take over a dead driver's run); return (verdicts, run
-    statistics)."""
-    from chaos.sss.scenario import is_sss
-
-    if is_sss(sc):  # a Structured Streaming query (chaos.sss.execute)
-        from chaos.sss.execute import execute_sss
-
-        if resume:  # its driver restarts are the query's own, from its checkpoint location
-            raise InputError(
-                f"scenario {sc.name!r}: a Structured Streaming run cannot be resumed by a new statechaos "
-                "driver; its scenario restarts the query's driver itself (kill_driver faults)"
-            )
-        return execute_sss(sc, run_dir)
+    """Run the runtime scenario ``sc`` in ``run_dir`` (``resume``: take over a dead driver's run);
+    return (verdicts, run statistics). Every engine's run: :func:`chaos.engines.engine_of`."""
     from chaos.scenario_job import checks_for
     from harness.oracles import IntegrityConfig, LivenessConfig, check_all
 

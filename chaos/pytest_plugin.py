@@ -366,35 +366,22 @@ def job_reference(job: Any) -> str:
 def _prepare(
     scenario: str | Path | Scenario | dict[str, Any], fields: dict[str, Any]
 ) -> tuple[Scenario, str]:
-    from chaos.scenario import Scenario, ScenarioError, load_scenario, parse_scenario
-    from chaos.sss.scenario import SssScenario, is_sss
+    from chaos.engines import engine_of
+    from chaos.scenario import load_scenario, parse_scenario, scenario_model
 
-    sc: Scenario | SssScenario
-    if isinstance(scenario, Scenario | SssScenario):
-        sc, source = scenario, "<Scenario>"
-    elif isinstance(scenario, dict):
-        sc, source = (SssScenario if is_sss(scenario) else Scenario).model_validate(scenario), "<dict>"
+    sc: Any
+    if isinstance(scenario, dict):
+        sc, source = scenario_model(scenario).model_validate(scenario), "<dict>"
     elif isinstance(scenario, Path) or (isinstance(scenario, str) and "\n" not in scenario):
         sc, source = load_scenario(scenario), str(scenario)
-    else:
+    elif isinstance(scenario, str):
         sc, source = parse_scenario(scenario), "<yaml>"
-    if is_sss(sc):  # a Structured Streaming query (engine: sss): its own fields, no job
-        if fields:
-            data = {**sc.model_dump(mode="json", exclude_unset=True), **fields}
-            sc = SssScenario.model_validate(data).located(sc.base_dir)
-        return sc, source
+    else:  # a scenario model already (either engine's)
+        sc, source = scenario, "<Scenario>"
     if "job" in fields:
         fields = {**fields, "job": job_reference(fields["job"])}
     if fields:
-        from chaos.scenario import _field_name
-        from chaos.scenario_job import job_problems
-
-        base_dir = sc.base_dir
-        sc = Scenario.model_validate({**sc.model_dump(mode="json", exclude_unset=True), **fields})
-        sc = sc.located(base_dir)
-        problems = job_problems(sc, base_dir)
-        if problems:
-            raise ScenarioError(source, [(None, _field_name(loc), m) for loc, m in problems])
+        sc = engine_of(sc).override(sc, fields, source)
     return sc, source
 
 

@@ -105,20 +105,21 @@ def run_scenario(
 ) -> ScenarioOutcome:
     """Execute one validated scenario in ``run_dir`` and check its oracles; ``resume``: as a new driver
     taking over the run of one that died."""
+    from chaos.engines import engine_of
     from chaos.errors import classify
-    from chaos.execute import execute_scenario
 
     run_dir.mkdir(parents=True, exist_ok=True)
     if not resume:
         RunStore(run_dir).scenario.write_text(
             yaml.safe_dump(sc.model_dump(mode="json", exclude_unset=True), sort_keys=False)
         )
-        _keep_job_module(sc, run_dir)
+        if engine_of(sc).runs_job:
+            _keep_job_module(sc, run_dir)
     outcome = ScenarioOutcome(sc.name, source, str(run_dir), sc.cluster, sc.seed)
     outcome.started_ms = int(time.time() * 1000)
     t0 = time.perf_counter()
     try:
-        verdicts, stats = execute_scenario(sc, run_dir, resume=resume)
+        verdicts, stats = engine_of(sc).execute(sc, run_dir, resume)
         outcome.verdicts = verdicts
         outcome.stats = stats
     except KeyboardInterrupt:

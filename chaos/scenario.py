@@ -23,6 +23,7 @@ from chaos.faults.delivery import cluster_problem
 from chaos.scenario_job import DEFAULT_CHECKS
 from chaos.trigger import Duration, Strict, Trigger, coerce_trigger, parse_duration_ms
 from harness.adaptive import AdaptiveConfig  # the runtime owns the adaptive defaults
+from harness.engines import ALIASES, ENGINES, STRUCTURED_STREAMING, engine_in
 from harness.failpoints import FAILPOINTS  # the runtime owns its failpoint names
 from harness.oracles import ORACLES  # the oracle registry owns the check names
 from harness.sim import DEFAULT_TICK_MS  # the simulator owns its default pace
@@ -42,6 +43,7 @@ __all__ = [
     "load_scenario",
     "load_scenarios",
     "parse_scenario",
+    "scenario_model",
 ]
 
 ORACLE_NAMES = tuple(ORACLES)
@@ -157,6 +159,7 @@ class Scenario(Strict):
     """A whole chaos experiment."""
 
     name: Annotated[str, Field(min_length=1)]
+    engine: Literal["runtime"] = "runtime"  # the other engine's scenarios: chaos.sss.scenario
     description: str = ""
     cluster: str = "local"
     # a registered job or "module:factory" (found next to the scenario file, in the working directory
@@ -377,6 +380,16 @@ def _field_name(loc: tuple[Any, ...]) -> str:
     return out
 
 
+def scenario_model(data: dict[str, Any]) -> type[Scenario]:
+    """The scenario model of a mapping's engine (:func:`harness.engines.engine_in`): the runtime's
+    :class:`Scenario`, or a Structured Streaming query's ``SssScenario`` (``chaos.sss.scenario``)."""
+    if engine_in(data) == STRUCTURED_STREAMING:
+        from chaos.sss.scenario import SssScenario
+
+        return SssScenario  # type: ignore[return-value]  # the front ends ask its engine (chaos.engines)
+    return Scenario
+
+
 def parse_scenario(text: str, path: str = "<string>", base_dir: Path | None = None) -> Scenario:
     """Parse and validate scenario YAML, and the names it uses against its job (looked up in
     ``base_dir`` first); raise :class:`ScenarioError` naming file, line and field."""
@@ -396,11 +409,15 @@ def parse_scenario(text: str, path: str = "<string>", base_dir: Path | None = No
         )
     lines: dict[tuple[Any, ...], int] = {}
     _walk(node, (), lines)
-    if data.get("engine") == "sss":  # a Structured Streaming query: chaos.sss.scenario
+    engine = engine_in(data)
+    if engine not in ENGINES:
+        raise ScenarioError(path, [(_line_for(("engine",), lines), "engine", f"unknown engine {engine!r}; expected "
+                                    f"{' or '.join(ENGINES)} ({', '.join(f'{a}: {e}' for a, e in ALIASES.items())})")])  # fmt: skip
+    if scenario_model(data) is not Scenario:  # a query's model checks its query and input too
         from chaos.sss.scenario import SssScenarioError, parse_sss_scenario
 
         try:
-            # an SssScenario: the two scenario models are not one yet
+            # an SssScenario: the front ends ask its engine (chaos.engines) what to do with it
             return parse_sss_scenario(data, path, base_dir)  # type: ignore[return-value]
         except SssScenarioError as e:
             raise ScenarioError(path, [(_line_for(loc, lines), _field_name(loc), m) for loc, m in e.problems]) from None

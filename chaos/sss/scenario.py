@@ -1,4 +1,5 @@
-"""Scenario files for Structured Streaming queries: ``engine: sss``.
+"""Scenario files for Structured Streaming queries: ``engine: structured_streaming`` (or ``sss``, or no
+``engine`` and a ``query``: :func:`harness.engines.engine_in`).
 
 The same file format, commands and outcome as runtime scenarios (``statechaos validate / list / run``,
 exit codes 0/1/2, ``outcome.json``, the summary table, Allure results, the pytest plugin's
@@ -28,7 +29,7 @@ import importlib
 import sys
 from contextvars import ContextVar
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
@@ -36,19 +37,16 @@ from chaos.errors import FieldProblems, InputError
 from chaos.faults.registry import kinds_where
 from chaos.sss.damage import DAMAGE_CLASSES
 from chaos.trigger import Duration, Strict, parse_duration_ms
+from harness.engines import ALIASES
 from harness.sss.pyspark_env import STATE_METADATA, PysparkEnvError, missing_feature, parse_version
 from harness.sss.query import DEFAULT_INPUT, QuerySpec
 from harness.sss.spec import APPLY, DEFAULT_MASTER, SpecError, SssSpec, load_function
-
-if TYPE_CHECKING:  # typing's own from Python 3.13
-    from typing_extensions import TypeIs
 
 __all__ = [
     "SssScenario",
     "SssScenarioError",
     "SSS_FAULT_KINDS",
     "parse_sss_scenario",
-    "is_sss",
     "load_inputs",
 ]
 
@@ -203,10 +201,10 @@ class SssSink(Strict):
 
 
 class SssScenario(Strict):
-    """A Structured Streaming query under chaos (``engine: sss``)."""
+    """A Structured Streaming query under chaos (``engine: structured_streaming``)."""
 
     name: Annotated[str, Field(min_length=1)]
-    engine: Literal["sss"]
+    engine: Literal["structured_streaming"] = "structured_streaming"
     description: str = ""
     cluster: str = DEFAULT_LOCAL
     query: SssQuery
@@ -228,6 +226,11 @@ class SssScenario(Strict):
     # e.g. the state store provider or changelog checkpointing a deployment runs with
     spark_conf: dict[str, str] = Field(default_factory=dict)
     _base_dir: Path | None = PrivateAttr(default=None)
+
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _engine(cls, v: Any) -> Any:
+        return ALIASES.get(v, v) if isinstance(v, str) else v
 
     @field_validator("spark_conf", mode="before")
     @classmethod
@@ -301,10 +304,6 @@ class SssScenario(Strict):
         return DEFAULT_LOCAL if self.cluster == "local" else self.cluster
 
     @property
-    def job(self) -> str:
-        return ""  # no runtime job: the query is the system under test
-
-    @property
     def base_dir(self) -> Path | None:
         return self._base_dir
 
@@ -359,11 +358,6 @@ def pyspark_problem(version: str, spec: SssSpec | QuerySpec, cluster_kind: str) 
     feature = "applyInPandasWithState" if spec.api == APPLY else "transformWithStateInPandas"
     why = missing_feature(version, feature)
     return ("query.api", why) if why else None
-
-
-def is_sss(obj: Any) -> TypeIs[SssScenario]:
-    """Whether ``obj`` (a scenario, or its YAML as a dict) is a Structured Streaming scenario."""
-    return isinstance(obj, SssScenario) or (isinstance(obj, dict) and obj.get("engine") == "sss")
 
 
 def _on_path(base_dir: Path | None) -> None:
@@ -473,7 +467,7 @@ def _analysis_problem(spec: QuerySpec, version: str | None = None) -> tuple[str,
 
 
 def parse_sss_scenario(data: dict[str, Any], path: str, base_dir: Path | None) -> SssScenario:
-    """Validate an ``engine: sss`` mapping: the schema, the query (its processor or function loads) and
+    """Validate a Structured Streaming query's scenario mapping: the schema, the query (its processor or function loads) and
     the input (it can be had); SssScenarioError with every problem's field path."""
     try:
         sc = SssScenario.model_validate(data).located(base_dir)

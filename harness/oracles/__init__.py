@@ -8,6 +8,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from harness.engines import RUNTIME
 from harness.jobs import JobSpec
 from harness.oracles.adaptive_recovery import AdaptiveRecoveryConfig, check_adaptive_recovery
 from harness.oracles.artifacts import RunArtifacts
@@ -16,7 +17,7 @@ from harness.oracles.exactly_once import check_exactly_once
 from harness.oracles.fault_schedule import check_fault_schedule
 from harness.oracles.integrity import IntegrityConfig, check_checkpoint_integrity
 from harness.oracles.liveness import LivenessConfig, check_liveness
-from harness.oracles.registry import ENGINES, ORACLES, Oracle, oracles_for, register_oracle
+from harness.oracles.registry import ORACLES, Oracle, oracles_for, register_oracle
 from harness.oracles.rescale import check_rescale
 from harness.oracles.restored_state import check_restored_state
 from harness.oracles.sequence import check_sequence
@@ -32,7 +33,6 @@ __all__ = [
     "ORACLES",
     "register_oracle",
     "oracles_for",
-    "ENGINES",
     "IntegrityConfig",
     "LivenessConfig",
     "check_all",
@@ -55,7 +55,7 @@ def check_all(
     spec: JobSpec | None,
     checks: list[str],
     config: dict[str, Any] | None = None,
-    engine: str = "runtime",
+    engine: str = RUNTIME,
 ) -> list[Verdict]:
     """Run the named oracles of ``engine`` over a finished run (its directory, or its artifacts), each
     with its typed config from ``config`` (by oracle name; default settings otherwise); an oracle that

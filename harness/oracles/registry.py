@@ -14,14 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from harness.engines import ENGINES, RUNTIME
 from harness.jobs import JobSpec
 from harness.oracles.artifacts import RunArtifacts
 from harness.oracles.verdict import Verdict
 
-__all__ = ["Oracle", "ORACLES", "ENGINES", "register_oracle", "oracles_for"]
-
-ENGINES = ("runtime", "structured_streaming")
-
+__all__ = ["Oracle", "ORACLES", "register_oracle", "oracles_for"]
 
 @dataclass(frozen=True)
 class Oracle:
@@ -42,7 +40,7 @@ class Oracle:
 
 
 _BY_ENGINE: dict[str, dict[str, Oracle]] = {engine: {} for engine in ENGINES}
-ORACLES: dict[str, Oracle] = _BY_ENGINE["runtime"]  # the runtime's, by name
+ORACLES: dict[str, Oracle] = _BY_ENGINE[RUNTIME]  # the runtime's, by name
 
 
 def oracles_for(engine: str) -> dict[str, Oracle]:
@@ -53,7 +51,7 @@ def oracles_for(engine: str) -> dict[str, Oracle]:
 
 
 def register_oracle(name: str, check: Callable[..., Verdict], config: type | None = None,
-                    engine: str = "runtime") -> None:  # fmt: skip
+                    engine: str = RUNTIME) -> None:  # fmt: skip
     registered = oracles_for(engine)
     if name in registered and registered[name].check is not check:
         raise ValueError(f"oracle {name!r} is registered twice for engine {engine}")

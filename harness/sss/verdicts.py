@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.engines import STRUCTURED_STREAMING
 from harness.events import FaultSkipped, FaultStart
 from harness.oracles.artifacts import RunArtifacts
 from harness.oracles.registry import register_oracle
@@ -23,7 +24,7 @@ from harness.sss.outcome import SssOutcome
 
 __all__ = ["QueryRun", "ENGINE"]
 
-ENGINE = "structured_streaming"
+ENGINE = STRUCTURED_STREAMING
 _OUTPUT = ("output differs from the model", "output differs from the replay", "its output is missing")
 
 

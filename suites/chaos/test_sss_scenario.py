@@ -320,3 +320,26 @@ def test_the_query_checks_are_registered_oracles_of_their_engine() -> None:
     assert not v.passed and "kill_driver at batch 3 did not strike: no driver running" in v.details
     with pytest.raises(ValueError, match="unknown structured_streaming oracle 'ttl'"):
         check_all(art, None, ["ttl"], engine=ENGINE)
+
+
+def test_the_engine_field_names_the_model_and_the_older_files_still_load(tmp_path: Path) -> None:
+    """``engine: structured_streaming``, the older ``engine: sss`` and no engine with a ``query`` are one
+    query's scenario; ``engine: runtime`` is the runtime's; an unknown engine names file, line, field."""
+    from chaos.engines import engine_of
+
+    text = LOCAL.read_text()
+    assert "engine: sss\n" in text
+    for spelling in ("engine: structured_streaming\n", "engine: sss\n", ""):
+        (tmp_path / "q.yaml").write_text(text.replace("engine: sss\n", spelling))
+        sc = load_scenario(tmp_path / "q.yaml")
+        assert isinstance(sc, SssScenario) and sc.engine == "structured_streaming"
+        assert engine_of(sc).name == "structured_streaming" and not engine_of(sc).runs_job
+    runtime = (ROOT / "scenarios" / "smoke-sim.yaml").read_text()
+    (tmp_path / "r.yaml").write_text("engine: runtime\n" + runtime)
+    sc = load_scenario(tmp_path / "r.yaml")
+    assert sc.engine == "runtime" and engine_of(sc).runs_job
+    (tmp_path / "bad.yaml").write_text(text.replace("engine: sss\n", "engine: flink\n"))
+    line = 1 + text.splitlines().index("engine: sss")
+    with pytest.raises(ScenarioError, match=rf"bad.yaml:{line}: engine: unknown engine 'flink'; expected runtime or "
+                                            "structured_streaming"):  # fmt: skip
+        load_scenario(tmp_path / "bad.yaml")
