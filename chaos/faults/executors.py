@@ -86,12 +86,18 @@ def sss_worker_container(kind: str, docker: Any, rng: random.Random) -> Any:
 
 
 def sss_executor_signal(signal: str) -> SssInjectorFactory:
-    """A Structured Streaming query's injector that sends ``signal`` (``KILL``, ``STOP``) to an executor
-    JVM inside one of the run's worker containers (docker only)."""
+    """A Structured Streaming query's injector that sends ``signal`` (``KILL``, ``STOP``) to one of its
+    executor JVMs: a local one (local-cluster, through the run's blast-radius scope), or one inside a
+    worker container of the run's docker stack."""
 
     def sss_injector(kind: str, on: SssTarget, rng: random.Random) -> Injector:
         if on.docker is None:
-            raise InjectorError(f"{kind} needs cluster docker")
+            from chaos.injectors.process import KillProcess, PauseProcess
+
+            pids = on.executor_pids()
+            if not pids:
+                raise InjectorError("no executor running")
+            return (KillProcess if signal == "KILL" else PauseProcess)(on.scope, rng.choice(pids), "executor", kind)
         from chaos.cluster.docker_spark import ExecSignal
 
         return ExecSignal(on.scope, sss_worker_container(kind, on.docker, rng), kind, signal, EXECUTOR_JVM, rng)

@@ -71,11 +71,13 @@ class FaultTarget:
 @dataclass(frozen=True)
 class SssTarget:
     """What a fault acts on in a Structured Streaming run: its docker stack (None elsewhere), the
-    driver's proxied link (None without network faults), and a network fault's toxic."""
+    driver's proxied link (None without network faults), the local executors' processes, and a
+    network fault's toxic."""
 
     docker: Any  # chaos.cluster.docker_spark.DockerSparkCluster
     link: Any  # chaos.sss.driver_link.DriverLink
     scope: RunScope
+    executor_pids: Callable[[], list[int]] = list  # the query's local executor JVMs (local-cluster)
     toxic: str = ""
     attributes: dict[str, Any] = field(default_factory=dict)
     stream: str = "downstream"

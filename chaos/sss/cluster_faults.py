@@ -6,6 +6,7 @@ and when it has an ``sss_injector`` this module builds it on the run's docker st
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
 from chaos.faults import FAULT_KINDS
@@ -23,9 +24,10 @@ WORKER_FAULTS = kinds_where(lambda k: k.sss_injector is not None and k.targets =
 
 
 def cluster_injector(kind: str, docker: Any, link: Any, scope: RunScope, rng: random.Random, toxic: str = "",
-                     attributes: dict[str, Any] | None = None, stream: str = "downstream") -> Injector:  # fmt: skip
-    """The injector for ``kind`` on the run's docker stack (``docker``, a DockerSparkCluster) or its
-    driver link; InjectorError when the run has neither."""
+                     attributes: dict[str, Any] | None = None, stream: str = "downstream",
+                     executor_pids: Callable[[], list[int]] = list) -> Injector:  # fmt: skip
+    """The injector for ``kind`` on the run's docker stack (``docker``, a DockerSparkCluster), its
+    driver link or its local executors (``executor_pids``); InjectorError when it has nothing to strike."""
     build = FAULT_KINDS[kind].sss_injector
     assert build is not None, f"{kind} is no cluster fault of a Structured Streaming query"
-    return build(kind, SssTarget(docker, link, scope, toxic, dict(attributes or {}), stream), rng)
+    return build(kind, SssTarget(docker, link, scope, executor_pids, toxic, dict(attributes or {}), stream), rng)

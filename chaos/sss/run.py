@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from chaos.injectors.base import Injector, InjectorError
-from chaos.injectors.process import KillProcess, PauseProcess
 from chaos.scope import RunScope
 from chaos.sss.cluster_faults import CLUSTER_FAULTS, cluster_injector
 from chaos.sss.damage import DAMAGE_CLASSES, damage_injectors, damage_targets
@@ -530,22 +529,14 @@ def _inject(fault: SssFault, driver: DriverProcess, checkpoint: Path, scope: Run
         arm(checkpoint.parent, fault.process)
         emit(FaultArmed(kind=fault.kind, process=fault.process, batch=batch, trigger=trigger))
         return driver, True
-    inj: Injector
-    if fault.kind in CLUSTER_FAULTS and (
-        docker is not None or fault.kind not in ("kill_executor", "pause_executor")
-    ):
-        inj = cluster_injector(
-            fault.kind, docker, link, scope, rng, fault.toxic, fault.attributes, fault.stream
-        )
-    elif fault.kind in ("kill_executor", "pause_executor"):
-        pids = driver.executor_pids()
-        if not pids:
-            emit(FaultSkipped(kind=fault.kind, batch=batch, why="no executor running"))
-            return driver, True
-        pid = rng.choice(pids)
-        inj = (KillProcess if fault.kind == "kill_executor" else PauseProcess)(scope, pid, "executor", fault.kind)
-    else:
+    if fault.kind not in CLUSTER_FAULTS:  # kill_driver or a damage class: the driver restarts
         return _restart(fault, driver, checkpoint, scope, rng, emit, start, batch, trigger)
+    try:  # the kind's own injector (chaos.faults: sss_injector) on the run's executors, workers or link
+        inj = cluster_injector(fault.kind, docker, link, scope, rng, fault.toxic, fault.attributes, fault.stream,
+                               driver.executor_pids)  # fmt: skip
+    except InjectorError as e:  # nothing to strike (no executor running): the fault schedule says so
+        emit(FaultSkipped(kind=fault.kind, batch=batch, why=str(e)))
+        return driver, True
     inj.start()
     emit.fault_start(inj, batch, trigger, inj.describe())
     if not inj.instant:

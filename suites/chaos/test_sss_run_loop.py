@@ -176,3 +176,31 @@ def test_kill_python_worker_strikes_the_batch_after_its_trigger(tmp_path: Path, 
     assert calls == [0, 0, -9]
     [kill] = [e for e in out.events if isinstance(e, FaultStart)]
     assert kill.kind == "kill_python_worker" and kill.get("batch") == 2 and str(kill.target).startswith("python worker pid")
+
+
+def test_a_local_executor_kill_is_the_kinds_own_injector(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kill_executor on local-cluster strikes through its kind's ``sss_injector`` (chaos.faults), on one
+    of the driver's executor processes; with none running it is a ``fault_skipped`` naming why."""
+    import subprocess
+    import sys
+
+    from harness.events import FaultSkipped
+
+    executor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        base = fake_driver()
+
+        class WithExecutor(base):  # type: ignore[misc,valid-type]
+            def executor_pids(self) -> list[int]:
+                return [executor.pid] if executor.poll() is None else []
+
+        monkeypatch.setattr(run_mod, "DriverProcess", WithExecutor)
+        out = run_sss(SssRun(SPEC, INPUTS, tmp_path / "a", [SssFault("kill_executor", 1)], stall_s=30))
+        [kill] = [e for e in out.events if isinstance(e, FaultStart)]
+        assert kill.kind == "kill_executor" and kill.target == f"executor:{executor.pid}" and kill.get("batch") == 1
+        assert executor.wait(30) == -9
+    finally:
+        executor.kill()
+    monkeypatch.setattr(run_mod, "DriverProcess", fake_driver())
+    out = run_sss(SssRun(SPEC, INPUTS, tmp_path / "b", [SssFault("kill_executor", 1)], stall_s=30))
+    assert [(e.kind, e.why) for e in out.events if isinstance(e, FaultSkipped)] == [("kill_executor", "no executor running")]
