@@ -19,7 +19,7 @@ is on the recorded clock, two of them) and the seconds of the Spark start and of
 
 Where the time goes (a 6-batch windowed aggregation, a 25-batch ``applyInPandasWithState``): a query
 start is 0.01-0.2 s of a batch and a run of all batches in one query start was no faster; a batch of a
-pandas UDF is 7-14 s without worker reuse, most of it starting fresh Python workers (hence
+pandas UDF is 8-16 s without worker reuse, most of it starting fresh Python workers (hence
 :mod:`harness.sss.python_daemon`); a state read 0.4-2 s per batch; the Spark session 10 s.
 
 A query that runs on the user's pyspark (``spark:``) is replayed on it too, by the same command in
