@@ -12,8 +12,15 @@ read through Spark's state data source (``statestore``), as it is from the chaos
 batches the request names.
 
 The result (``REQUEST``'s ``result`` path) is JSON: ``replays`` (one per requested clock: ``outputs``
-by batch, ``state`` by batch and store, ``seconds``, ``checkpoint``) and ``chaos_state`` (by batch:
-store -> rows, or ``error``: what Spark said when it would not read the state).
+by batch, ``state`` by batch and store, ``seconds`` (``state_seconds`` of it reading state),
+``checkpoint``), ``chaos_state`` (by batch: store -> rows, or ``error``: what Spark said when it would
+not read the state), ``reads_clock`` (:func:`harness.sss.plan_clock.reads_clock`: then every replay
+is on the recorded clock, two of them) and the seconds of the Spark start and of the chaos state reads.
+
+Where the time goes (a 6-batch windowed aggregation, a 25-batch ``applyInPandasWithState``): a query
+start is 0.01-0.2 s of a batch and a run of all batches in one query start was no faster; a batch of a
+pandas UDF is 8-16 s without worker reuse, most of it starting fresh Python workers (hence
+:mod:`harness.sss.python_daemon`); a state read 0.4-2 s per batch; the Spark session 10 s.
 
 A query that runs on the user's pyspark (``spark:``) is replayed on it too, by the same command in
 that version's environment. Before 4.0 that pyspark has no state data source: the replay then says
@@ -32,6 +39,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from harness.sss.plan_clock import plan_text, reads_clock
 from harness.sss.query import QuerySpec, build_query
 from harness.sss.query_run import QUERY_STARTS, json_sink, spark_conf, start_query, transient
 from harness.sss.values import canon
@@ -164,6 +172,7 @@ def _replay(spark: Any, spec: QuerySpec, chaos: Path, out: Path, batches: list[i
     output.mkdir()
     df = build_query(spark, spec, chaos / "input", _recorded_folders(chaos, spec))
     state: dict[str, Any] = {}
+    state_s = 0.0
     for i, b in enumerate(batches):
         entry = (chaos / "checkpoint" / "offsets" / str(b)).read_text()
         if clock == "canonical":
@@ -174,10 +183,12 @@ def _replay(spark: Any, spec: QuerySpec, chaos: Path, out: Path, batches: list[i
         if not (cp / "commits" / str(b)).exists():
             raise RuntimeError(f"the replay did not commit batch {b} (Spark ran another batch?)")
         if read_state:
+            t1 = time.monotonic()
             state[str(b)] = read_all_state(spark, cp, b)
+            state_s += time.monotonic() - t1
     outputs = {str(b): json.loads(p.read_text()) for b in batches if (p := output / f"batch-{b}.json").exists()}
     return {"clock": clock, "outputs": outputs, "state": state, "seconds": round(time.monotonic() - t0, 2),
-            "checkpoint": str(cp)}  # fmt: skip
+            "state_seconds": round(state_s, 2), "checkpoint": str(cp)}  # fmt: skip
 
 
 def _chaos_state(spark: Any, chaos: Path, batches: list[int]) -> dict[str, Any]:
@@ -241,16 +252,26 @@ def run(request_path: Path) -> int:
         # since whether two replays agree is only known with their state
         result["state_deferred"] = f"pyspark {pyspark.__version__} has no state data source"
     # a fresh Python worker per task: memory a UDF keeps outside the state store never carries over,
-    # so the replay is the same each time and such memory shows as a difference, not as chance
+    # so the replay is the same each time and such memory shows as a difference, not as chance; forked
+    # from a daemon that has imported pandas and pyarrow once (a pandas UDF's task starts seconds sooner)
     conf = {**spark_conf(), "spark.sql.streaming.stateStore.maintenanceInterval": "60s",
-            "spark.python.worker.reuse": "false"}
+            "spark.python.worker.reuse": "false", "spark.python.daemon.module": "harness.sss.python_daemon"}
     cluster = SparkCluster("local[1]", extra_conf=conf, app_name="statechaos-sss-replay")
+    t0 = time.monotonic()
     cluster.start()
+    result["spark_start_seconds"] = round(time.monotonic() - t0, 2)
     try:
         spark = cluster.spark
+        t0 = time.monotonic()
         if reads:
             result["chaos_state"] = _chaos_state(spark, chaos, req["state_batches"])
-        for n, clock in enumerate(req["clocks"]):
+        result["chaos_state_seconds"] = round(time.monotonic() - t0, 2)
+        clocks = list(req["clocks"])
+        df = build_query(spark, spec, chaos / "input", _recorded_folders(chaos, spec))
+        result["reads_clock"] = reads_clock(plan_text(df))
+        if clocks and result["reads_clock"]:  # the canonical clock would only differ: recorded, twice
+            clocks = ["recorded", "recorded"]
+        for n, clock in enumerate(clocks):
             out = Path(req["replay_dir"]) / f"replay-{n}"
             result["replays"].append(_replay_again_once(spark, spec, chaos, out, req["batches"], clock, reads))
             if n == 1 and reads and _same(result["replays"][0], result["replays"][1]) and req.get("stop_when_equal"):
