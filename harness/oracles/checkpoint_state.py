@@ -422,15 +422,16 @@ class _TimerWatch:
                 )
 
 
-def _restored_before(art: RunArtifacts) -> dict[int, bool]:
-    """Checkpoint id -> whether the job had restarted or rescaled (a deployment after the first)
-    before that checkpoint completed."""
-    out, restarted = {}, False
+def _restored_before(art: RunArtifacts) -> dict[int, tuple[bool, int | None]]:
+    """Checkpoint id -> (whether the job had restarted or rescaled (a deployment after the first)
+    before that checkpoint completed, the checkpoint that deployment restored: None for none)."""
+    out: dict[int, tuple[bool, int | None]] = {}
+    restarted, source = False, None
     for e in art.events:
         if isinstance(e, Restore) and e.attempt > 0:
-            restarted = True
+            restarted, source = True, e.checkpoint_id
         elif isinstance(e, CheckpointCompleted):
-            out[e.checkpoint_id] = restarted
+            out[e.checkpoint_id] = (restarted, source)
     return out
 
 
@@ -454,12 +455,21 @@ class _WatermarkWatch:
       the source subtasks of the minimum over their unfinished splits (an exhausted subtask counts as
       the maximum, a split not read yet as the minimum), through every stage and broadcast input;
     - before the first restart or rescale it is exactly that (an exhausted source subtask may still be
-      anywhere up to the maximum: its last watermark was emitted before its end was announced).
+      anywhere up to the maximum: its last watermark was emitted before its end was announced);
+    - after one, it is never behind the watermark the deployment restored ``r`` (the smallest of the
+      stage's subtasks in the restored checkpoint, which every channel starts from), and it is either
+      ``r`` (an input channel got no watermark since the restore, or a stage upstream did not rise
+      above its own) or at least what the input allows; for the stage the source feeds, when every
+      source subtask has read since the restore (so each sent the watermark of its splits at the cut,
+      the last thing it did before its barrier), at least the larger of ``r`` and that.
 
     Linear: each split's largest event time is advanced from cut to cut."""
 
-    def __init__(self, spec: JobSpec, restored_before: dict[int, bool], fresh: _Fresh) -> None:
+    def __init__(
+        self, spec: JobSpec, restored_before: dict[int, tuple[bool, int | None]], fresh: _Fresh
+    ) -> None:
         self.graph, self.restored_before, self.fresh = spec.graph, restored_before, fresh
+        self.kept: dict[int, tuple[dict[str, int], dict[str, int]]] = {}  # cid -> (cut, stage -> watermark)
         self.strategy = spec.graph.source.watermarks
         self.at: dict[str, int] = {}  # split -> offset read so far
         self.top: dict[str, int] = {}  # split -> largest event time before that offset
@@ -503,6 +513,19 @@ class _WatermarkWatch:
             lo, hi = min(lo, mine), min(hi, mine)
         return lo, hi
 
+    def _all_read_since(self, view: CheckpointView, op: str, cut: dict[str, int]) -> bool:
+        """Whether every subtask of source ``op`` in ``view`` read some split past ``cut``."""
+        opview = view.operators.get(op)
+        spec = next(src for src, _ in self.graph.sources() if src.name == op)
+        if opview is None or not opview.operator:
+            return False
+        for _, st in sorted(opview.operator.items()):
+            fn = self.fresh(spec.function)
+            fn.open(plain(st.get(SPLITS_STATE, ("", []))[1]), None)  # type: ignore[arg-type]  # offsets only
+            if not any(int(off) > int(cut.get(n, 0)) for n, off in fn.offsets().items()):
+                return False
+        return True
+
     def add(self, cid: int, view: CheckpointView, offsets: dict[str, int]) -> None:
         if self.strategy is None:
             return
@@ -519,8 +542,12 @@ class _WatermarkWatch:
                     f"{want.get(n, '<absent>')}"
                 )
         lo, hi = self._source_range(view, src, want)
-        exact = not self.restored_before.get(cid, True)
-        for st in self.graph.stages:
+        restarted, restored_cid = self.restored_before.get(cid, (True, None))
+        exact = not restarted
+        kept = self.kept.get(restored_cid) if restored_cid is not None else None
+        polled = kept is not None and self._all_read_since(view, src, kept[0])
+        self.kept[cid] = (dict(offsets), {})
+        for k, st in enumerate(self.graph.stages):
             if st.broadcast is not None:
                 b_lo, b_hi = self._source_range(view, st.broadcast.name, None)
                 lo, hi = min(lo, b_lo), min(hi, b_hi)
@@ -533,12 +560,29 @@ class _WatermarkWatch:
                     f"checkpoint {cid} {st.name}: its subtasks hold different watermarks {marks}: each took in "
                     "the same watermarks before its barriers"
                 )
-            bad = [w for w in marks if w > hi or (exact and w < lo)]
+            self.kept[cid][1][st.name] = min(marks)
+            r = None if kept is None else kept[1].get(st.name)
+            if exact:
+                bad = [w for w in marks if w > hi or w < lo]
+                span = f"exactly {lo}" if lo == hi else f"between {lo} and {hi}"
+            elif r is None:  # restored from a checkpoint not judged here (a savepoint): not ahead
+                bad = [w for w in marks if w > hi]
+                span = f"at most {hi} (after a restore a watermark may lag until the sources poll)"
+            elif k == 0 and polled:
+                bad = [w for w in marks if w > max(r, hi) or w < max(r, lo)]
+                span = (
+                    f"at least {max(r, lo)} and at most {max(r, hi)}: the checkpoint {restored_cid} it restored "
+                    f"had {r}, and every source subtask read since then and sent its watermark"
+                )
+            else:
+                bad = [w for w in marks if w > max(r, hi) or w < r or (lo > r and r < w < lo)]
+                span = (
+                    f"{r} (restored from checkpoint {restored_cid}) or from {max(r, lo)} to {max(r, hi)}"
+                )
             if bad:
-                span = f"exactly {lo}" if exact and lo == hi else f"between {lo} and {hi}" if exact else f"at most {hi}"
                 self.found.problems.append(
                     f"checkpoint {cid} {st.name}: watermark {bad[0]}, the input before the checkpoint's offsets "
-                    f"allows {span}" + ("" if exact else " (after a restore a watermark may lag until the sources poll)")
+                    f"allows {span}"
                 )
 
 

@@ -83,6 +83,30 @@ def _watermark_checkpointed_from_the_first_channel(mp):
     mp.setattr(stream_task.StreamTask, "_snapshot", snapshot)
 
 
+def _restored_watermark_checkpointed_after_a_restart(mp):
+    """After a restore, a keyed subtask checkpoints the watermark it restored (a value cached at
+    restore) instead of its own: not ahead of the input, so earlier sessions' "not ahead after a
+    restart" passed it; no record changes, and a restore from such a checkpoint only lowers the
+    watermark a restart resumes from."""
+    orig_restore, orig_snapshot = stream_task.StreamTask.restore, stream_task.StreamTask._snapshot
+
+    def restore(self, restored, checkpoint_id=None, path=None):
+        orig_restore(self, restored, checkpoint_id, path)
+        if restored is not None:
+            self._planted_restored_wm = self.timers.watermark
+
+    def snapshot(self, barrier):
+        own = self.timers.watermark
+        self.timers.watermark = getattr(self, "_planted_restored_wm", own)
+        try:
+            orig_snapshot(self, barrier)
+        finally:
+            self.timers.watermark = own
+
+    mp.setattr(stream_task.StreamTask, "restore", restore)
+    mp.setattr(stream_task.StreamTask, "_snapshot", snapshot)
+
+
 def _finished_splits_event_time_left_out_of_snapshots(mp):
     """A source subtask checkpoints the largest event time only of the splits it still reads (a
     finished split no longer counts for its watermark): the checkpoint no longer says how far event
@@ -190,6 +214,11 @@ VARIANTS = {
     "operator list states at parallelism above 1 snapshotted as restored": (
         _lists_snapshotted_as_restored,
         FIRST_SIGHTINGS,
+        {"checkpoint_state"},
+    ),
+    "restored watermark checkpointed after a restart": (
+        _restored_watermark_checkpointed_after_a_restart,
+        {**ALLROUND, **CRASH},
         {"checkpoint_state"},
     ),
     "finished splits' event time left out of snapshots": (
