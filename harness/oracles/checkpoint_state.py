@@ -54,6 +54,14 @@ def _plain_group(per_state: dict[str, Any], skipped: frozenset[str]) -> dict[str
     }
 
 
+def _ns(ns: Any) -> str:
+    return "(none)" if ns in (None, VOID_NAMESPACE) else repr(ns)
+
+
+def _shown(by_key: dict[Any, Any], key: Any) -> str:
+    return repr(by_key[key]) if key in by_key else "<absent>"
+
+
 def _without(per_state: dict[str, Any], skipped: frozenset[str]) -> dict[str, Any]:
     if not skipped:
         return per_state
@@ -187,11 +195,13 @@ def _compare_with_model(
                             continue  # may have expired on the run's clock
                         if shown < _MAX_PER_GROUP:
                             problems.append(
-                                f"checkpoint {cid} {op} key group {kg}: state {st!r} key {key!r}: "
-                                f"checkpoint has {ka.get(key, '<absent>')!r}, the fault-free reference "
-                                f"at the checkpoint's offsets has {kb.get(key, '<absent>')!r}"
+                                f"checkpoint {cid} {op} key group {kg}: state {st!r} namespace {_ns(ns)} key "
+                                f"{key!r}: checkpoint has {_shown(ka, key)}, the fault-free reference at the "
+                                f"checkpoint's offsets has {_shown(kb, key)}"
                             )
                         shown += 1
+            if shown > _MAX_PER_GROUP:
+                problems.append(f"checkpoint {cid} {op} key group {kg}: {shown - _MAX_PER_GROUP} more keys differ")
     return groups
 
 
