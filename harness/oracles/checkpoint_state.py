@@ -292,7 +292,7 @@ def _splits_at_cut(
         got: dict[str, int] = {}
         for _, st in sorted(opview.operator.items()):
             fn = fresh(src.function)
-            fn.open(plain(st.get(SPLITS_STATE, ("", []))[1]), None)  # type: ignore[arg-type]  # offsets only: no clock read
+            fn.open(plain(st.get(SPLITS_STATE, ("", []))[1]), None)  # offsets only: no clock read
             for n, off in fn.offsets().items():
                 if n in got:
                     found.problems.append(f"checkpoint {cid} {src.name}: split {n!r} is in two subtasks' state")
@@ -507,7 +507,7 @@ class _WatermarkWatch:
         lo = hi = MAX_WATERMARK
         for _, st in sorted((opview.operator if opview else {}).items()):
             fn = self.fresh(spec.function)
-            fn.open(plain(st.get(SPLITS_STATE, ("", []))[1]), None)  # type: ignore[arg-type]  # offsets only: no clock read
+            fn.open(plain(st.get(SPLITS_STATE, ("", []))[1]), None)  # offsets only: no clock read
             if fn.exhausted():
                 lo = MIN_WATERMARK
                 continue
@@ -531,7 +531,7 @@ class _WatermarkWatch:
             return False
         for _, st in sorted(opview.operator.items()):
             fn = self.fresh(spec.function)
-            fn.open(plain(st.get(SPLITS_STATE, ("", []))[1]), None)  # type: ignore[arg-type]  # offsets only
+            fn.open(plain(st.get(SPLITS_STATE, ("", []))[1]), None)  # offsets only: no clock read
             if not any(int(off) > int(cut.get(n, 0)) for n, off in fn.offsets().items()):
                 return False
         return True

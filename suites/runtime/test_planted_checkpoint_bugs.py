@@ -12,14 +12,14 @@ import allure
 import pytest
 
 import harness.source_task as source_task
+import harness.stream_task as stream_task
+import harness.task_base as task_base
+import reference_impl.timers as timers
 from harness import KeyedProcessFunction, RuntimeContext
 from harness.jobs import register_job
 from harness.jobs.keyed_count import KeyedCount, keyed_count
 from harness.jobs.registry import JOBS
 from reference_impl.operator_state import OperatorStateBackend
-import harness.stream_task as stream_task
-import harness.task_base as task_base
-import reference_impl.timers as timers
 from suites.runtime.conftest import caught_when_broken
 
 pytestmark = [allure.epic("runtime"), allure.feature("oracles catch broken runtimes"), pytest.mark.slow]
