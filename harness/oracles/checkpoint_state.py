@@ -288,7 +288,11 @@ def _splits_at_cut(
         if opview is None:
             continue
         prefix = "" if to is None else f"{src.name}/"
-        want = {k[len(prefix) :]: int(v) for k, v in offsets.items() if (k.startswith(prefix) if prefix else "/" not in k)}
+        want = {
+            k[len(prefix) :]: int(v)
+            for k, v in offsets.items()
+            if (k.startswith(prefix) if prefix else not _broadcast_split(spec.graph, k))
+        }
         got: dict[str, int] = {}
         for _, st in sorted(opview.operator.items()):
             fn = fresh(src.function)
@@ -304,6 +308,12 @@ def _splits_at_cut(
                     f"checkpoint {cid} {src.name}: split {n!r} checkpointed at offset {got.get(n, '<absent>')}, "
                     f"the checkpoint's cut is at {want.get(n, '<absent>')}"
                 )
+
+
+def _broadcast_split(graph: Any, key: str) -> bool:
+    """Whether a cut's offset ``key`` is a broadcast input's (``<input>/<split>``): a main source's
+    split name may itself hold a ``/`` (a file path)."""
+    return any(to is not None and key.startswith(f"{src.name}/") for src, to in graph.sources())
 
 
 class _Fresh:
@@ -489,7 +499,7 @@ class _WatermarkWatch:
         assert self.strategy is not None
         fn, ts_of = self.graph.source.function, self.strategy.timestamp
         for split, hi in offsets.items():
-            if "/" in split:  # a broadcast input's split: no event time of its own
+            if _broadcast_split(self.graph, split):  # no event time of its own
                 continue
             lo = self.at.get(split, 0)
             if hi < lo:  # a later cut behind an earlier one (a restore from an older checkpoint)
