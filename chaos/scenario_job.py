@@ -180,7 +180,7 @@ def _interleaving_state_problems(graph: JobGraph) -> list[tuple[tuple[Any, ...],
         (
             ("job",),
             f"job {graph.name!r}: state_depends_on_interleaving(states=...) names "
-            f"{', '.join(map(repr, unknown))}, which no stage declares (its keyed states: {shown}; "
+            f"{', '.join(map(repr, unknown))}, which no stage declares (its states: {shown}; "
             "timer states are included automatically)",
         )
     ]

@@ -124,7 +124,7 @@ class JobBuilder:
     def state_depends_on_interleaving(self, why: str, states: Iterable[str] | None = None) -> JobBuilder:
         """The job's state at a checkpoint legitimately depends on input interleaving or processing
         time: the restored-state oracle then skips the model comparison and says so. ``states``
-        names the keyed states concerned (the others are still compared); without it, the whole
+        names the keyed or operator states concerned (the others are still compared); without it, the whole
         comparison is skipped and the verdict covers only restores against their checkpoints."""
         self._contract.interleaving = why
         self._contract.interleaving_states = None if states is None else frozenset(states)

@@ -5,6 +5,7 @@ restart budget. Executors differ only in how they run tasks and move items betwe
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -220,16 +221,19 @@ class JobMaster:
             self._keep_copy(self.storage.checkpoint_dir(self.job_id, checkpoint_id))
 
     def _keep_copy(self, directory: Path) -> None:
+        """Hard links where the file system allows (a completed checkpoint's files are never written
+        again; a fault that damages one in place first gives it an inode of its own:
+        ``chaos.injectors.storage_files``), else copies."""
         dst = RunStore(self.run_dir).restored_from / directory.name
         if not dst.exists():
-            shutil.copytree(directory, dst)
+            shutil.copytree(directory, dst, copy_function=_link_or_copy)
             # an incremental checkpoint's manifests name shared files relative to its directory
             for f in sorted(dst.glob("*.state")):
                 for ref in referenced_shared_files(f.read_bytes(), str(f)):
                     target = (dst / ref.path).resolve()
                     if not target.exists():
                         target.parent.mkdir(parents=True, exist_ok=True)
-                        shutil.copyfile(directory / ref.path, target)
+                        _link_or_copy(directory / ref.path, target)
 
     def new_coordinator(
         self, graph: JobGraph, notify: Any, now_ms: int, failpoint: Any = None
@@ -322,3 +326,10 @@ class JobMaster:
                 committed += sum(1 for _ in fh)
         self.history.emit(RunEnd(status=status, reason=reason, records_committed=committed, attempts=attempts))
         self.history.close()
+
+
+def _link_or_copy(src: str | Path, dst: str | Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)

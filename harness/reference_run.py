@@ -109,8 +109,11 @@ class ReferenceRun:
         return self
 
     def state_names(self) -> set[str]:
-        """The keyed states the stages have declared so far (in ``open`` or while processing)."""
-        return {n for _, backend, _, _ in self._stages for n in backend.registered_state_names()}
+        """The keyed and operator states the stages have declared so far (in ``open`` or while
+        processing; not the runtime's own ``__`` states)."""
+        keyed = {n for _, backend, _, _ in self._stages for n in backend.registered_state_names()}
+        own = {n for *_, ctx in self._stages for n in ctx.operator_state.live() if not n.startswith("__")}
+        return keyed | own
 
     def state(self, stage: str) -> KeyedStateSnapshot:
         """The keyed state of ``stage`` (all key groups) as a checkpoint would hold it."""

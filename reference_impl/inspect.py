@@ -5,6 +5,7 @@ if it were fine."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -154,10 +155,13 @@ def _time_and_broadcast_summary(op: OperatorView) -> list[str]:
     return out
 
 
-def inspect_checkpoint(path: str | Path, validate: bool = True) -> CheckpointView:
+def inspect_checkpoint(
+    path: str | Path, validate: bool = True, states: Callable[[str], bool] | None = None
+) -> CheckpointView:
     """Validate (as a restore does) and read a checkpoint directory (``.../chk-<n>``, also savepoints).
     ``validate`` False reads it without the restore's checks (every file decoded twice, every key's
-    key group hashed again): for copies an oracle reads whose integrity another check judges."""
+    key group hashed again): for copies an oracle reads whose integrity another check judges.
+    ``states`` keeps only the keyed states it accepts, and decodes no other state's values."""
     chk = validate_checkpoint(Path(path)) if validate else load_metadata(Path(path))
     ops: dict[str, OperatorView] = {}
     for f in chk.files:
@@ -166,7 +170,7 @@ def inspect_checkpoint(path: str | Path, validate: bool = True) -> CheckpointVie
             f.operator_id,
             OperatorView(f.operator_id, int(info.get("parallelism", 0)), int(info.get("max_parallelism", 0))),
         )
-        snap, n = read_subtask_state(chk, f)
+        snap, n = read_subtask_state(chk, f, states=states)
         t = op.subtasks[f.subtask_index] = SubtaskSummary(f.subtask_index, f.path, bytes=n)
         if snap.keyed is not None:
             t.key_groups = len(snap.keyed.key_groups)

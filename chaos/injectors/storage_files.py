@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,15 @@ def pick_checkpoint_file(checkpoint_dir: Path, rng: random.Random, include_metad
     return rng.choice(files)
 
 
+def own_inode(path: Path) -> None:
+    """Give ``path`` an inode of its own before damaging it in place: the run keeps evidence copies
+    of checkpoints as hard links (``harness.jobmaster``), which must keep the bytes as written."""
+    if path.stat().st_nlink > 1:
+        tmp = path.with_name(path.name + ".unshare")
+        shutil.copy2(path, tmp)
+        os.replace(tmp, path)
+
+
 class CorruptFile(Injector):
     """Flip one bit of one byte at a seeded offset. The damage stays: restore must detect it."""
 
@@ -42,6 +52,7 @@ class CorruptFile(Injector):
         if size == 0:
             raise InjectorError(f"{path}: empty file, nothing to corrupt")
         self.offset = self.rng.randrange(size)
+        own_inode(path)
         with open(path, "r+b") as fh:
             fh.seek(self.offset)
             self._original = fh.read(1)[0]
@@ -70,6 +81,7 @@ class TruncateFile(Injector):
         if size == 0:
             raise InjectorError(f"{path}: empty file, nothing to truncate")
         self.length = self.rng.randrange(size)
+        own_inode(path)
         os.truncate(path, self.length)
 
     def describe(self) -> dict[str, Any]:

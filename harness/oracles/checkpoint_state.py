@@ -15,6 +15,7 @@ when this check is requested."""
 from __future__ import annotations
 
 import copy
+import pickle
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +54,22 @@ def _plain_group(per_state: dict[str, Any], skipped: frozenset[str]) -> dict[str
     }
 
 
+def _ns(ns: Any) -> str:
+    return "(none)" if ns in (None, VOID_NAMESPACE) else repr(ns)
+
+
+def _shown(by_key: dict[Any, Any], key: Any) -> str:
+    return repr(by_key[key]) if key in by_key else "<absent>"
+
+
+def _without(per_state: dict[str, Any], skipped: frozenset[str]) -> dict[str, Any]:
+    if not skipped:
+        return per_state
+    return {
+        st: v for st, v in per_state.items() if st not in skipped and not st.startswith(TIMER_STATE_PREFIX)
+    }
+
+
 def check_checkpoint_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
     c = spec.contract
     no_model = c.interleaving is not None and c.interleaving_states is None
@@ -78,23 +95,28 @@ def check_checkpoint_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
     problems: list[str] = []
     held = _TimerWatch(art, stages, completed[-1].checkpoint_id)
     broadcast = _Found()
-    marks = _WatermarkWatch(spec, _restored_before(art))
+    fresh = _Fresh()
+    marks = _WatermarkWatch(spec, _restored_before(art), fresh)
     single = _single_subtask(art, stages)
     splits = _Found()  # the sources' own bookkeeping: reported, but no evidence of a judged job state
     ref = ReferenceRun(spec.graph)
-    groups = 0
+    groups = opstates = 0
+
+    def wanted(name: str) -> bool:  # the keyed states judged: no other's values are decoded
+        return name.startswith(TIMER_STATE_PREFIX) or not (no_model or name in skipped)
+
     for e in completed:  # one checkpoint in memory at a time, read without a restore's validation
         cid = e.checkpoint_id
-        view = inspect_checkpoint(kept / f"chk-{cid}", validate=False)
+        view = inspect_checkpoint(kept / f"chk-{cid}", validate=False, states=wanted)
         held.add(cid, view)
         _broadcast_diverges(cid, view, broadcast)
         marks.add(cid, view, e.source_offsets or {})
-        _splits_at_cut(cid, view, e.source_offsets or {}, spec, splits)
+        _splits_at_cut(cid, view, e.source_offsets or {}, spec, splits, fresh)
         if no_model:
             continue
         ref = ref.advance(e.source_offsets or {})
         groups += _compare_with_model(cid, view, ref, stages, skipped, run_start, problems)
-        _compare_operator_state(cid, view, ref, single.get(cid, set()), problems)
+        opstates += _compare_operator_state(cid, view, ref, stages, single.get(cid, set()), skipped, problems)
     problems = held.found.problems + broadcast.problems + marks.found.problems + splits.problems + problems
     judged = held.found.judged + broadcast.judged + marks.found.judged
     data: dict[str, Any] = {
@@ -124,10 +146,11 @@ def check_checkpoint_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
     return Verdict.of(
         "checkpoint_state",
         problems,
-        f"{len(completed)} completed checkpoints ({groups} key groups) equal the fault-free reference "
-        f"at their cuts{partly}; {_judged(held.found, broadcast, marks.found)}",
+        f"{len(completed)} completed checkpoints ({groups} key groups, {opstates} operator list states) "
+        f"equal the fault-free reference at their cuts{partly}; {_judged(held.found, broadcast, marks.found)}",
         "{n} differences between completed checkpoints and the fault-free reference",
         key_groups=groups,
+        operator_states_compared=opstates,
         **data,
     )
 
@@ -152,6 +175,9 @@ def _compare_with_model(
         metas = model.states
         for kg in sorted(set(opview.keyed) | set(model.key_groups)):
             groups += 1
+            raw = opview.keyed.get(kg)
+            if raw is not None and _without(raw, skipped) == _without(model.key_groups.get(kg, {}), skipped):
+                continue  # equal as read (one comparison in C); TTL timestamps and empty namespaces aside below
             mine = _plain_group(opview.keyed.get(kg, {}), skipped)
             want = _plain_group(model.key_groups.get(kg, {}), skipped)
             if mine == want:
@@ -169,17 +195,19 @@ def _compare_with_model(
                             continue  # may have expired on the run's clock
                         if shown < _MAX_PER_GROUP:
                             problems.append(
-                                f"checkpoint {cid} {op} key group {kg}: state {st!r} key {key!r}: "
-                                f"checkpoint has {ka.get(key, '<absent>')!r}, the fault-free reference "
-                                f"at the checkpoint's offsets has {kb.get(key, '<absent>')!r}"
+                                f"checkpoint {cid} {op} key group {kg}: state {st!r} namespace {_ns(ns)} key "
+                                f"{key!r}: checkpoint has {_shown(ka, key)}, the fault-free reference at the "
+                                f"checkpoint's offsets has {_shown(kb, key)}"
                             )
                         shown += 1
+            if shown > _MAX_PER_GROUP:
+                problems.append(f"checkpoint {cid} {op} key group {kg}: {shown - _MAX_PER_GROUP} more keys differ")
     return groups
 
 
 def _single_subtask(art: RunArtifacts, stages: list[str]) -> dict[int, set[str]]:
-    """Checkpoint id -> the keyed stages that ran at parallelism 1 in every deployment up to it: their
-    one subtask's operator state is what the reference's (also one subtask) holds at the cut."""
+    """Checkpoint id -> the stages that ran at parallelism 1 in every deployment up to it: their one
+    subtask's union list state holds each element once, as the reference's (also one subtask) does."""
     start = art.run_start
     single = {op for op in stages if start is not None and start.parallelism.get(op) == 1}
     out: dict[int, set[str]] = {}
@@ -192,33 +220,67 @@ def _single_subtask(art: RunArtifacts, stages: list[str]) -> dict[int, set[str]]
 
 
 def _compare_operator_state(
-    cid: int, view: CheckpointView, ref: ReferenceRun, single: set[str], problems: list[str]
-) -> None:
-    """A stage's own list and union operator state (not broadcast state: the reference reads the whole
-    broadcast input first) holds the reference's elements at the cut (in any order), where the stage has run on one subtask
-    throughout; at other parallelisms an operator's lists have no one-subtask equivalent (each subtask
-    keeps its own), and ``restored_state``/``rescale`` judge how they are redistributed."""
-    for op in sorted(single):
+    cid: int,
+    view: CheckpointView,
+    ref: ReferenceRun,
+    stages: list[str],
+    single: set[str],
+    skipped: frozenset[str],
+    problems: list[str],
+) -> int:
+    """A stage's own list and union operator state at the cut, over all its subtasks as Flink
+    redistributes it (not broadcast state: the reference reads the whole broadcast input first;
+    returns the states compared):
+
+    - a list (split-distribute) state: each element goes to exactly one subtask on a restore or
+      rescale, so the elements of all subtasks together equal the reference's, as multisets (the
+      order across subtasks follows the interleaving);
+    - a union state: every subtask gets every element on a restore, so copies of one element are
+      expected across subtasks: the set of elements equals the reference's (a multiset where the
+      stage ran on one subtask throughout).
+
+    A state whose elements depend on which subtask saw which record (a per-subtask counter) has no
+    one-subtask equivalent: the job names it in ``state_depends_on_interleaving(states=...)``."""
+    compared = 0
+    for op in stages:
         opview = view.operators.get(op)
-        if opview is None or len(opview.operator) != 1:
+        if opview is None or not opview.operator:
             continue
-        (mine,) = opview.operator.values()
         want = ref.operator_state(op)
-        for name in sorted(set(mine) | set(want)):
-            if name.startswith("__") or "BROADCAST" in (mine.get(name, ("",))[0], want.get(name, ("",))[0]):
-                continue  # the runtime's own (watermark, sink, splits: judged elsewhere) or broadcast
-            a = Counter(repr(x) for x in plain(mine.get(name, ("", []))[1]))
+        names = {n for st in opview.operator.values() for n in st} | set(want)
+        for name in sorted(names):
+            if name.startswith("__") or name in skipped:
+                continue  # the runtime's own (watermark, sink, splits: judged elsewhere), or named
+            modes = {st[name][0] for st in opview.operator.values() if name in st} | (
+                {want[name][0]} if name in want else set()
+            )
+            if "BROADCAST" in modes:
+                continue
+            union = "UNION" in modes
+            mine = [x for _, st in sorted(opview.operator.items()) for x in plain(st.get(name, ("", []))[1])]
+            a = Counter(repr(x) for x in mine)
             b = Counter(repr(x) for x in plain(want.get(name, ("", []))[1]))
-            if a != b:  # as multisets: the order of a list kept across keys follows the interleaving
-                extra, lost = sorted((a - b).elements()), sorted((b - a).elements())
-                problems.append(
-                    f"checkpoint {cid} {op}: operator state {name!r} has {sum(a.values())} elements, the fault-free "
-                    f"reference at the checkpoint's offsets {sum(b.values())}: not in the reference "
-                    f"{', '.join(extra[:_MAX_PER_GROUP]) or 'none'}; missing {', '.join(lost[:_MAX_PER_GROUP]) or 'none'}"
-                )
+            compared += 1
+            as_sets = union and op not in single
+            if (set(a) == set(b)) if as_sets else (a == b):
+                continue
+            extra = sorted((a - b).elements()) if not as_sets else sorted(set(a) - set(b))
+            lost = sorted((b - a).elements()) if not as_sets else sorted(set(b) - set(a))
+            kind = "union state (compared as sets: a restore gives every subtask every element)" if as_sets else (
+                "union state" if union else "list state"
+            )
+            problems.append(
+                f"checkpoint {cid} {op}: operator {kind} {name!r} has {sum(a.values())} elements over "
+                f"{len(opview.operator)} subtasks, the fault-free reference at the checkpoint's offsets "
+                f"{sum(b.values())}: not in the reference {', '.join(extra[:_MAX_PER_GROUP]) or 'none'}; "
+                f"missing {', '.join(lost[:_MAX_PER_GROUP]) or 'none'}"
+            )
+    return compared
 
 
-def _splits_at_cut(cid: int, view: CheckpointView, offsets: dict[str, int], spec: JobSpec, found: _Found) -> None:
+def _splits_at_cut(
+    cid: int, view: CheckpointView, offsets: dict[str, int], spec: JobSpec, found: _Found, fresh: _Fresh
+) -> None:
     """Each source's checkpointed splits (split-distribute list state) hold every split exactly once,
     at the offset the cut names for it."""
     for src, to in spec.graph.sources():
@@ -226,11 +288,15 @@ def _splits_at_cut(cid: int, view: CheckpointView, offsets: dict[str, int], spec
         if opview is None:
             continue
         prefix = "" if to is None else f"{src.name}/"
-        want = {k[len(prefix) :]: int(v) for k, v in offsets.items() if (k.startswith(prefix) if prefix else "/" not in k)}
+        want = {
+            k[len(prefix) :]: int(v)
+            for k, v in offsets.items()
+            if (k.startswith(prefix) if prefix else not _broadcast_split(spec.graph, k))
+        }
         got: dict[str, int] = {}
         for _, st in sorted(opview.operator.items()):
-            fn = copy.deepcopy(src.function)
-            fn.open(plain(st.get(SPLITS_STATE, ("", []))[1]), None)  # type: ignore[arg-type]  # offsets only: no clock read
+            fn = fresh(src.function)
+            fn.open(plain(st.get(SPLITS_STATE, ("", []))[1]), None)  # offsets only: no clock read
             for n, off in fn.offsets().items():
                 if n in got:
                     found.problems.append(f"checkpoint {cid} {src.name}: split {n!r} is in two subtasks' state")
@@ -242,6 +308,32 @@ def _splits_at_cut(cid: int, view: CheckpointView, offsets: dict[str, int], spec
                     f"checkpoint {cid} {src.name}: split {n!r} checkpointed at offset {got.get(n, '<absent>')}, "
                     f"the checkpoint's cut is at {want.get(n, '<absent>')}"
                 )
+
+
+def _broadcast_split(graph: Any, key: str) -> bool:
+    """Whether a cut's offset ``key`` is a broadcast input's (``<input>/<split>``): a main source's
+    split name may itself hold a ``/`` (a file path)."""
+    return any(to is not None and key.startswith(f"{src.name}/") for src, to in graph.sources())
+
+
+class _Fresh:
+    """Copies of source functions to open a checkpoint's splits with: unpickled from bytes taken
+    once per oracle run (several times cheaper than a deep copy per subtask and cut), or deep-copied
+    when one does not pickle."""
+
+    def __init__(self) -> None:
+        self._bytes: dict[int, tuple[Any, bytes | None]] = {}
+
+    def __call__(self, function: Any) -> Any:
+        held = self._bytes.get(id(function))
+        if held is None:
+            try:
+                data: bytes | None = pickle.dumps(function)
+            except Exception:
+                data = None
+            held = self._bytes[id(function)] = (function, data)  # the function kept: its id stays its own
+        return copy.deepcopy(function) if held[1] is None else pickle.loads(held[1])
+
 
 
 @dataclass
@@ -350,15 +442,16 @@ class _TimerWatch:
                 )
 
 
-def _restored_before(art: RunArtifacts) -> dict[int, bool]:
-    """Checkpoint id -> whether the job had restarted or rescaled (a deployment after the first)
-    before that checkpoint completed."""
-    out, restarted = {}, False
+def _restored_before(art: RunArtifacts) -> dict[int, tuple[bool, int | None]]:
+    """Checkpoint id -> (whether the job had restarted or rescaled (a deployment after the first)
+    before that checkpoint completed, the checkpoint that deployment restored: None for none)."""
+    out: dict[int, tuple[bool, int | None]] = {}
+    restarted, source = False, None
     for e in art.events:
         if isinstance(e, Restore) and e.attempt > 0:
-            restarted = True
+            restarted, source = True, e.checkpoint_id
         elif isinstance(e, CheckpointCompleted):
-            out[e.checkpoint_id] = restarted
+            out[e.checkpoint_id] = (restarted, source)
     return out
 
 
@@ -382,12 +475,21 @@ class _WatermarkWatch:
       the source subtasks of the minimum over their unfinished splits (an exhausted subtask counts as
       the maximum, a split not read yet as the minimum), through every stage and broadcast input;
     - before the first restart or rescale it is exactly that (an exhausted source subtask may still be
-      anywhere up to the maximum: its last watermark was emitted before its end was announced).
+      anywhere up to the maximum: its last watermark was emitted before its end was announced);
+    - after one, it is never behind the watermark the deployment restored ``r`` (the smallest of the
+      stage's subtasks in the restored checkpoint, which every channel starts from), and it is either
+      ``r`` (an input channel got no watermark since the restore, or a stage upstream did not rise
+      above its own) or at least what the input allows; for the stage the source feeds, when every
+      source subtask has read since the restore (so each sent the watermark of its splits at the cut,
+      the last thing it did before its barrier), at least the larger of ``r`` and that.
 
     Linear: each split's largest event time is advanced from cut to cut."""
 
-    def __init__(self, spec: JobSpec, restored_before: dict[int, bool]) -> None:
-        self.graph, self.restored_before = spec.graph, restored_before
+    def __init__(
+        self, spec: JobSpec, restored_before: dict[int, tuple[bool, int | None]], fresh: _Fresh
+    ) -> None:
+        self.graph, self.restored_before, self.fresh = spec.graph, restored_before, fresh
+        self.kept: dict[int, tuple[dict[str, int], dict[str, int]]] = {}  # cid -> (cut, stage -> watermark)
         self.strategy = spec.graph.source.watermarks
         self.at: dict[str, int] = {}  # split -> offset read so far
         self.top: dict[str, int] = {}  # split -> largest event time before that offset
@@ -397,7 +499,7 @@ class _WatermarkWatch:
         assert self.strategy is not None
         fn, ts_of = self.graph.source.function, self.strategy.timestamp
         for split, hi in offsets.items():
-            if "/" in split:  # a broadcast input's split: no event time of its own
+            if _broadcast_split(self.graph, split):  # no event time of its own
                 continue
             lo = self.at.get(split, 0)
             if hi < lo:  # a later cut behind an earlier one (a restore from an older checkpoint)
@@ -414,8 +516,8 @@ class _WatermarkWatch:
         spec = next(src for src, _ in self.graph.sources() if src.name == op)
         lo = hi = MAX_WATERMARK
         for _, st in sorted((opview.operator if opview else {}).items()):
-            fn = copy.deepcopy(spec.function)
-            fn.open(plain(st.get(SPLITS_STATE, ("", []))[1]), None)  # type: ignore[arg-type]  # offsets only: no clock read
+            fn = self.fresh(spec.function)
+            fn.open(plain(st.get(SPLITS_STATE, ("", []))[1]), None)  # offsets only: no clock read
             if fn.exhausted():
                 lo = MIN_WATERMARK
                 continue
@@ -430,6 +532,19 @@ class _WatermarkWatch:
             mine = min(wms, default=MAX_WATERMARK)
             lo, hi = min(lo, mine), min(hi, mine)
         return lo, hi
+
+    def _all_read_since(self, view: CheckpointView, op: str, cut: dict[str, int]) -> bool:
+        """Whether every subtask of source ``op`` in ``view`` read some split past ``cut``."""
+        opview = view.operators.get(op)
+        spec = next(src for src, _ in self.graph.sources() if src.name == op)
+        if opview is None or not opview.operator:
+            return False
+        for _, st in sorted(opview.operator.items()):
+            fn = self.fresh(spec.function)
+            fn.open(plain(st.get(SPLITS_STATE, ("", []))[1]), None)  # offsets only: no clock read
+            if not any(int(off) > int(cut.get(n, 0)) for n, off in fn.offsets().items()):
+                return False
+        return True
 
     def add(self, cid: int, view: CheckpointView, offsets: dict[str, int]) -> None:
         if self.strategy is None:
@@ -447,8 +562,12 @@ class _WatermarkWatch:
                     f"{want.get(n, '<absent>')}"
                 )
         lo, hi = self._source_range(view, src, want)
-        exact = not self.restored_before.get(cid, True)
-        for st in self.graph.stages:
+        restarted, restored_cid = self.restored_before.get(cid, (True, None))
+        exact = not restarted
+        kept = self.kept.get(restored_cid) if restored_cid is not None else None
+        polled = kept is not None and self._all_read_since(view, src, kept[0])
+        self.kept[cid] = (dict(offsets), {})
+        for k, st in enumerate(self.graph.stages):
             if st.broadcast is not None:
                 b_lo, b_hi = self._source_range(view, st.broadcast.name, None)
                 lo, hi = min(lo, b_lo), min(hi, b_hi)
@@ -461,12 +580,29 @@ class _WatermarkWatch:
                     f"checkpoint {cid} {st.name}: its subtasks hold different watermarks {marks}: each took in "
                     "the same watermarks before its barriers"
                 )
-            bad = [w for w in marks if w > hi or (exact and w < lo)]
+            self.kept[cid][1][st.name] = min(marks)
+            r = None if kept is None else kept[1].get(st.name)
+            if exact:
+                bad = [w for w in marks if w > hi or w < lo]
+                span = f"exactly {lo}" if lo == hi else f"between {lo} and {hi}"
+            elif r is None:  # restored from a checkpoint not judged here (a savepoint): not ahead
+                bad = [w for w in marks if w > hi]
+                span = f"at most {hi} (after a restore a watermark may lag until the sources poll)"
+            elif k == 0 and polled:
+                bad = [w for w in marks if w > max(r, hi) or w < max(r, lo)]
+                span = (
+                    f"at least {max(r, lo)} and at most {max(r, hi)}: the checkpoint {restored_cid} it restored "
+                    f"had {r}, and every source subtask read since then and sent its watermark"
+                )
+            else:
+                bad = [w for w in marks if w > max(r, hi) or w < r or (lo > r and r < w < lo)]
+                span = (
+                    f"{r} (restored from checkpoint {restored_cid}) or from {max(r, lo)} to {max(r, hi)}"
+                )
             if bad:
-                span = f"exactly {lo}" if exact and lo == hi else f"between {lo} and {hi}" if exact else f"at most {hi}"
                 self.found.problems.append(
                     f"checkpoint {cid} {st.name}: watermark {bad[0]}, the input before the checkpoint's offsets "
-                    f"allows {span}" + ("" if exact else " (after a restore a watermark may lag until the sources poll)")
+                    f"allows {span}"
                 )
 
 

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -285,15 +286,16 @@ def read_subtask_state(
     handle: StateFileHandle,
     key_group_range: KeyGroupRange | None = None,
     load_into: KeyGroupSink | None = None,
+    states: Callable[[str], bool] | None = None,
 ) -> tuple[SubtaskStateSnapshot, int]:
-    """Read one state file (only the key groups in ``key_group_range``); returns (snapshot, bytes read).
-    ``load_into`` streams the key groups into a backend as they are decoded (see
-    :func:`~reference_impl.checkpoint.format.decode_subtask_state`)."""
+    """Read one state file (only the key groups in ``key_group_range``, only the keyed ``states``
+    accepted); returns (snapshot, bytes read). ``load_into`` streams the key groups into a backend as
+    they are decoded (see :func:`~reference_impl.checkpoint.format.decode_subtask_state`)."""
     p = chk.state_file(handle)
     try:
         with open(p, "rb") as fh:
             return decode_subtask_state(
-                fh, str(p), key_group_range, load_into=load_into, expect=chk.identity(handle)
+                fh, str(p), key_group_range, load_into=load_into, expect=chk.identity(handle), states=states
             )
     except FileNotFoundError:
         raise CheckpointError(f"{p}: missing (named by {chk.directory / METADATA})") from None

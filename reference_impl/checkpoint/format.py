@@ -213,6 +213,7 @@ def decode_subtask_state(
     load_into: KeyGroupSink | None = None,
     expect: Identity | None = None,
     check_keys: bool = False,
+    states: Callable[[str], bool] | None = None,
 ) -> tuple[SubtaskStateSnapshot, int]:
     """Read a state file, only the key groups in ``key_group_range`` (all if None); every section read
     is checked. Returns the snapshot and the number of bytes read. A version-2 manifest's key groups
@@ -227,9 +228,11 @@ def decode_subtask_state(
     :meth:`~reference_impl.state.HeapKeyedStateBackend.key_group_restorer`); the returned snapshot
     then holds no key groups. A damaged section still raises, after the key groups before it were
     handed over. ``check_keys`` (validation) also checks that every key lies in the key group whose
-    section holds it, which catches sections swapped with their checksums recomputed."""
+    section holds it, which catches sections swapped with their checksums recomputed. ``states``
+    keeps only the keyed states it accepts (the others' values are never decoded: an offline reader
+    that needs a few states of a large file pays for those)."""
     try:
-        return _decode(fh, name, key_group_range, base_dir, load_into, expect, check_keys)
+        return _decode(fh, name, key_group_range, base_dir, load_into, expect, check_keys, states)
     except CorruptStateFileError:
         raise
     except _SinkError as e:  # the receiving backend's own refusal: not the file's fault
@@ -246,6 +249,7 @@ def _decode(
     load_into: KeyGroupSink | None,
     expect: Identity | None,
     check_keys: bool,
+    states: Callable[[str], bool] | None = None,
 ) -> tuple[SubtaskStateSnapshot, int]:
     h, fmt = _read_checked_header(fh, name)
     p = h.plain
@@ -254,7 +258,11 @@ def _decode(
     manifest = p.get("type") == format_v2.MANIFEST
     try:
         keyed = None if p.get("keyed") is None else keyed_from_header(p["keyed"])
-        decoders = {} if keyed is None else {n: decoder(m) for n, m in keyed.states.items()}
+        decoders = (
+            {}
+            if keyed is None
+            else {n: decoder(m) if states is None or states(n) else None for n, m in keyed.states.items()}
+        )
     except CorruptStateFileError:
         raise
     except Exception as e:
@@ -276,6 +284,10 @@ def _decode(
         assert keyed is not None
         if check_keys:
             _check_key_groups(per_state, kg, keyed.max_parallelism, name)
+        if states is not None:  # the others were loaded undecoded (msgpack's own maps, no work per entry)
+            per_state = {n: v for n, v in per_state.items() if states(n)}
+            if not per_state:
+                return
         if sink is None:
             keyed.key_groups[kg] = per_state
             return

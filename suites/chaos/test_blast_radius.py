@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -71,6 +72,19 @@ def test_storage_damage_stays_inside_the_run(tmp_path):
     t = TruncateFile(scope, inside, random.Random(2))
     t.start()
     assert inside.stat().st_size == t.length < 256
+
+
+@pytest.mark.parametrize("fault", [CorruptFile, TruncateFile])
+def test_damage_leaves_a_hard_linked_evidence_copy_as_written(tmp_path, fault):
+    """The run keeps its checkpoints' evidence as hard links: damage in place must not reach them."""
+    inside = tmp_path / "ckpt" / "chk-1" / "state"
+    inside.parent.mkdir(parents=True)
+    inside.write_bytes(bytes(range(256)))
+    kept = tmp_path / "kept"
+    os.link(inside, kept)
+    fault(RunScope("r1", paths=[tmp_path / "ckpt"]), inside, random.Random(1)).start()
+    assert inside.read_bytes() != bytes(range(256))
+    assert kept.read_bytes() == bytes(range(256))
 
 
 def test_container_without_the_run_label_is_refused():

@@ -64,7 +64,7 @@ def test_a_misspelt_state_name_is_refused_at_validate(tmp_path, capsys, check):
     assert rc == 2, printed
     assert printed.count("which no stage declares") == 1, printed
     assert "s.yaml:3" in printed and "job" in printed
-    assert "'cuont', which no stage declares (its keyed states: count" in printed
+    assert "'cuont', which no stage declares (its states: count" in printed
 
 
 def test_a_declared_state_name_validates(tmp_path, capsys):

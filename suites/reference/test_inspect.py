@@ -131,3 +131,14 @@ def test_cli_inspect_piped_into_head_has_no_traceback(tmp_path):
     cmd = f"{sys.executable} -m chaos.cli inspect {d} --full | head -n 2"
     r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120)
     assert r.stdout.count("\n") == 2 and "Traceback" not in r.stderr and "Error" not in r.stderr, r.stderr
+
+
+def test_inspect_keeps_only_the_states_asked_for(tmp_path):
+    """``states`` reads a checkpoint for a few states (an oracle judging timers needs no values of
+    the others): the others are left out, the ones asked for are decoded as without the filter."""
+    d = _chk(tmp_path, 1, {"a": 1, "b": 2})
+    kg = assign_to_key_group("a", 128)
+    assert inspect_checkpoint(d, validate=False, states=lambda n: n != "count").operators["count"].keyed == {}
+    kept = inspect_checkpoint(d, validate=False, states=lambda n: n == "count").operators["count"]
+    assert kept.keyed[kg]["count"]["VoidNamespace"]["a"] == TtlValue(1, 5)
+    assert kept.operator[0]["offsets"] == ("SPLIT_DISTRIBUTE", [2])  # operator state is always read

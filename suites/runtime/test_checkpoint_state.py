@@ -126,4 +126,4 @@ def test_operator_list_state_at_one_subtask_is_judged_at_every_cut(tmp_path, mon
     caught, broken = caught_when_broken(tmp_path, monkeypatch, _restored_operator_lists_snapshotted, overrides)
     assert caught == {"checkpoint_state"}, broken.verdicts
     (v,) = [v for v in broken.verdicts if v["oracle"] == "checkpoint_state"]
-    assert any("operator state 'seen'" in d for d in v["details"]), v["details"]
+    assert any("operator list state 'seen'" in d for d in v["details"]), v["details"]

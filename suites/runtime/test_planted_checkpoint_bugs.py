@@ -15,6 +15,11 @@ import harness.source_task as source_task
 import harness.stream_task as stream_task
 import harness.task_base as task_base
 import reference_impl.timers as timers
+from harness import KeyedProcessFunction, RuntimeContext
+from harness.jobs import register_job
+from harness.jobs.keyed_count import KeyedCount, keyed_count
+from harness.jobs.registry import JOBS
+from reference_impl.operator_state import OperatorStateBackend
 from suites.runtime.conftest import caught_when_broken
 
 pytestmark = [allure.epic("runtime"), allure.feature("oracles catch broken runtimes"), pytest.mark.slow]
@@ -78,6 +83,30 @@ def _watermark_checkpointed_from_the_first_channel(mp):
     mp.setattr(stream_task.StreamTask, "_snapshot", snapshot)
 
 
+def _restored_watermark_checkpointed_after_a_restart(mp):
+    """After a restore, a keyed subtask checkpoints the watermark it restored (a value cached at
+    restore) instead of its own: not ahead of the input, so earlier sessions' "not ahead after a
+    restart" passed it; no record changes, and a restore from such a checkpoint only lowers the
+    watermark a restart resumes from."""
+    orig_restore, orig_snapshot = stream_task.StreamTask.restore, stream_task.StreamTask._snapshot
+
+    def restore(self, restored, checkpoint_id=None, path=None):
+        orig_restore(self, restored, checkpoint_id, path)
+        if restored is not None:
+            self._planted_restored_wm = self.timers.watermark
+
+    def snapshot(self, barrier):
+        own = self.timers.watermark
+        self.timers.watermark = getattr(self, "_planted_restored_wm", own)
+        try:
+            orig_snapshot(self, barrier)
+        finally:
+            self.timers.watermark = own
+
+    mp.setattr(stream_task.StreamTask, "restore", restore)
+    mp.setattr(stream_task.StreamTask, "_snapshot", snapshot)
+
+
 def _finished_splits_event_time_left_out_of_snapshots(mp):
     """A source subtask checkpoints the largest event time only of the splits it still reads (a
     finished split no longer counts for its watermark): the checkpoint no longer says how far event
@@ -94,6 +123,65 @@ def _finished_splits_event_time_left_out_of_snapshots(mp):
 
     mp.setattr(source_task.SourceTask, "trigger_checkpoint", trigger)
 
+
+class _FirstSightings(KeyedCount):
+    """keyed_count that records each key once, when its first record is counted, in a list state and
+    a union list state: elements that do not depend on which subtask saw the record, so at any
+    parallelism the subtasks' lists together are the reference's (the union's as a set)."""
+
+    def open(self, ctx: RuntimeContext) -> None:
+        super().open(ctx)
+        self.firsts = ctx.operator_state.get_list_state("firsts")
+        self.union_firsts = ctx.operator_state.get_union_list_state("union_firsts")
+
+    def process_element(self, value: Any, ctx: RuntimeContext) -> None:
+        super().process_element(value, ctx)
+        if self.count.value() == 1:
+            self.firsts.add(value[0])
+            self.union_firsts.add(value[0])
+
+    process_elements = KeyedProcessFunction.process_elements
+
+
+def _first_sightings_job(records: int = 3000, keys: int = 40, seed: int = 0, parallelism: int = 1) -> Any:
+    g = keyed_count(records, keys, seed, parallelism)
+    g.stages[0].function = _FirstSightings()
+    return g
+
+
+if "test_first_sightings" not in JOBS:
+    register_job("test_first_sightings", _first_sightings_job)
+
+
+def _lists_snapshotted_as_restored(mp):
+    """A snapshot writes a stage's own list states as they were restored, not as updated since (a copy
+    taken at restore written instead of the live list): before the first restore every checkpoint
+    holds them empty, after it they stay as restored. No record and no restore shows it... and at
+    parallelism 2 the one-subtask comparison of earlier sessions did not judge it."""
+    orig_restore, orig_snapshot = OperatorStateBackend.restore, OperatorStateBackend.snapshot
+
+    def restore(self, snapshot):
+        self._planted_restored = {n: list(e.value) for n, e in snapshot.states.items() if isinstance(e.value, list)}
+        orig_restore(self, snapshot)
+
+    def snapshot(self):
+        snap = orig_snapshot(self)
+        for n, e in snap.states.items():
+            if not n.startswith("__") and isinstance(e.value, list):
+                e.value = list(getattr(self, "_planted_restored", {}).get(n, []))
+        return snap
+
+    mp.setattr(OperatorStateBackend, "restore", restore)
+    mp.setattr(OperatorStateBackend, "snapshot", snapshot)
+
+
+FIRST_SIGHTINGS: dict[str, Any] = {
+    "job": "test_first_sightings",
+    "parallelism": {"source": 2, "count": 2},
+    "checks": ["exactly_once", "checkpoint_integrity", "liveness", "checkpoint_state"],
+    "faults": [{"at": "checkpoint:2", "kind": "crash_task", "target": "count[1]"}],
+    "rescale": [{"at": "checkpoint:4", "parallelism": {"source": 2, "count": 3}}],
+}
 
 ALLROUND: dict[str, Any] = {
     "job": "allround",
@@ -121,6 +209,16 @@ VARIANTS = {
     "watermark checkpointed from the first input channel": (
         _watermark_checkpointed_from_the_first_channel,
         ALLROUND,
+        {"checkpoint_state"},
+    ),
+    "operator list states at parallelism above 1 snapshotted as restored": (
+        _lists_snapshotted_as_restored,
+        FIRST_SIGHTINGS,
+        {"checkpoint_state"},
+    ),
+    "restored watermark checkpointed after a restart": (
+        _restored_watermark_checkpointed_after_a_restart,
+        {**ALLROUND, **CRASH},
         {"checkpoint_state"},
     ),
     "finished splits' event time left out of snapshots": (
