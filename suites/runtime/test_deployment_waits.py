@@ -14,7 +14,7 @@ import pytest
 
 from harness.coordinator import CheckpointConfig
 from harness.jobs import build_job
-from harness.messages import Cancel, Deploy, Gather, Peers, Register, Waiting
+from harness.messages import AskCancelled, Cancel, Deploy, Gather, NotCancelled, Peers, Register, Waiting
 
 pytestmark = [allure.epic("runtime"), allure.feature("deployment start")]
 
@@ -87,3 +87,29 @@ def test_a_task_of_a_cancelled_spark_job_does_not_register(driver):
     assert _taken(ex, Waiting) == [("source[1]", Waiting(0, 1, len(TASKS)))]
     ex._handle("source[0]", Register(0, "job-0"))
     assert ex.sent == []  # no Deploy, and the waiting task hears of no progress: there was none
+
+
+def test_a_task_asking_whether_its_job_was_cancelled_gets_the_drivers_answer(driver):
+    """A task whose peer closed asks (``AskCancelled``); the answer follows any Cancel on the same link."""
+    import threading
+
+    ex = driver
+    ex._handle("count[0]", AskCancelled("job-1"))
+    assert ex.sent == [("count[0]", NotCancelled())]  # the running job: the close was a failure
+    ex.sent.clear()
+    ex.stopping_for_rescale = True  # the driver stops the job for a rescale
+    ex._handle("count[0]", AskCancelled("job-1"))
+    assert ex.sent == [("count[0]", Cancel())]
+    ex.sent.clear()
+    ex.stopping_for_rescale = False
+    done = threading.Event()
+    th = threading.Thread(target=done.wait)
+    th.start()
+    try:
+        ex._cancelled_jobs.append((th, "job-0"))  # adaptive recovery cancelled job-0, still ending
+        ex._handle("source[1]", AskCancelled("job-0"))
+        ex._handle("source[0]", AskCancelled("job-1"))
+        assert ex.sent == [("source[1]", Cancel()), ("source[0]", NotCancelled())]
+    finally:
+        done.set()
+        th.join()
