@@ -18,8 +18,8 @@ from harness.job_graph import ChannelName, TaskName, task_name
 from harness.jobs import UnknownJobError
 from harness.oracles.artifacts import RunArtifacts
 from harness.oracles.integrity import _coordinator_problems
-from reference_impl.checkpoint import CheckpointError
 from harness.venv_cache import VenvBuildError
+from reference_impl.checkpoint import CheckpointError
 from reference_impl.errors import EnvironmentFault, ErrorKind, InputError, StatechaosError, kind_of
 from reference_impl.serializers import SerializerError
 from reference_impl.snapshot import StateRestoreError
