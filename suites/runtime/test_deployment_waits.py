@@ -2,7 +2,8 @@
 for its peers (its ``Gather``) hears ``Waiting`` each time another task registers or gathers, so its
 wait follows progress (``harness.spark.task_runner``); a ``Gather`` from a deployment that is gone is
 answered ``Cancel`` at once (it would otherwise wait its whole stall bound for ``Peers`` that never
-come), and a ``Register`` from a cancelled Spark job joins nothing."""
+come), a ``Register`` from a cancelled Spark job joins nothing, and a task whose peer closed learns
+whether its job was cancelled by asking (``AskCancelled``), not by waiting."""
 
 from __future__ import annotations
 
@@ -113,3 +114,14 @@ def test_a_task_asking_whether_its_job_was_cancelled_gets_the_drivers_answer(dri
     finally:
         done.set()
         th.join()
+
+
+def test_each_task_registering_is_written_to_the_history(driver):
+    """``task_registered``: while Spark brings tasks up after a fault, the progress ``liveness`` sees."""
+    from harness.events import TaskRegistered
+
+    ex, written = driver, []
+    ex.history.emit = written.append
+    ex._handle("count[1]", Register(3, "job-1"))
+    ex._handle("source[0]", Register(0, "job-0"))  # a cancelled job's late task joins nothing
+    assert [e for e in written if isinstance(e, TaskRegistered)] == [TaskRegistered(task="count[1]", attempt=0)]
