@@ -54,11 +54,10 @@ def alignment_bound_ms(sc: Scenario) -> int:
 def scenario_spec(sc: Scenario) -> JobSpec:
     """The scenario's job, built; a job that cannot be built is bad input (exit 2)."""
     from chaos.scenario_job import scenario_job
-    from harness.jobs import UnknownJobError
 
     try:
         return scenario_job(sc, sc.base_dir)
-    except (UnknownJobError, ValueError) as e:
+    except InputError as e:  # an unknown job, one its definition or the scenario's settings break
         raise InputError(f"scenario {sc.name!r}: {e}") from None
 
 

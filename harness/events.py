@@ -69,6 +69,7 @@ __all__ = [
     "Listening",
     "ResourcesLost",
     "TaskSlots",
+    "TaskRegistered",
     "SlotLayout",
     "DriverReplaced",
     "ClockSkewed",
@@ -427,6 +428,15 @@ class TaskSlots(Event):
     the ``adaptive_recovery`` oracle judges a scale-down and a missing scale-up against."""
 
     slots: int
+
+
+@event("task_registered")
+class TaskRegistered(Event):
+    """A task of deployment ``attempt`` came up and registered with the driver (Spark): while Spark
+    relaunches executors and tasks after a fault, the recovery's only progress the history can show."""
+
+    task: str
+    attempt: int
 
 
 @event("slot_layout")

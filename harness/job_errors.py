@@ -5,7 +5,7 @@ the job master."""
 
 from __future__ import annotations
 
-from reference_impl.errors import InfrastructureError
+from reference_impl.errors import InfrastructureError, InputError
 
 __all__ = ["JobDefinitionError", "JobFailure"]
 
@@ -15,5 +15,5 @@ class JobFailure(InfrastructureError, RuntimeError):
     ``root_cause`` holds the first real error behind it."""
 
 
-class JobDefinitionError(ValueError):
-    """A job graph is inconsistent (names, parallelism, missing parts)."""
+class JobDefinitionError(InputError, ValueError):
+    """A job graph is inconsistent (names, parallelism, missing parts): the user's job, so bad input."""

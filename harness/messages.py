@@ -225,6 +225,11 @@ class Cancel(Message):
     """The deployment is stopped (a rescale): stop without failing."""
 
 
+@message("not_cancelled")
+class NotCancelled(Message):
+    """The reply to :class:`AskCancelled` when the driver has not cancelled the task's job."""
+
+
 @message("crash")
 class Crash(Message):
     """Fail this task (a crash_task fault, or the whole deployment failing over)."""
@@ -410,6 +415,15 @@ class FailpointHit(Message):
 
     name: str
     target: str | None
+
+
+@message("ask_cancelled")
+class AskCancelled(Message):
+    """A peer closed its channel: was that the driver cancelling this task's Spark job ``job``? The
+    driver answers :class:`Cancel` or :class:`NotCancelled`, after any :class:`Cancel` it already sent
+    (one link keeps its order), so the answer follows the driver's progress, not a fixed wait."""
+
+    job: str
 
 
 @message("route")

@@ -18,13 +18,16 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from reference_impl.errors import EnvironmentFault
+
 __all__ = ["VenvBuildError", "cache_dir", "is_built", "ensure_venv"]
 
 DONE = ".statechaos-complete"  # written last: a venv without it is half-built and never used
 
 
-class VenvBuildError(Exception):
-    """pip could not build the environment (no network, no matching distribution...)."""
+class VenvBuildError(EnvironmentFault, RuntimeError):
+    """pip could not build the environment (no network, no matching distribution...): the machine's
+    problem, not a statechaos bug."""
 
 
 def cache_dir(kind: str, override_var: str) -> Path:

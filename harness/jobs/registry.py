@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import Any
 
 from harness.job import JobDefinitionError, JobGraph
+from reference_impl.errors import InputError
 
 __all__ = [
     "JOBS",
@@ -36,8 +37,8 @@ JOBS: dict[str, JobFactory] = {}
 SCENARIO_ARGS = ("records", "keys", "seed")  # scenario fields a factory may ask for by name
 
 
-class UnknownJobError(ValueError):
-    """A job reference that cannot be resolved or built (message says why; no traceback)."""
+class UnknownJobError(InputError, ValueError):
+    """A job reference that cannot be resolved or built (message says why; no traceback): bad input."""
 
 
 def register_job(name: str, factory: JobFactory) -> JobFactory:

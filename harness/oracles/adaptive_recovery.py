@@ -7,7 +7,10 @@ so on any executor that records the facts (``task_slots``, ``slot_layout``, ``re
   subtasks as slots, up to the configured total; with fewer slots than operators, every operator at
   ``min(configured, slots)``);
 - when slots for a larger deployment came back and stayed while the job still ran smaller (its end of
-  input held for the scale-up), the job scaled back up.
+  input held for the scale-up), the job scaled back up before it completed ``scale_up_checkpoints``
+  checkpoints past the resource stabilization timeout: a job that keeps checkpointing could have
+  taken the scale-up's savepoint, while one that makes no progress (a loaded machine) is not blamed
+  for a scale-up it had no chance to take.
 
 The rules are stated here, not by calling :func:`harness.adaptive.fit`, so a wrong ``fit`` fails them."""
 
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 
 from harness.events import (
     ABSENT,
+    CheckpointCompleted,
     InputHeld,
     InputReleased,
     Rescale,
@@ -37,11 +41,12 @@ NAME = "adaptive_recovery"
 
 @dataclass(frozen=True)
 class AdaptiveRecoveryConfig:
-    """``scale_up_grace_ms``: how long, beyond the resource stabilization timeout, slots that came back
-    may stay before a job still held for its scale-up must have scaled up (a stop with savepoint and a
-    redeployment take seconds on a loaded machine)."""
+    """``scale_up_checkpoints``: how many checkpoints a job still held for its scale-up may complete
+    after slots for a larger deployment came back and stayed the stabilization timeout, before it must
+    have scaled up. The scale-up's savepoint is the next checkpoint triggered once it is due, so
+    it comes within two (one already in flight, then the savepoint); three leaves one to spare."""
 
-    scale_up_grace_ms: int = 15_000
+    scale_up_checkpoints: int = 3
 
 
 def adaptive_recovery_acted(art: RunArtifacts) -> bool:
@@ -78,7 +83,7 @@ def _layout_problems(e: SlotLayout, configured: dict[str, int]) -> list[str]:
     return out
 
 
-def check_adaptive_recovery(art: RunArtifacts, spec: JobSpec, scale_up_grace_ms: int = 15_000) -> Verdict:
+def check_adaptive_recovery(art: RunArtifacts, spec: JobSpec, scale_up_checkpoints: int = 3) -> Verdict:
     start = art.run_start
     if start is None:
         return Verdict.unknown(NAME, "the history has no run_start")
@@ -94,6 +99,7 @@ def check_adaptive_recovery(art: RunArtifacts, spec: JobSpec, scale_up_grace_ms:
     smaller_since: int | None = None  # when the job last went below what the slots allow it
     held_since: int | None = None  # the end of input held for an adaptive scale-up
     returned: tuple[int, int] | None = None  # (t, slots): slots for a larger deployment, still there
+    completed: list[int] = []  # when each checkpoint completed
     for e in art.events:
         if isinstance(e, Rescale):
             if e.reason != "adaptive":
@@ -102,6 +108,8 @@ def check_adaptive_recovery(art: RunArtifacts, spec: JobSpec, scale_up_grace_ms:
                 ups += 1
             else:
                 downs += 1
+        elif isinstance(e, CheckpointCompleted):
+            completed.append(e.t)
         elif isinstance(e, SlotLayout):
             current, current_slots = dict(e.parallelism), len(e.tasks_per_slot)
             smaller = current != configured or current_slots < sum(configured.values())
@@ -125,12 +133,14 @@ def check_adaptive_recovery(art: RunArtifacts, spec: JobSpec, scale_up_grace_ms:
         elif isinstance(e, (InputReleased, RunEnd)) and (held_since is not None or isinstance(e, RunEnd)):
             waited_until = e.t
             if returned is not None and smaller_since is not None and (held_since is not None):
-                stayed = waited_until - max(returned[0], held_since)
-                if stayed >= timeout + scale_up_grace_ms:
+                due = max(returned[0] + timeout, held_since)
+                passed = sum(1 for t in completed if due <= t <= waited_until)
+                if passed >= scale_up_checkpoints:
                     problems.append(
-                        f"{returned[1]} task slots were back at t={returned[0]} ms and stayed {stayed} ms while "
-                        f"the end of input waited for the scale-up, but the job never scaled back up from "
-                        f"{current} on {current_slots} slots (configured {configured})"
+                        f"{returned[1]} task slots were back at t={returned[0]} ms and stayed while the end "
+                        f"of input waited for the scale-up ({passed} checkpoints completed from t={due} ms "
+                        f"to t={waited_until} ms, bound {scale_up_checkpoints}), but the job never scaled "
+                        f"back up from {current} on {current_slots} slots (configured {configured})"
                     )
             held_since = None
             if isinstance(e, RunEnd):

@@ -1,7 +1,7 @@
 """Liveness: the job ends as finished (a run that stopped progressing for its stall limit fails,
 naming what stopped: the ``stalled`` event); each fault's recovery keeps progressing: from the fault's
 heal until the job finishes or completes a new checkpoint, nothing it waits for (records in and out,
-checkpoint acks and completions, timers fired, restores and restarts, tasks deploying) stands still
+checkpoint acks and completions, timers fired, restores and restarts, tasks registering and deploying) stands still
 for longer than ``bound_ms`` (a slow recovery that keeps moving passes, however long it takes; the
 verdict names what stopped); after a checkpoint is aborted (declined, expired, subsumed) no subtask
 stays blocked in its alignment longer than ``alignment_bound_ms``. Time while a fault that can hold a
@@ -27,6 +27,7 @@ from harness.events import (
     Rescale,
     Restore,
     RunStalled,
+    TaskRegistered,
     TimersFired,
 )
 from harness.jobs import JobSpec
@@ -89,7 +90,7 @@ PROGRESS_SIGNALS: dict[str, tuple[type[Event], ...]] = {
     "checkpoints": (CheckpointAcked, CheckpointCompleted),
     "timers": (TimersFired,),
     "restores": (JobRestart, Restore, Rescale),
-    "deployments": (Listening,),  # a deployed task's input gate listening (Spark)
+    "deployments": (TaskRegistered, Listening),  # a task up and registered, its input gate listening (Spark)
 }
 _SIGNAL_OF = {cls: name for name, classes in PROGRESS_SIGNALS.items() for cls in classes}
 

@@ -43,6 +43,7 @@ from harness.events import (
     RecordsOut,
     ResourcesLost,
     SlotLayout,
+    TaskRegistered,
     TaskSlots,
     TimersFired,
     from_fields,
@@ -312,6 +313,8 @@ class SparkExecutor(Driver):
                     else ctl.FailpointReply(action.action, int(action.delay_ms))
                 )
                 self._send(task, reply)
+            case ctl.AskCancelled(job):  # a task whose peer closed: part of a cancel, or a failure?
+                self._send(task, ctl.Cancel() if self._job_cancelled(job) else ctl.NotCancelled())
             case ctl.RouteRequest(link, host, port):
                 self._send(task, ctl.Routed(*self._route(link, (host, port))))
             case (
@@ -321,6 +324,13 @@ class SparkExecutor(Driver):
             case _:
                 raise TypeError(f"{task} sent a message the driver does not take: {msg!r}")
 
+    def _job_cancelled(self, job: str) -> bool:
+        """Whether the driver cancelled Spark job group ``job``: for adaptive recovery (a job it
+        watches until it ends) or by stopping the running one for a rescale."""
+        if any(job == group for _, group in self._cancelled_jobs):
+            return True
+        return job == self._job_group and (self.stopping_for_rescale or self.adapt_to is not None)
+
     def _register(self, task: str) -> None:
         dep = self.dep
         assert dep is not None
@@ -329,6 +339,7 @@ class SparkExecutor(Driver):
             dep = self.dep
             assert dep is not None
         dep.registered.add(task)
+        self.history.emit(TaskRegistered(task=task, attempt=dep.number))
         net = self.network.task_settings()
         self._send(
             task,

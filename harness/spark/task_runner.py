@@ -80,16 +80,21 @@ class _Link:
                     self.buffer.append(m)
         raise TimeoutError(f"no {reply.TAG} from the driver: {stalled}")
 
-    def cancelled(self, wait_s: float = 1.0) -> bool:
-        """Has the driver cancelled this deployment (a rescale)? Waits briefly for the message, which
-        may trail a peer's reaction to it."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            self.buffer.extend(self._receive(0.05))
-            if any(isinstance(m, ctl.Cancel) for m in self.buffer):
-                return True
-            if time.monotonic() >= deadline:
-                return False
+    def cancelled(self, job: str, stall_s: float) -> bool:
+        """Has the driver cancelled this task's Spark job ``job`` (a rescale, adaptive recovery)? A
+        peer that got the driver's cancel first closes its channels, possibly before this task's cancel
+        arrives, so the task asks the driver, which answers after any cancel it sent: no fixed wait
+        that a loaded driver outlasts. False when the driver cannot be asked."""
+        self.buffer.extend(self._receive(0.0))
+        if any(isinstance(m, ctl.Cancel) for m in self.buffer):
+            return True
+        try:
+            self.request(ctl.AskCancelled(job), ctl.NotCancelled, stall_s)
+        except Cancelled:
+            return True
+        except (ConnectionError, TransportError, TimeoutError):
+            return False
+        return False
 
 
 class Cancelled(Exception):
@@ -299,7 +304,7 @@ def _run(
         except (ConnectionError, TransportError) as e:
             # peers that got the driver's cancel first close their channels: part of the cancel,
             # not a failure (a failure would make Spark relaunch the stage the driver is stopping)
-            if link.cancelled():
+            if link.cancelled(job, stall_s):
                 return {"task": name, "status": "cancelled", "after": f"{type(e).__name__}: {e}"}
             raise
         except Exception as e:  # the job's code (or the runtime) raised: tell the driver why first
@@ -310,7 +315,7 @@ def _run(
     except (Cancelled, ConnectionError, TransportError) as e:
         # cancelled while setting up (a peer that quit first closes its gate: part of the cancel);
         # downstream tasks must not take this task's close for a failure either
-        if not isinstance(e, Cancelled) and not link.cancelled():
+        if not isinstance(e, Cancelled) and not link.cancelled(job, stall_s):
             raise
         if output is not None:
             output.stop()

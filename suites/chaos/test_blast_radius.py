@@ -27,7 +27,9 @@ def child():
 
 
 def _wait_status(pid: int, want: str) -> str:
-    for _ in range(100):
+    """The process's status once it is ``want``; a kernel acting on a signal is not a speed to judge,
+    so 30 s is only a hang's bound (a loaded machine schedules the signalled process late)."""
+    for _ in range(1500):
         status = psutil.Process(pid).status()
         if status == want:
             return status
@@ -50,7 +52,7 @@ def test_kill_and_pause_act_on_run_owned_processes(child):
     pause.stop()
     assert _wait_status(child.pid, psutil.STATUS_SLEEPING) != psutil.STATUS_STOPPED
     KillProcess(scope, child.pid, "executor", "kill_executor").start()
-    assert child.wait(timeout=5) == -9
+    assert child.wait(timeout=60) == -9  # a hang's bound: returns as soon as the kill lands
 
 
 def test_storage_damage_stays_inside_the_run(tmp_path):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import pytest
 
 from chaos.cli import main
+from suites.waits import run_while_progressing
 
 ROOT = Path(__file__).resolve().parents[2]
 FAILING = ROOT / "examples" / "failing"
@@ -91,14 +91,14 @@ def _assert_explains_restore_failure(alluredir: Path, result: dict[str, Any]) ->
 def test_failing_examples_show_oracle_diff_plot_and_replay_in_allure(tmp_path):
     alluredir = tmp_path / "allure-results"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    proc = subprocess.run(
+    proc = run_while_progressing(  # fails only when neither its folders nor its output moved for 300 s
         [sys.executable, "-m", "pytest", str(FAILING), "-p", "no:cacheprovider", "-q"]
         + [f"--alluredir={alluredir}", f"--basetemp={tmp_path / 'basetemp'}"],
+        tmp_path,
+        "the failing examples",
+        stall_s=300,
         cwd=ROOT,
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
     )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "oracle failed: restored_state" in proc.stdout and "statechaos replay" in proc.stdout

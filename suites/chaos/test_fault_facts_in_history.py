@@ -12,11 +12,13 @@ from chaos.scenario_job import scenario_job
 from harness.events import (
     BarrierAlignment,
     CheckpointAborted,
+    CheckpointCompleted,
     Event,
     FaultEnd,
     FaultStart,
     RunEnd,
     RunStart,
+    TaskRegistered,
     from_json,
     read_history,
 )
@@ -46,6 +48,29 @@ def test_liveness_reads_whether_a_fault_holds_tasks_from_its_fault_start(tmp_pat
     assert verdict(True).passed and verdict(None).passed  # a fault that may hold the task excuses its wait
     held = verdict(False)
     assert not held.passed and "stayed blocked in the alignment of checkpoint 1" in held.details[0]
+
+
+def _early_kill(registered: bool) -> list[Event]:
+    """An executor killed before the job ran: 100 s before a checkpoint completes, while Spark relaunches
+    executors and brings the 4 tasks up one by one, 25 s apart (nothing else moves meanwhile)."""
+    up = [TaskRegistered(t=1_000 + 25_000 * i, task=f"t[{i}]", attempt=1) for i in range(4)] if registered else []
+    return [
+        RunStart(t=0, job="j", executor="spark", seed=0, parallelism={}, max_parallelism=128, config={}),
+        FaultStart(t=0, fault_id=1, kind="kill_executor", target=None, trigger="time_ms=0", holds_tasks=False),
+        FaultEnd(t=500, fault_id=1, kind="kill_executor"),
+        *up,
+        CheckpointCompleted(t=100_000, checkpoint_id=1, path="chk-1", source_offsets={}, kind="checkpoint"),
+        RunEnd(t=101_000, status="finished", reason="done", records_committed=0, attempts=2),
+    ]
+
+
+def test_tasks_registering_after_an_early_fault_are_its_recoverys_progress(tmp_path: Path):
+    def verdict(registered: bool):
+        return check_liveness(RunArtifacts(tmp_path, _early_kill(registered)), None, 60_000)  # type: ignore[arg-type]
+
+    assert verdict(True).passed, verdict(True).details  # never 60 s without a task coming up
+    silent = verdict(False)  # the same 100 s with nothing registering: a recovery that stood still
+    assert not silent.passed and "made no progress for 99500 ms" in silent.details[0], silent.details
 
 
 def _schedule(events: list[dict]) -> object:

@@ -108,7 +108,7 @@ def test_a_proxy_server_the_run_started_is_stopped_after(monkeypatch):
     monkeypatch.delenv("TOXIPROXY_URL", raising=False)
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     with toxiproxy_server() as url:
-        with urllib.request.urlopen(f"{url}/version", timeout=2) as r:
+        with urllib.request.urlopen(f"{url}/version", timeout=60) as r:  # a hang's bound
             assert r.status == 200
         started = {p.pid for p in psutil.Process().children(recursive=True)} - before
         assert started
@@ -145,9 +145,10 @@ def test_the_links_handshake_passes_a_slicing_and_delaying_proxy(tls):
                     "run-2",
                 )
                 fault.start()
-            task = CoordinatorClient(via_coord, "c[0]", 0, secret, connect_timeout_s=20)
+            # bounds for a hang, not a speed: every slice of the handshake waits 100 ms in the proxy
+            task = CoordinatorClient(via_coord, "c[0]", 0, secret, connect_timeout_s=120)
             task.send(("ack", 0, 1, "c", 0, None, {}))
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + 120
             got = []
             while time.monotonic() < deadline and ("c[0]", ("ack", 0, 1, "c", 0, None, {})) not in got:
                 with contextlib.suppress(queue.Empty):

@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from suites.waits import run_while_progressing
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -26,14 +27,14 @@ def test_users_own_chaos_tests_run_on_local_cluster_with_only_the_plugin(tmp_pat
     shutil.copytree(EXAMPLES / "scenarios", project / "scenarios")
     alluredir = tmp_path / "allure-results"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    proc = subprocess.run(
+    proc = run_while_progressing(  # fails only when neither its folders nor its output moved for 300 s
         [sys.executable, "-m", "pytest", "test_user_chaos.py", "-p", "no:cacheprovider", "-v", "-rA"]
         + [f"--alluredir={alluredir}", f"--basetemp={tmp_path / 'basetemp'}"],
+        tmp_path,
+        "the user's chaos tests",
+        stall_s=300,
         cwd=project,
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-5000:]

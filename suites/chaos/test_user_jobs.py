@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from suites.waits import run_while_progressing
+
 ROOT = Path(__file__).resolve().parents[2]
 
 MODULE = '''
@@ -95,15 +97,11 @@ seed: 4
 
 
 def _statechaos(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``statechaos *args`` as a user runs it, from ``cwd`` (inside the test's tmp_path, where the runs
+    go too): fails only when neither that folder nor its output moved for 300 s."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "statechaos"), *args],  # as a user runs it
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    cmd = [str(Path(sys.executable).parent / "statechaos"), *args]
+    return run_while_progressing(cmd, cwd.parent, f"statechaos {args[0]}", stall_s=300, cwd=cwd, env=env)
 
 
 @pytest.fixture
@@ -193,7 +191,6 @@ def test_user_job_survives_an_executor_kill_on_local_cluster(project, tmp_path, 
               - {at: "checkpoint:1", kind: kill_executor, target: "executor:0"}
             recovery_bound_ms: 120s  # liveness on a shared 2-core CI machine: a JVM relaunch, not a race
             seed: 1
-            timeout_s: 300
             """
         )
     )
@@ -245,7 +242,7 @@ def test_job_code_that_cannot_load_on_executors_fails_fast_with_its_traceback(pr
     (project / "unloadable.py").write_text(UNLOADABLE)
     (project / "unloadable.yaml").write_text(
         "name: unloadable\ncluster: local\njob: unloadable:build\nmax_restarts: 12\n"
-        "parallelism: {orders: 1, totals: 1, products: 1}\nchecks: [exactly_once]\nseed: 1\ntimeout_s: 300\n"
+        "parallelism: {orders: 1, totals: 1, products: 1}\nchecks: [exactly_once]\nseed: 1\n"
     )
     r = _statechaos(
         project, "run", "unloadable.yaml", "--runs-dir", str(tmp_path / "runs"), "--json", "out.json"
@@ -268,14 +265,14 @@ def test_the_example_jobs_and_their_broken_twins(tmp_path):
     folder = tmp_path / "jobs"
     shutil.copytree(ROOT / "examples" / "jobs", folder, ignore=shutil.ignore_patterns("__pycache__"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k != "PYTHONPATH"}
-    r = subprocess.run(
+    r = run_while_progressing(
         [sys.executable, "-m", "pytest", "test_jobs.py", "-p", "no:cacheprovider", "-q"]
         + [f"--basetemp={tmp_path / 'basetemp'}"],
+        tmp_path,
+        "the example jobs' tests",
+        stall_s=300,
         cwd=folder,
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
     )
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert "7 passed" in r.stdout, r.stdout[-2000:]
@@ -369,7 +366,7 @@ def test_the_jobs_own_exception_on_spark_is_reported_as_your_job_raised(project,
     (project / "raises.py").write_text(RAISES)
     (project / "raises.yaml").write_text(
         "name: raises\ncluster: local-cluster[1,2,1024]\njob: raises:build\n"
-        "parallelism: {events: 1, score: 1}\nchecks: [exactly_once]\nseed: 1\ntimeout_s: 300\n"
+        "parallelism: {events: 1, score: 1}\nchecks: [exactly_once]\nseed: 1\n"
     )
     r = _statechaos(project, "run", "raises.yaml", "--runs-dir", str(tmp_path / "runs"), "--json", "out.json")
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]

@@ -1,7 +1,7 @@
 """The ``adaptive_recovery`` oracle on histories made of the typed events the Spark executor writes
 (``task_slots``, ``slot_layout``, ``rescale``, ``input_held``/``input_released``): a scale-down that
 fits the slots left unshared and a scale-up when they return hold; a deployment that shares a slot at
-the boundary, one that takes more slots than there are, and a job that never scales back up fail.
+the boundary, one that takes more slots than there are, and a job that keeps checkpointing but never scales back up fails.
 The end-to-end planted bug on Spark is ``suites/spark/test_adaptive_recovery.py``."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 import allure
 
 from harness.events import (
+    CheckpointCompleted,
     Event,
     InputHeld,
     InputReleased,
@@ -100,18 +101,47 @@ def test_fewer_slots_than_operators_run_every_operator_in_shared_slots(tmp_path:
     assert v.fails and any("min(configured, slots)" in d for d in v.details), v.details
 
 
-def test_a_job_that_never_scales_back_up_while_its_input_waits_fails(tmp_path: Path) -> None:
+def _checkpoints(*ts: int) -> list[tuple[int, Event]]:
+    return [(t, CheckpointCompleted(checkpoint_id=10 + i, path=f"chk-{10 + i}", source_offsets={}, kind="checkpoint"))
+            for i, t in enumerate(ts)]
+
+
+def test_a_job_that_keeps_checkpointing_but_never_scales_back_up_fails(tmp_path: Path) -> None:
+    """Three checkpoints within 1.5 s after the slots came back: the job had every chance to take the
+    scale-up's savepoint, however short the time (a wall-clock grace let this pass)."""
     v = _run(tmp_path, lambda: [*_down(SMALL, [1, 1]), (4_000, HELD), (5_000, TaskSlots(slots=3)),
-                                (34_000, InputReleased(waiting=[], held_ms=30_000))])
+                                *_checkpoints(5_500, 6_000, 6_500), (6_600, InputReleased(waiting=[], held_ms=2_600))])
     assert v.fails
-    assert any("never scaled back up" in d and "3 task slots were back" in d for d in v.details), v.details
+    assert any("never scaled back up" in d and "3 task slots were back" in d and "3 checkpoints completed" in d
+               for d in v.details), v.details
 
 
-def test_slots_back_too_late_for_a_scale_up_are_no_finding(tmp_path: Path) -> None:
-    """The hold ran out 3 s after the slots came back: within the grace a scale-up takes."""
-    v = _run(tmp_path, lambda: [*_down(SMALL, [1, 1]), (4_000, HELD), (31_000, TaskSlots(slots=3)),
-                                (34_000, InputReleased(waiting=[], held_ms=30_000))])
+def test_a_job_making_no_progress_is_not_blamed_for_a_scale_up_however_long_the_slots_stayed(tmp_path: Path) -> None:
+    """29 s with the slots back but not one checkpoint (a loaded machine, a stalled job: liveness
+    judges that): no chance to take the savepoint, so no finding (a wall-clock grace failed this)."""
+    v = _run(tmp_path, lambda: [*_down(SMALL, [1, 1]), (4_000, HELD), (5_000, TaskSlots(slots=3)),
+                                *_checkpoints(5_500, 6_000), (34_000, InputReleased(waiting=[], held_ms=30_000))])
     assert v.holds, v.details
+
+
+def test_checkpoints_before_the_stabilization_timeout_passed_do_not_count(tmp_path: Path) -> None:
+    """The driver waits the timeout (here 10 s) for the slots to stay before it scales up."""
+    def judge(path: Path, cps: list[tuple[int, Event]]) -> Any:
+        now = [0]
+        with HistoryWriter(RunStore(path).history, lambda: now[0]) as h:
+            h.emit(RunStart(job="keyed_count", executor="spark", seed=0, parallelism=FULL, max_parallelism=128,
+                            config={"adaptive_recovery": {"resource_stabilization_timeout_ms": 10_000}}))
+            h.emit(SlotLayout(attempt=0, parallelism=FULL, tasks_per_slot=[1, 1, 1]))
+            for t, e in [*_down(SMALL, [1, 1]), (4_000, HELD), (5_000, TaskSlots(slots=3)), *cps]:
+                now[0] = t
+                h.emit(e)
+            now[0] = 20_000
+            h.emit(InputReleased(waiting=[], held_ms=16_000))
+        return check_adaptive_recovery(RunArtifacts.load(path), None)  # type: ignore[arg-type]
+
+    assert judge(tmp_path / "early", _checkpoints(6_000, 8_000, 10_000, 12_000, 14_000)).holds
+    late = judge(tmp_path / "late", _checkpoints(6_000, 15_000, 16_000, 17_000))
+    assert late.fails and any("from t=15000 ms" in d for d in late.details), late.details
 
 
 def test_nothing_adapted_is_unknown(tmp_path: Path) -> None:

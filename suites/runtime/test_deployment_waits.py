@@ -2,7 +2,8 @@
 for its peers (its ``Gather``) hears ``Waiting`` each time another task registers or gathers, so its
 wait follows progress (``harness.spark.task_runner``); a ``Gather`` from a deployment that is gone is
 answered ``Cancel`` at once (it would otherwise wait its whole stall bound for ``Peers`` that never
-come), and a ``Register`` from a cancelled Spark job joins nothing."""
+come), a ``Register`` from a cancelled Spark job joins nothing, and a task whose peer closed learns
+whether its job was cancelled by asking (``AskCancelled``), not by waiting."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from harness.coordinator import CheckpointConfig
 from harness.jobs import build_job
-from harness.messages import Cancel, Deploy, Gather, Peers, Register, Waiting
+from harness.messages import AskCancelled, Cancel, Deploy, Gather, NotCancelled, Peers, Register, Waiting
 
 pytestmark = [allure.epic("runtime"), allure.feature("deployment start")]
 
@@ -87,3 +88,40 @@ def test_a_task_of_a_cancelled_spark_job_does_not_register(driver):
     assert _taken(ex, Waiting) == [("source[1]", Waiting(0, 1, len(TASKS)))]
     ex._handle("source[0]", Register(0, "job-0"))
     assert ex.sent == []  # no Deploy, and the waiting task hears of no progress: there was none
+
+
+def test_a_task_asking_whether_its_job_was_cancelled_gets_the_drivers_answer(driver):
+    """A task whose peer closed asks (``AskCancelled``); the answer follows any Cancel on the same link."""
+    import threading
+
+    ex = driver
+    ex._handle("count[0]", AskCancelled("job-1"))
+    assert ex.sent == [("count[0]", NotCancelled())]  # the running job: the close was a failure
+    ex.sent.clear()
+    ex.stopping_for_rescale = True  # the driver stops the job for a rescale
+    ex._handle("count[0]", AskCancelled("job-1"))
+    assert ex.sent == [("count[0]", Cancel())]
+    ex.sent.clear()
+    ex.stopping_for_rescale = False
+    done = threading.Event()
+    th = threading.Thread(target=done.wait)
+    th.start()
+    try:
+        ex._cancelled_jobs.append((th, "job-0"))  # adaptive recovery cancelled job-0, still ending
+        ex._handle("source[1]", AskCancelled("job-0"))
+        ex._handle("source[0]", AskCancelled("job-1"))
+        assert ex.sent == [("source[1]", Cancel()), ("source[0]", NotCancelled())]
+    finally:
+        done.set()
+        th.join()
+
+
+def test_each_task_registering_is_written_to_the_history(driver):
+    """``task_registered``: while Spark brings tasks up after a fault, the progress ``liveness`` sees."""
+    from harness.events import TaskRegistered
+
+    ex, written = driver, []
+    ex.history.emit = written.append
+    ex._handle("count[1]", Register(3, "job-1"))
+    ex._handle("source[0]", Register(0, "job-0"))  # a cancelled job's late task joins nothing
+    assert [e for e in written if isinstance(e, TaskRegistered)] == [TaskRegistered(task="count[1]", attempt=0)]

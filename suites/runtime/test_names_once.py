@@ -13,11 +13,14 @@ import pytest
 from chaos.errors import classify
 from harness.abort_cause import AbortCause, AbortReason
 from harness.events import CheckpointAborted, CheckpointCompleted, from_json
+from harness.job_errors import JobDefinitionError
 from harness.job_graph import ChannelName, TaskName, task_name
+from harness.jobs import UnknownJobError
 from harness.oracles.artifacts import RunArtifacts
 from harness.oracles.integrity import _coordinator_problems
+from harness.venv_cache import VenvBuildError
 from reference_impl.checkpoint import CheckpointError
-from reference_impl.errors import ErrorKind, InputError, StatechaosError, kind_of
+from reference_impl.errors import EnvironmentFault, ErrorKind, InputError, StatechaosError, kind_of
 from reference_impl.serializers import SerializerError
 from reference_impl.snapshot import StateRestoreError
 
@@ -53,11 +56,19 @@ def test_run_files_are_named_by_run_store_only() -> None:
     assert not found, "\n".join(found)
 
 
-@pytest.mark.parametrize("cls", [CheckpointError, SerializerError, StateRestoreError])
+@pytest.mark.parametrize(
+    "cls", [CheckpointError, SerializerError, StateRestoreError, JobDefinitionError, UnknownJobError]
+)
 def test_reference_errors_sit_under_the_root_as_input(cls: type[Exception]) -> None:
+    """A bad file, and a user's job that cannot be built (``JobBuilder.build``, ``load_job``): input."""
     e = cls("bad file")
     assert isinstance(e, StatechaosError) and isinstance(e, InputError) and isinstance(e, ValueError)
     assert kind_of(e) is ErrorKind.INPUT and classify(e) == "input"
+
+
+def test_a_venv_pip_cannot_build_is_the_environments_problem() -> None:
+    e = VenvBuildError("pyflink: could not build its environment: no network")
+    assert isinstance(e, EnvironmentFault) and classify(e) == "environment"
 
 
 def test_no_lookup_list_reclassifies_our_errors() -> None:

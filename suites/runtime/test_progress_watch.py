@@ -142,7 +142,57 @@ def test_a_cancel_ends_a_tasks_wait_at_once(monkeypatch):
     link, task_runner = _link(monkeypatch, [[ctl.Waiting(1, 1, 4)], [ctl.Cancel()]])
     with pytest.raises(task_runner.Cancelled, match="while waiting for peers"):
         link.request(ctl.Gather(0, "a"), ctl.Peers, stall_s=60)
-    assert link.cancelled(0.0)  # the cancel stays for the task's loop
+    assert link.cancelled("job-1", 60)  # the cancel stays for the task's loop
+    assert not any(b"ask_cancelled" in repr(m).encode() for m in link.client.sent)  # nothing to ask
+
+
+class _AnsweringDriver(_ScriptedDriver):
+    """A driver that answers a task's ``AskCancelled`` with ``answer``, ``late`` polls (fake seconds)
+    after the question came: a loaded driver."""
+
+    def __init__(self, answer: object, late: int) -> None:
+        super().__init__([])
+        self.answer, self.late, self.asked_at = answer, late, None
+
+    def send(self, raw: object) -> None:
+        import harness.messages as ctl
+
+        super().send(raw)
+        if isinstance(ctl.decode(raw), ctl.AskCancelled):
+            self.asked_at = self.t
+
+    def poll(self, _timeout_s: float) -> list[object]:
+        import harness.messages as ctl
+
+        self.t += 1.0
+        if self.asked_at is not None and self.t - self.asked_at >= self.late:
+            self.asked_at = None
+            return [ctl.encode(self.answer)]
+        return []
+
+
+@pytest.mark.parametrize("answer", ["Cancel", "NotCancelled"])
+def test_a_task_whose_peer_closed_asks_the_driver_and_waits_for_its_answer(monkeypatch, answer):
+    """The driver's cancel may trail the peer's close by more than any fixed wait on a loaded machine
+    (the task waited 1 s, then took the close for a failure): the task asks, and the answer decides."""
+    import harness.messages as ctl
+    from harness.progress import ProgressWatch
+    from harness.spark import task_runner
+
+    client = _AnsweringDriver(getattr(ctl, answer)(), late=5)
+    monkeypatch.setattr(task_runner, "ProgressWatch", lambda b: ProgressWatch(b, clock=lambda: client.t))
+    link = task_runner._Link(client)  # type: ignore[arg-type]
+    assert link.cancelled("job-1", stall_s=60) is (answer == "Cancel")
+    assert [ctl.decode(m) for m in client.sent] == [ctl.AskCancelled("job-1")]
+    assert client.t >= 5  # it waited for the answer, 5 s of the driver's time
+
+
+def test_a_driver_that_never_answers_is_no_cancel(monkeypatch):
+    import harness.messages as ctl
+
+    link, _ = _link(monkeypatch, [])
+    assert not link.cancelled("job-1", stall_s=3)  # fails the task after its stall bound, as any wait
+    assert [ctl.decode(m) for m in link.client.sent] == [ctl.AskCancelled("job-1")]
 
 
 def test_a_planned_pause_does_not_count_and_progress_must_come_within_the_bound_after_it():

@@ -71,7 +71,7 @@ def test_a_new_driver_finishes_the_run_of_one_that_was_killed(tmp_path, java):
         assert isinstance(history, Path), "the first driver ended before it completed 3 checkpoints"
         tree = [driver.pid] + [p.pid for p in psutil.Process(driver.pid).children(recursive=True)]
         os.kill(driver.pid, signal.SIGKILL)
-        driver.wait(10)
+        driver.wait(60)  # a hang's bound after SIGKILL
         # the driver's JVM exits when its Python parent dies, and the executors with it: fails only when
         # none of them exited for 60 s
         wait_until(
