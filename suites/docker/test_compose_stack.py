@@ -96,6 +96,12 @@ def test_stack_runs_barrier_job_across_workers_and_cleans_up(image: str) -> None
             assert sorted(r["host"] for r in result) == worker_hosts, "one barrier task per worker"
             assert all(r["all"] == worker_hosts for r in result), "allGather saw both tasks"
 
+            # No image holds the project: every container imports this checkout's code, mounted.
+            probe = "import chaos, harness, reference_impl; print(harness.__file__)"
+            res = stack.containers("worker")[0].exec_run(["python", "-c", probe])
+            assert res.exit_code == 0, res.output.decode()[-2000:]
+            assert res.output.decode().strip() == "/opt/statechaos/src/harness/__init__.py"
+
             # The checkpoint volume is shared: written by the driver, read by a worker.
             code, out = stack.run_in_driver(f"echo {project} > /checkpoints/probe")
             assert code == 0, out
