@@ -358,9 +358,10 @@ def run_scenarios(
         console=console,
         transient=False,
     ) as progress:
-        task = progress.add_task("scenarios", total=len(prepared) * (2 * repeat if repeat > 1 else 1))
+        runs_each = 2 * repeat if repeat > 1 else 1
+        task = progress.add_task("scenarios", total=len(prepared) * runs_each)
         with contextlib.ExitStack() as shared:
-            if sum(sc.cluster_kind == "docker" for _, sc in prepared) > 1:
+            if sum(sc.cluster_kind == "docker" for _, sc in prepared) * runs_each > 1:
                 # one compose stack for all docker scenarios of this run: starting it is the slow part
                 from chaos.cluster.docker_spark import docker_session
 

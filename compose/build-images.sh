@@ -7,9 +7,10 @@
 #      pandas 2.3.3, pyarrow 26.0.1, the project's dependency closure). The wheels are fetched from
 #      PyPI once, by pip in a throwaway container of the base image (so they match its Python and
 #      glibc), into a cached wheelhouse; the host's CA bundle is mounted for TLS-intercepting proxies.
-#   3. statechaos/spark:<tag> and :latest  FROM spark-deps: the project from this checkout.
+#   3. statechaos/spark:<tag> and :latest  FROM spark-deps: the node scripts and the proxy binary.
+#      The project's code is not in any image: docker-compose.yml mounts the checkout's packages.
 # Every tag is a content hash of its inputs, so when statechaos/spark:<tag> exists the script only
-# re-tags :latest and exits in about a second; a code change rebuilds only step 3.
+# re-tags :latest and exits in about a second; a code change or a fresh checkout builds nothing.
 #
 # Usage: compose/build-images.sh [--print-tag] [--check] [--no-cache]
 #   --print-tag  print the image reference this checkout builds to (statechaos/spark:<tag>) and exit
@@ -35,8 +36,8 @@ IMAGE_REPO=statechaos/spark
 BASE_RECIPE=3
 # Likewise for the dependencies image (labels, venv layout).
 DEPS_RECIPE=2
-# What goes into the project layer. README.md: pyproject's `readme` needs it to build metadata.
-PROJECT_ITEMS=(pyproject.toml README.md reference_impl harness chaos)
+# The spark image's build context (compose/image/): everything in it but Dockerfile.deps.
+IMAGE_FILES=(Dockerfile statechaos-node statechaos-health statechaos-src.pth)
 
 log() { printf '[build-images %4ss] %s\n' "$SECONDS" "$*" >&2; }
 die() { printf '[build-images] error: %s\n' "$*" >&2; exit 1; }
@@ -48,7 +49,7 @@ for arg in "$@"; do
     --print-tag) mode=print ;;
     --check) mode=check ;;
     --no-cache) nocache=(--no-cache) ;;
-    -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$arg' (see --help)" ;;
   esac
 done
@@ -56,14 +57,6 @@ done
 sha() { sha256sum | cut -c1-16; }
 
 packages() { grep -v '^\s*#' "$HERE/image/packages.txt" | tr -s ' \t' '\n' | grep -v '^$' | LC_ALL=C sort -u; }
-
-# The project files that go into the image (relative to $1, default the checkout): everything under
-# PROJECT_ITEMS but caches and build output.
-project_files() {
-  (cd "${1:-$ROOT}" && find "${PROJECT_ITEMS[@]}" -type f \
-    -not -path '*/__pycache__/*' -not -name '*.pyc' -not -path '*.egg-info/*' -not -path '*/.pytest_cache/*' \
-    | LC_ALL=C sort)
-}
 
 # The Toxiproxy server to put in the image (a binary or a .gz of one), or nothing.
 toxiproxy_source() {
@@ -80,14 +73,13 @@ toxiproxy_source() {
 }
 TOXIPROXY_SOURCE="$(toxiproxy_source)"
 
-# Content hash of the spark image's inputs; $1 is where the project files are (the checkout, or the
-# build context's copy, so the tag names exactly what was built while others keep editing).
+# Content hash of the spark image's inputs: the files of its build context ($1: compose/image, or the
+# context's copy, so the tag names exactly what was built while others keep editing) and the proxy.
 image_hash() {
   {
     echo "deps=$DEPS_HASH"
-    (cd "$HERE/image" && sha256sum Dockerfile statechaos-node statechaos-health)
+    (cd "$1" && sha256sum "${IMAGE_FILES[@]}")
     echo "toxiproxy=$([[ -n $TOXIPROXY_SOURCE ]] && sha256sum < "$TOXIPROXY_SOURCE" | cut -c1-16)"
-    project_files "$1" | (cd "$1" && xargs -d '\n' sha256sum)
   } | sha
 }
 
@@ -96,7 +88,7 @@ BASE_IMAGE="$BASE_REPO:$BASE_HASH"
 WHEELS_HASH="$( { echo "base=$BASE_HASH"; cat "$HERE/requirements.lock"; } | sha)"
 DEPS_HASH="$( { echo "recipe=$DEPS_RECIPE wheels=$WHEELS_HASH"; cat "$HERE/image/Dockerfile.deps"; } | sha)"
 DEPS_IMAGE="$DEPS_REPO:$DEPS_HASH"
-IMAGE_HASH="$(image_hash "$ROOT")"
+IMAGE_HASH="$(image_hash "$HERE/image")"
 IMAGE="$IMAGE_REPO:$IMAGE_HASH"
 
 if [[ $mode == print ]]; then echo "$IMAGE"; exit 0; fi
@@ -250,9 +242,8 @@ fi
 
 # ---- 3. spark image (the project) ----------------------------------------------------------------
 CTX="$(mktemp -d "${TMPDIR:-/tmp}/statechaos-ctx.XXXXXX")"
-cp "$HERE/image/Dockerfile" "$HERE/image/statechaos-node" "$HERE/image/statechaos-health" "$CTX/"
-mkdir "$CTX/project" "$CTX/toxiproxy"
-project_files | (cd "$ROOT" && xargs -d '\n' cp --parents -t "$CTX/project")
+(cd "$HERE/image" && cp "${IMAGE_FILES[@]}" "$CTX/")
+mkdir "$CTX/toxiproxy"
 if [[ -z $TOXIPROXY_SOURCE ]]; then
   log "no toxiproxy-server found: the stack's proxy is statechaos's own Toxiproxy-compatible server" \
     "(for Shopify's, put a Linux x86-64 toxiproxy-server from https://github.com/Shopify/toxiproxy/releases" \
@@ -266,7 +257,7 @@ if [[ -n $TOXIPROXY_SOURCE ]]; then
   chmod 755 "$CTX/toxiproxy/toxiproxy-server"
   log "the stack's proxy is Shopify's Toxiproxy ($TOXIPROXY_SOURCE)"
 fi
-IMAGE_HASH="$(image_hash "$CTX/project")"
+IMAGE_HASH="$(image_hash "$CTX")"
 IMAGE="$IMAGE_REPO:$IMAGE_HASH"
 log "building $IMAGE FROM $DEPS_IMAGE (context $(du -sh "$CTX" | cut -f1))"
 # The legacy builder: buildx is not installed and this engine (20.10) has no BuildKit frontend offline.

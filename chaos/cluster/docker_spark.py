@@ -7,8 +7,8 @@ n, after k records), and the run directory, history and oracles are the host's. 
 the host at the gateway address of the run's network (the driver and the checkpoint coordinator
 bind there), the host reaches the master at its container address, and the host's run directory is
 bind-mounted at the same path into every worker so executors write checkpoints and output where the
-driver reads them. Executors run the image's Python, which holds the same project code (the image is
-rebuilt from the checkout when it changed) and the same pyspark as the host.
+driver reads them. Executors run the image's Python, with the same pyspark as the host and the same
+project code: the stack mounts this checkout's packages (compose/docker-compose.yml), no image holds it.
 
 One stack serves one run, or every run of a :func:`docker_session` (``statechaos run`` over several
 docker scenarios, the docker test suite): starting the stack is the slow part. Between runs the

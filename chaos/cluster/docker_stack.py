@@ -48,6 +48,7 @@ __all__ = [
     "DockerStackError",
     "OWNER_LABEL",
     "build_images",
+    "code_volumes",
     "compose_command",
     "docker_client",
 ]
@@ -88,6 +89,25 @@ def docker_client() -> Any:
         return client
     except Exception as e:
         raise DockerStackError(f"no Docker engine reachable: {e}") from e
+
+
+# where every container finds the project's code (compose/image/statechaos-src.pth puts it on the path)
+CODE_DIR = "/opt/statechaos/src"
+
+
+def code_volumes() -> dict[str, dict[str, str]]:
+    """The project's code as ``docker-compose.yml`` mounts it into every container (its ``x-node``
+    volumes under :data:`CODE_DIR`), as Docker SDK ``volumes`` for a container started without
+    compose: the images hold only the dependencies."""
+    import yaml
+
+    doc = yaml.safe_load((COMPOSE_DIR / "docker-compose.yml").read_text())
+    out: dict[str, dict[str, str]] = {}
+    for item in doc["x-node"]["volumes"]:
+        host, target, *mode = str(item).split(":")
+        if target.startswith(CODE_DIR + "/"):
+            out[str((COMPOSE_DIR / host).resolve())] = {"bind": target, "mode": mode[0] if mode else "rw"}
+    return out
 
 
 def compose_command() -> list[str]:

@@ -171,6 +171,8 @@ class SparkExecutor(Driver):
         self._cancelled_jobs: list[tuple[threading.Thread, str]] = []
         self._cancels_repeated = 0.0
         self.held_for_scale_up: int | None = None  # since when the end of input waits for a scale-up
+        # deployments a stage relaunch replaced while the Spark job that ran them goes on
+        self._relaunched: set[int] = set()
         self.scale_up_given_up = False  # that wait ran out: the input ends at the parallelism there is
 
     def _deployment_number(self) -> int:
@@ -277,7 +279,7 @@ class SparkExecutor(Driver):
                 if dep is not None and deployment == dep.number:
                     self._gather(dep, task, value)
                 else:  # a late task of a deployment that is gone: it must not wait for Peers
-                    self._send(task, ctl.Cancel())
+                    self._send(task, self._for_replaced(deployment))
             case ctl.Restored():
                 assert dep is not None
                 dep.restored.add(task)
@@ -335,7 +337,12 @@ class SparkExecutor(Driver):
         dep = self.dep
         assert dep is not None
         if task in dep.registered:  # a new attempt of a task already deployed: Spark relaunched the stage
+            old = dep
             self._new_deployment(dep.graph, f"task {task} restarted by Spark (stage relaunch)")
+            self._relaunched.add(old.number)
+            if len(old.gathered) < len(old.graph.subtasks()):  # its tasks wait for Peers that never come
+                for t in sorted(set(old.gathered) - {task}):
+                    self._send(t, ctl.Crash())
             dep = self.dep
             assert dep is not None
         dep.registered.add(task)
@@ -350,6 +357,18 @@ class SparkExecutor(Driver):
         if self.stopping_for_rescale:
             self._send(task, ctl.Cancel())
         self._tell_waiting(dep)
+
+    def _for_replaced(self, deployment: int) -> ctl.Message:
+        """What a task of a deployment that is gone is told instead of its Peers. A task of a Spark job
+        that was cancelled (a rescale, adaptive recovery) or gave up stops: ``Cancel``, it ends cleanly.
+        A deployment a stage relaunch replaced runs in the Spark job still running, and its task may be
+        of the relaunch itself: a late task of the attempt Spark failed registered in between (its
+        Python code runs until Spark's kill lands, on a loaded machine long enough to register), and
+        the relaunch's own task of that subtask then started yet another deployment. Ended cleanly,
+        such a task would never run again (Spark relaunches a barrier stage only when a task fails),
+        and the deployment would wait for it until the run stalls: it must fail, ``Crash``. A late task
+        of the failed attempt fails too, which Spark ignores (its attempt is over)."""
+        return ctl.Crash() if deployment in self._relaunched else ctl.Cancel()
 
     def _gather(self, dep: _Deployment, task: str, value: str) -> None:
         """Every task's Gather in, every task gets all values (in task order): the deployment's

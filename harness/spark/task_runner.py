@@ -62,7 +62,8 @@ class _Link:
         """Send ``msg`` and wait for its ``reply``. The wait follows progress, not the clock: it fails
         only when ``stall_s`` passed with no word of progress from the driver (a :class:`ctl.Waiting`:
         other tasks registering and gathering), and ends at once with :class:`Cancelled` when the
-        driver cancels the deployment instead of replying."""
+        driver cancels the deployment instead of replying, or with :class:`Replaced` when it fails
+        this task (a stage relaunch replaced its deployment)."""
         self.send(msg)
         watch = ProgressWatch(stall_s)
         while (stalled := watch.stalled()) is None:
@@ -74,6 +75,8 @@ class _Link:
                 if isinstance(m, ctl.Cancel):
                     self.buffer.extend(got[i:])
                     raise Cancelled(f"cancelled while waiting for {reply.TAG}")
+                if isinstance(m, ctl.Crash):
+                    raise Replaced(f"the driver failed this task while it waited for {reply.TAG}")
                 if isinstance(m, ctl.Waiting):
                     watch.observe(registered=m.registered, gathered=m.gathered)
                 else:
@@ -100,6 +103,12 @@ class _Link:
 class Cancelled(Exception):
     """The driver cancelled the deployment while this task was still setting up: it stops without
     failing (a failure would make Spark relaunch the stage the driver is stopping)."""
+
+
+class Replaced(RuntimeError):
+    """The driver failed this task while it was still setting up: a stage relaunch replaced its
+    deployment in the Spark job that is still running. It must fail, not end, so that Spark relaunches
+    it with the rest of the stage (``SparkExecutor._for_replaced``)."""
 
 
 class _Output:

@@ -55,7 +55,7 @@ def test_sigkilled_run_is_swept_by_the_next_and_live_runs_are_spared(image: str)
     # a stack of a live owner (this test process): the sweep must not touch it
     alive = client.containers.run(
         image,
-        ["sleep", "300"],
+        ["sleep", "infinity"],
         detach=True,
         labels={PROJECT_LABEL: f"{project}-alive", OWNER_LABEL: owner_token()},
     )

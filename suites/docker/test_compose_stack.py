@@ -64,9 +64,10 @@ def test_stack_runs_barrier_job_across_workers_and_cleans_up(image: str) -> None
     project = _project()
     proxy = importlib.util.find_spec("chaos.toxiproxy") is not None
     client = docker_client()
-    # Another run's container: no sweep of this project may touch it.
+    # Another run's container: no sweep of this project may touch it. It runs until removed: a loaded
+    # machine takes longer than any fixed sleep (a `sleep 300` ended by itself after this test's 470 s).
     bystander = client.containers.run(
-        image, ["sleep", "300"], detach=True, labels={PROJECT_LABEL: f"{project}-other"}
+        image, ["sleep", "infinity"], detach=True, labels={PROJECT_LABEL: f"{project}-other"}
     )
     try:
         # A run that crashed: its stack is up and nobody will call down().
@@ -95,6 +96,12 @@ def test_stack_runs_barrier_job_across_workers_and_cleans_up(image: str) -> None
             assert [r["partition"] for r in result] == [0, 1]
             assert sorted(r["host"] for r in result) == worker_hosts, "one barrier task per worker"
             assert all(r["all"] == worker_hosts for r in result), "allGather saw both tasks"
+
+            # No image holds the project: every container imports this checkout's code, mounted.
+            probe = "import chaos, harness, reference_impl; print(harness.__file__)"
+            res = stack.containers("worker")[0].exec_run(["python", "-c", probe])
+            assert res.exit_code == 0, res.output.decode()[-2000:]
+            assert res.output.decode().strip() == "/opt/statechaos/src/harness/__init__.py"
 
             # The checkpoint volume is shared: written by the driver, read by a worker.
             code, out = stack.run_in_driver(f"echo {project} > /checkpoints/probe")

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from chaos.cluster.docker_stack import OWNER_LABEL, docker_client, owner_token
+from chaos.cluster.docker_stack import OWNER_LABEL, code_volumes, docker_client, owner_token
 from chaos.scope import PROJECT_LABEL
 from chaos.toxiproxy.launch import REFERENCE_DIR
 from harness.progress import ProgressWatch
@@ -47,6 +47,7 @@ def test_proxy_role_serves_toxiproxy_api_from_the_real_server_when_built_in(imag
         detach=True,
         labels=labels,
         ports={"8474/tcp": ("127.0.0.1", None)},
+        volumes=code_volumes(),  # statechaos's own server is the project's code, which no image holds
     )
     try:
         has_real = ctr.exec_run(["test", "-x", "/opt/statechaos/toxiproxy/toxiproxy-server"]).exit_code == 0

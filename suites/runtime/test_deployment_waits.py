@@ -2,8 +2,9 @@
 for its peers (its ``Gather``) hears ``Waiting`` each time another task registers or gathers, so its
 wait follows progress (``harness.spark.task_runner``); a ``Gather`` from a deployment that is gone is
 answered ``Cancel`` at once (it would otherwise wait its whole stall bound for ``Peers`` that never
-come), a ``Register`` from a cancelled Spark job joins nothing, and a task whose peer closed learns
-whether its job was cancelled by asking (``AskCancelled``), not by waiting."""
+come), or ``Crash`` when a stage relaunch replaced it in the Spark job still running (the task must
+fail so that Spark runs it again), a ``Register`` from a cancelled Spark job joins nothing, and a task
+whose peer closed learns whether its job was cancelled by asking (``AskCancelled``), not by waiting."""
 
 from __future__ import annotations
 
@@ -15,7 +16,17 @@ import pytest
 
 from harness.coordinator import CheckpointConfig
 from harness.jobs import build_job
-from harness.messages import AskCancelled, Cancel, Deploy, Gather, NotCancelled, Peers, Register, Waiting
+from harness.messages import (
+    AskCancelled,
+    Cancel,
+    Crash,
+    Deploy,
+    Gather,
+    NotCancelled,
+    Peers,
+    Register,
+    Waiting,
+)
 
 pytestmark = [allure.epic("runtime"), allure.feature("deployment start")]
 
@@ -125,3 +136,47 @@ def test_each_task_registering_is_written_to_the_history(driver):
     ex._handle("count[1]", Register(3, "job-1"))
     ex._handle("source[0]", Register(0, "job-0"))  # a cancelled job's late task joins nothing
     assert [e for e in written if isinstance(e, TaskRegistered)] == [TaskRegistered(task="count[1]", attempt=0)]
+
+
+def test_tasks_of_a_deployment_a_stage_relaunch_replaced_fail_rather_than_end(driver):
+    """The stall of a docker run whose worker restarted: Spark relaunched the stage while a task of the
+    attempt it failed was still starting. The relaunch's count[0] registers and gathers; the late
+    source[0] of the failed attempt registers too (the driver cannot tell it apart); then the
+    relaunch's own source[0] registers, which the driver takes for another relaunch. count[0], of the
+    relaunch and waiting for the replaced deployment's Peers, must fail (Spark then runs the whole stage
+    again) rather than end cleanly on a Cancel or wait for Peers that never come: either way Spark
+    would never run it again and the new deployment would wait for it until the run stalled."""
+    ex = driver
+    replaced = ex.dep.number
+    ex._handle("count[0]", Register(2, "job-1"))  # the relaunch's
+    ex._handle("count[0]", Gather(replaced, "c"))
+    ex._handle("count[1]", Register(3, "job-1"))  # the relaunch's, not gathered yet
+    ex._handle("source[0]", Register(0, "job-1"))  # late, of the failed attempt
+    ex.sent.clear()
+    ex._handle("source[0]", Register(0, "job-1"))  # the relaunch's own: taken for a relaunch
+    assert ex.dep.number == replaced + 1
+    assert _taken(ex, Crash) == [("count[0]", Crash())]  # it waited for the replaced deployment's Peers
+    for t in ("count[1]", "source[0]"):  # their Gather for the replaced deployment
+        ex._handle(t, Gather(replaced, t))
+    assert [(t, type(m)) for t, m in ex.sent] == [("count[1]", Crash), ("source[0]", Crash)]
+
+
+def test_a_task_told_to_fail_while_it_sets_up_fails_instead_of_waiting():
+    """The task's side: a Crash while it waits for its Deploy or its Peers fails it at once (Spark then
+    relaunches the stage); a Cancel ends it cleanly."""
+    from harness.spark.task_runner import Cancelled, Replaced, _Link
+
+    class Client:
+        def __init__(self, reply):
+            self.reply = reply
+
+        def send(self, raw):
+            pass
+
+        def poll(self, timeout_s):
+            return [self.reply]
+
+    with pytest.raises(Replaced):
+        _Link(Client(Crash())).request(Gather(0, "x"), Peers, 5)
+    with pytest.raises(Cancelled):
+        _Link(Client(Cancel())).request(Gather(0, "x"), Peers, 5)
