@@ -107,11 +107,21 @@ def _collection_encoder(meta: StateMeta, kind: StateKind, ttl: bool) -> Callable
     else:
         one = (lambda x: x) if dump is None else dump
     if kind is StateKind.LIST:
-        if not ttl and dump is None:
-            return lambda v: [x for x in v]
+        if dump is None:
+            return (lambda v: [[x[1], x[0]] for x in v]) if ttl else (lambda v: [x for x in v])
         return lambda v: [one(x) for x in v]
-    kdump = get_serializer(meta.map_key_serializer or "msgpack").dumps
-    return lambda v: [[kdump(k), one(x)] for k, x in v.items()]
+    kser = get_serializer(meta.map_key_serializer or "msgpack")
+    if kser is not MSGPACK:
+        kdump = kser.dumps
+        return lambda v: [[kdump(k), one(x)] for k, x in v.items()]
+    # msgpack keys through one packer's own ``pack`` (what ``dumps`` returns, without its per-call
+    # packer lookup and error wrapping: a failure surfaces as the section's SerializerError)
+    kpack = MSGPACK.packer_of_values().pack
+    if ttl and dump is None:
+        return lambda v: [[kpack(k), [x[1], x[0]]] for k, x in v.items()]
+    if not ttl and dump is None:
+        return lambda v: [[kpack(k), x] for k, x in v.items()]
+    return lambda v: [[kpack(k), one(x)] for k, x in v.items()]
 
 
 def encoder(meta: StateMeta) -> Callable[[Any], Any] | None:
