@@ -83,8 +83,8 @@ def run(quick: bool) -> list[Figure]:
                 best[records, "cold"] = _seconds(whole, work, True)  # computes and caches
                 for _ in range(repeats):  # interleaved: both sides see the same neighbours
                     for label, sc in (("alone", alone), ("cached", whole)):
-                        took = _seconds(sc, work, False)
-                        best[records, label] = min(best.get((records, label), took), took)
+                        pair = _seconds(sc, work, False)
+                        best[records, label] = min(best.get((records, label), pair), pair)
                 for key, label in (("cold", "reference computed"), ("cached", "reference cached")):
                     (took, wall), (alone_cpu, alone_wall) = best[records, key], best[records, "alone"]
                     figures.append(
