@@ -11,13 +11,19 @@ The minimal failing scenario is written as a file ``statechaos run`` replays.
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
+import os
+import pickle
+import queue
 import shutil
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+from unittest import SkipTest
 
 import yaml
 from hypothesis import HealthCheck, Phase, find, settings, target
@@ -123,7 +129,9 @@ def calibrate(sc: Scenario, work: Path) -> SearchSpace:
         )
     events = list(read_events(RunStore(run_dir).history))
     checkpoints = sum(1 for e in events if isinstance(e, CheckpointCompleted) and e.kind == "checkpoint")
-    tasks = sorted({task_name(e.operator, e.subtask) for e in events if isinstance(e, Restore) and e.attempt == 0})
+    tasks = sorted(
+        {task_name(e.operator, e.subtask) for e in events if isinstance(e, Restore) and e.attempt == 0}
+    )
     shutil.rmtree(run_dir, ignore_errors=True)
     if not tasks:
         raise ExploreError(f"scenario {sc.name!r}: the calibration run deployed no subtask")
@@ -159,6 +167,207 @@ def _database_key(sc: Scenario, space: SearchSpace, max_faults: int) -> bytes:
     return hashlib.sha256(repr((sorted(data.items()), space, max_faults)).encode()).digest()
 
 
+def default_workers() -> int:
+    """Processes ``explore`` runs its generated runs in: one per core, at most 2 (``STATECHAOS_EXPLORE_WORKERS``
+    overrides), and 1 where processes cannot be forked (the workers inherit the calibrated state)."""
+    env = os.environ.get("STATECHAOS_EXPLORE_WORKERS")
+    if env:
+        return max(1, int(env))
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+class _Found(NamedTuple):
+    """What one search reports: its runs, failures and phases struck, and its minimal failing example."""
+
+    runs: int
+    failures: int
+    phases_hit: set[str]
+    example: tuple[int, list[dict[str, Any]]] | None
+
+
+@dataclass
+class _Search:
+    """One Hypothesis search over the schedules: in the parent (the stored failures, or everything with
+    one worker) or in a worker process. ``stop`` ends the search before its next run unless it has
+    found a failure itself (a found failure is always shrunk to its end)."""
+
+    sc: Scenario
+    space: SearchSpace
+    max_faults: int
+    work: Path
+    name: str  # run directories are ``work/run-<name>-<n>``
+    t0: float
+    budget_s: float | None
+    stop: Callable[[], bool] = lambda: False
+    on_run: Callable[[int, int, bool], None] = lambda runs, failures, shrinking: None
+    runs: int = 0
+    failures: int = 0
+    phases_hit: set[str] = field(default_factory=set)
+    found: bool = False
+    skip: tuple[int, list[dict[str, Any]]] | None = None  # another worker runs this one
+
+    def fails(self, example: tuple[int, list[dict[str, Any]]]) -> bool:
+        if not self.found and (
+            self.stop() or (self.budget_s is not None and time.perf_counter() - self.t0 > self.budget_s)
+        ):
+            raise _OutOfBudget
+        if example == self.skip:
+            return False
+        candidate = _scenario_with(self.sc, *example)
+        run_dir = self.work / f"run-{self.name}-{self.runs:06d}"
+        failed, stats = _run(candidate, run_dir)
+        shutil.rmtree(run_dir, ignore_errors=True)
+        target(phase_score(stats.get("fault_phases") or {}, self.phases_hit), label="new phases struck")
+        self.runs += 1
+        if failed:
+            self.failures += 1
+            self.found = True
+        self.on_run(self.runs, self.failures, self.found)
+        return bool(failed)
+
+    def run(self, phases: tuple[Phase, ...], max_examples: int, db: DirectoryBasedExampleDatabase) -> _Found:
+        cfg = settings(
+            database=db,
+            max_examples=max(1, max_examples),
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            phases=phases,
+            derandomize=False,
+        )
+        example = None
+        try:
+            # Hypothesis's own report (e.g. "reproduce with @seed(...)" when the budget stops it) is
+            # noise here: the outcome and the replayable file are reported by explore
+            with with_reporter(lambda _message: None):
+                example = find(
+                    schedules(self.space, self.max_faults),
+                    self.fails,
+                    settings=cfg,
+                    database_key=_database_key(self.sc, self.space, self.max_faults),
+                )
+        except (NoSuchExample, _OutOfBudget, SkipTest):  # SkipTest: no stored example to reuse
+            pass
+        return _Found(self.runs, self.failures, self.phases_hit, example)
+
+
+def _own_random() -> None:
+    """A forked worker inherits the Random that Hypothesis (not derandomized) seeds each search from,
+    so every worker would draw the same schedules: give this process its own (Hypothesis makes a new
+    one, from the OS's entropy, when it finds none)."""
+    from hypothesis import core
+
+    local = getattr(core, "threadlocal", None)
+    if local is not None and hasattr(local, "_hypothesis_global_random"):
+        local._hypothesis_global_random = None
+
+
+def _worker(search: _Search, max_examples: int, db_dir: str, stop: Any, progress: Any) -> None:
+    """A worker process's search (the generate, target and shrink phases); its outcome, or the error
+    that ended it, goes to ``progress`` last."""
+    _own_random()
+    search.stop = stop.is_set
+
+    def on_run(runs: int, failures: int, shrinking: bool) -> None:
+        if failures == 1 and shrinking and not stop.is_set():
+            stop.set()  # the other searches end before their next run; this one shrinks
+        progress.put(("run", search.name, runs, failures, shrinking))
+
+    search.on_run = on_run
+    try:
+        phases = (Phase.generate, Phase.target, Phase.shrink)
+        progress.put(
+            ("done", search.name, search.run(phases, max_examples, DirectoryBasedExampleDatabase(db_dir)))
+        )
+    except BaseException as e:  # noqa: BLE001 -- handed to the parent, which raises it
+        stop.set()
+        try:
+            pickle.dumps(e)
+        except Exception:  # noqa: BLE001 -- an error that cannot travel is raised as its text
+            e = RuntimeError(f"explore worker {search.name}: {type(e).__name__}: {e}")
+        progress.put(("error", search.name, (e, traceback.format_exc())))
+
+
+def _simplest(space: SearchSpace, max_faults: int) -> tuple[int, list[dict[str, Any]]]:
+    """The schedule a search generates first (Hypothesis starts from the simplest example)."""
+    cfg = settings(
+        database=None, max_examples=1, phases=(Phase.generate,), suppress_health_check=list(HealthCheck)
+    )
+    with with_reporter(lambda _message: None):
+        return find(schedules(space, max_faults), lambda _example: True, settings=cfg)
+
+
+def _parallel(
+    search: _Search, workers: int, max_runs: int | None, db_dir: str, console: Console, result: Exploration
+) -> _Found | None:
+    """``workers`` forked processes, each its own Hypothesis search over the same space and example
+    database; the parent reports their progress. The first failure found stops the others before
+    their next run; it is shrunk to its end. Returns the failing search's outcome (the lowest-numbered
+    worker's if several found one), else None."""
+    ctx = multiprocessing.get_context("fork")
+    stop, progress = ctx.Event(), ctx.Queue()
+    procs = []
+    simplest = _simplest(search.space, search.max_faults)  # every search tries it first: one runs it
+    for i in range(workers):
+        share = None if max_runs is None else max_runs // workers + (i < max_runs % workers)
+        if share == 0:
+            continue
+        w = _Search(
+            search.sc, search.space, search.max_faults, search.work, f"w{i}", search.t0, search.budget_s
+        )
+        if i > 0:
+            w.skip = simplest
+            share = None if share is None else share + 1  # the skipped example counts for Hypothesis
+        p = ctx.Process(target=_worker, args=(w, share or 1_000_000, db_dir, stop, progress), daemon=False)
+        p.start()
+        procs.append((f"w{i}", p))
+    counts: dict[str, tuple[int, int, bool]] = {}
+    outcomes: dict[str, _Found] = {}
+    error: tuple[BaseException, str] | None = None
+    last_print = time.perf_counter()
+    try:
+        while len(outcomes) < len(procs) and error is None:
+            try:
+                msg = progress.get(timeout=1.0)
+            except queue.Empty:
+                dead = [n for n, p in procs if not p.is_alive() and n not in outcomes]
+                if dead and progress.empty():
+                    raise RuntimeError(f"explore worker {', '.join(dead)} ended without a result") from None
+                continue
+            kind, name, body = msg[0], msg[1], msg[2:]
+            if kind == "run":
+                counts[name] = body
+            elif kind == "done":
+                outcomes[name] = body[0]
+            else:
+                error = body[0]
+            result.runs = search.runs + sum(c[0] for c in counts.values())
+            result.failures = search.failures + sum(c[1] for c in counts.values())
+            result.seconds = time.perf_counter() - search.t0
+            if time.perf_counter() - last_print >= PROGRESS_EVERY_S:
+                last_print = time.perf_counter()
+                phase = "shrinking" if any(c[2] for c in counts.values()) else "searching"
+                console.print(
+                    f"  {phase}: {result.runs} runs, {result.runs_per_minute:.1f} runs/min, "
+                    f"{result.failures} failing ({len(procs)} workers)"
+                )
+    finally:
+        stop.set()
+        for _, p in procs:
+            p.join(timeout=None if error is None else 30)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    if error is not None:
+        raise error[0]
+    result.runs = search.runs + sum(o.runs for o in outcomes.values())
+    result.failures = search.failures + sum(o.failures for o in outcomes.values())
+    for o in outcomes.values():
+        result.phases_hit |= o.phases_hit
+    return next((outcomes[n] for n, _ in procs if outcomes[n].example is not None), None)
+
+
 def explore(
     sc: Scenario,
     runs_dir: Path,
@@ -166,13 +375,19 @@ def explore(
     max_runs: int | None = None,
     max_faults: int = 3,
     console: Console | None = None,
+    workers: int | None = None,
 ) -> Exploration:
     """Search for a seed and fault schedule that makes a check fail, within ``budget_s`` seconds or
     ``max_runs`` generated runs (shrinking a found failure is not counted against either); write the
-    minimal failing scenario to a file and run it once more from there."""
+    minimal failing scenario to a file and run it once more from there. The stored failures of the
+    scenario are replayed first, in this process; then ``workers`` processes (default
+    :func:`default_workers`) search at once, each run being independent and deterministic."""
     console = console or Console()
     if sc.cluster_kind != "sim":
         sc = sc.with_overrides(cluster="sim")
+    workers = default_workers() if workers is None else max(1, workers)
+    if max_runs is not None:
+        workers = min(workers, max_runs)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     out_dir = runs_dir / f"explore-{stamp}-{sc.name}"
     n = 1
@@ -187,57 +402,42 @@ def explore(
         f"up to {max_faults} faults per run"
         + (f", budget {budget_s:g}s" if budget_s else "")
         + (f", {max_runs} runs" if max_runs else "")
+        + (f", {workers} workers" if workers > 1 else "")
     )
 
     result = Exploration()
     t0 = time.perf_counter()
     last_print = t0
-    found: list[tuple[Scenario, list[str]]] = []
+    search = _Search(sc, space, max_faults, work, "p", t0, budget_s)
 
-    def fails(example: tuple[int, list[dict[str, Any]]]) -> bool:
+    def on_run(runs: int, failures: int, shrinking: bool) -> None:
         nonlocal last_print
-        now = time.perf_counter()
-        if not found and budget_s is not None and now - t0 > budget_s:
-            raise _OutOfBudget
-        candidate = _scenario_with(sc, *example)
-        run_dir = work / f"run-{result.runs:06d}"
-        failed, stats = _run(candidate, run_dir)
-        shutil.rmtree(run_dir, ignore_errors=True)
-        target(phase_score(stats.get("fault_phases") or {}, result.phases_hit), label="new phases struck")
-        result.runs += 1
+        result.runs, result.failures = runs, failures
         result.seconds = time.perf_counter() - t0
-        if failed:
-            result.failures += 1
-            found.append((candidate, failed))
         if time.perf_counter() - last_print >= PROGRESS_EVERY_S:
             last_print = time.perf_counter()
-            phase = "shrinking" if found else "searching"
             console.print(
-                f"  {phase}: {result.runs} runs, {result.runs_per_minute:.1f} runs/min, "
-                f"{result.failures} failing"
+                f"  {'shrinking' if shrinking else 'searching'}: {result.runs} runs, "
+                f"{result.runs_per_minute:.1f} runs/min, {result.failures} failing"
             )
-        return bool(failed)
 
-    db = DirectoryBasedExampleDatabase(str(runs_dir / "explore-db"))
-    cfg = settings(
-        database=db,
-        max_examples=max_runs or 1_000_000,
-        deadline=None,
-        suppress_health_check=list(HealthCheck),
-        phases=(Phase.reuse, Phase.generate, Phase.target, Phase.shrink),
-        derandomize=False,
-    )
-    try:
-        # Hypothesis's own report (e.g. "reproduce with @seed(...)" when the budget stops it) is noise
-        # here: the outcome and the replayable file are reported below
-        with with_reporter(lambda _message: None):
-            seed, faults = find(
-                schedules(space, max_faults),
-                fails,
-                settings=cfg,
-                database_key=_database_key(sc, space, max_faults),
-            )
-    except (NoSuchExample, _OutOfBudget):
+    search.on_run = on_run
+    db_dir = str(runs_dir / "explore-db")
+    db = DirectoryBasedExampleDatabase(db_dir)
+    everything = (Phase.reuse, Phase.generate, Phase.target, Phase.shrink)
+    if workers == 1:
+        outcome = search.run(everything, max_runs or 1_000_000, db)
+        result.phases_hit = search.phases_hit
+    else:
+        # the stored failures first, here, so a failure found once is the one found again
+        outcome = search.run((Phase.reuse, Phase.shrink), max_runs or 1_000_000, db)
+        result.phases_hit = set(search.phases_hit)
+        if outcome.example is None:
+            left = None if max_runs is None else max_runs - search.runs
+            found = _parallel(search, workers, left, db_dir, console, result) if left != 0 else None
+            outcome = found or outcome
+    result.runs = max(result.runs, search.runs)
+    if outcome.example is None:
         result.seconds = time.perf_counter() - t0
         shutil.rmtree(out_dir, ignore_errors=True)  # nothing to keep: only the runs' scratch space
         console.print(
@@ -245,6 +445,7 @@ def explore(
             f"{result.runs_per_minute:.1f} runs/min); {_phases_line(result.phases_hit)}"
         )
         return result
+    seed, faults = outcome.example
     result.seconds = time.perf_counter() - t0
     shutil.rmtree(work, ignore_errors=True)
     minimal = _scenario_with(sc, seed, faults).model_copy(update={"name": f"{sc.name}-explored"})

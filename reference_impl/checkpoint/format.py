@@ -186,6 +186,11 @@ def _check_identity(
 
 
 def _check_key_groups(per_state: dict[str, Any], kg: int, max_parallelism: int, name: str) -> None:
+    # every key of the section hashed in one vectorised call (a namespace mostly holds one key: a call
+    # per namespace cost more than the hashing); only a section that fails is searched for its key
+    keys = [k for per_ns in per_state.values() for per_key in per_ns.values() for k in per_key]
+    if not keys or not (assign_to_key_groups(keys, max_parallelism) != kg).any():
+        return
     for st_name, per_ns in per_state.items():
         for per_key in per_ns.values():
             keys = list(per_key)

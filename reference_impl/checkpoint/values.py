@@ -107,11 +107,21 @@ def _collection_encoder(meta: StateMeta, kind: StateKind, ttl: bool) -> Callable
     else:
         one = (lambda x: x) if dump is None else dump
     if kind is StateKind.LIST:
-        if not ttl and dump is None:
-            return lambda v: [x for x in v]
+        if dump is None:
+            return (lambda v: [[x[1], x[0]] for x in v]) if ttl else (lambda v: [x for x in v])
         return lambda v: [one(x) for x in v]
-    kdump = get_serializer(meta.map_key_serializer or "msgpack").dumps
-    return lambda v: [[kdump(k), one(x)] for k, x in v.items()]
+    kser = get_serializer(meta.map_key_serializer or "msgpack")
+    if kser is not MSGPACK:
+        kdump = kser.dumps
+        return lambda v: [[kdump(k), one(x)] for k, x in v.items()]
+    # msgpack keys through one packer's own ``pack`` (what ``dumps`` returns, without its per-call
+    # packer lookup and error wrapping: a failure surfaces as the section's SerializerError)
+    kpack = MSGPACK.packer_of_values().pack
+    if ttl and dump is None:
+        return lambda v: [[kpack(k), [x[1], x[0]]] for k, x in v.items()]
+    if not ttl and dump is None:
+        return lambda v: [[kpack(k), x] for k, x in v.items()]
+    return lambda v: [[kpack(k), one(x)] for k, x in v.items()]
 
 
 def encoder(meta: StateMeta) -> Callable[[Any], Any] | None:
@@ -130,6 +140,38 @@ def encoder(meta: StateMeta) -> Callable[[Any], Any] | None:
     return (lambda x: [x[1], dump(x[0])]) if ttl else dump
 
 
+def _collection_decoder(meta: StateMeta, kind: StateKind, ser: Any) -> Callable[[Any], Any]:
+    """:func:`_dec_value` for one list or map state, with its serializers resolved once per file (not
+    once per value): the same values and the same checks."""
+    ttl = meta.ttl is not None
+    load = None if ser.identity == "msgpack" else ser.loads
+    one: Callable[[Any], Any]
+    if ttl:
+        if load is None:
+            one = lambda x: TtlValue(_ttl_pair(x)[1], x[0])  # noqa: E731
+        else:
+            one = lambda x: TtlValue(load(_ttl_pair(x)[1]), x[0])  # noqa: E731
+    else:
+        one = (lambda x: x) if load is None else load
+    name = meta.name
+    if kind is StateKind.LIST:
+
+        def list_value(v: Any) -> Any:
+            if type(v) is not list:
+                raise ValueError(f"list state {name!r}: a {type(v).__name__}, not a list")
+            return list(v) if load is None and not ttl else [one(x) for x in v]
+
+        return list_value
+    kload = get_serializer(meta.map_key_serializer or "msgpack").loads
+
+    def map_value(v: Any) -> Any:
+        if type(v) is not list or not all(type(e) is list and len(e) == 2 for e in v):
+            raise ValueError(f"map state {name!r}: not a list of [key, value] pairs")
+        return {kload(k): one(x) for k, x in v}
+
+    return map_value
+
+
 def decoder(meta: StateMeta) -> Callable[[Any], Any] | None:
     """One state's value decoder, resolved once per file (so an unknown or refused serializer fails
     before any section is read); None when a section's value is the value (msgpack, non-TTL, single
@@ -139,7 +181,7 @@ def decoder(meta: StateMeta) -> Callable[[Any], Any] | None:
         get_serializer(meta.map_key_serializer)
     kind = StateKind(meta.kind)
     if kind in (StateKind.LIST, StateKind.MAP):
-        return lambda v: _dec_value(meta, v)
+        return _collection_decoder(meta, kind, ser)
     ttl = meta.ttl is not None
     if ser.identity == "msgpack":
         return (lambda x: TtlValue(_ttl_pair(x)[1], x[0])) if ttl else None
