@@ -58,11 +58,13 @@ class ProgressWatch:
         """Seconds since any signal last moved (or since the watch started, or a pause last held)."""
         return self._clock() - self._counts_from(max(self._moved_at.values(), default=self._since))
 
-    def stalled(self) -> str | None:
-        """None while something moved within the bound; else what stopped, e.g. ``no progress for
-        121 s (bound 120 s): records (5000) unchanged for 121 s, checkpoints completed (3) ...``."""
+    def stalled(self, bound_s: float | None = None) -> str | None:
+        """None while something moved within the bound (``bound_s``: this once instead of the watch's
+        own, e.g. a longer one while tasks start); else what stopped, e.g. ``no progress for 121 s
+        (bound 120 s): records (5000) unchanged for 121 s, checkpoints completed (3) ...``."""
+        bound = self.bound_s if bound_s is None else bound_s
         idle = self.idle_s()
-        if idle <= self.bound_s:
+        if idle <= bound:
             return None
         now = self._clock()
         moved = sorted(self._moved_at.items(), key=lambda kv: kv[1])
@@ -72,15 +74,16 @@ class ProgressWatch:
             if self._held_at > max(self._moved_at.values(), default=self._since)
             else ""
         )
-        return f"no progress for {idle:.0f} s (bound {self.bound_s:.0f} s){paused}: {what or 'nothing observed'}"
+        return f"no progress for {idle:.0f} s (bound {bound:.0f} s){paused}: {what or 'nothing observed'}"
 
-    def stopped(self) -> list[str]:
+    def stopped(self, bound_s: float | None = None) -> list[str]:
         """The signals that have not moved for the bound, longest first (what a stall names)."""
+        bound = self.bound_s if bound_s is None else bound_s
         now = self._clock()
         return [
             name
             for name, t in sorted(self._moved_at.items(), key=lambda kv: kv[1])
-            if now - self._counts_from(t) > self.bound_s
+            if now - self._counts_from(t) > bound
         ]
 
 

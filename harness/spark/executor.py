@@ -63,7 +63,12 @@ from harness.spark.transport import CoordinatorServer, RunSecret
 from harness.user_code import job_files, user_frame_in_text
 from reference_impl.checkpoint.completed import METADATA
 
-__all__ = ["SparkExecutor", "JOB_CODE_FAILED"]  # the latter re-exported
+__all__ = ["SparkExecutor", "JOB_CODE_FAILED", "TASK_START_BOUND_S"]  # JOB_CODE_FAILED re-exported
+
+# While a deployment's tasks start, Spark launches executors' Python workers that import the job: on a
+# loaded machine that takes tens of seconds in which nothing the driver sees can move (Spark itself
+# sets no bound there). A stall limit shorter than this is for a running job, not for its start-up.
+TASK_START_BOUND_S = 120.0
 
 
 @dataclass
@@ -440,7 +445,7 @@ class SparkExecutor(Driver):
         self.server.job = self._job_group  # a task of a job cancelled before is refused on connecting
         return submit_stage(
             self.cluster.sc, graph, str(self.run_dir), coords, self.secret, layout, self._job_group,
-            self.progress.bound_s,
+            self.start_bound_s,
         )
 
     def _drive_once(self, graph: JobGraph, reason: str | None) -> _Outcome:
@@ -520,12 +525,24 @@ class SparkExecutor(Driver):
             subtasks_ended=len(dep.ended) if dep else 0,
         )
         self.progress.hold(self._holding())
-        stalled = self.progress.stalled()
+        bound = self.progress.bound_s if dep is None or self._started_up(dep) else self.start_bound_s
+        stalled = self.progress.stalled(bound)
         if stalled is not None:
-            raise Stalled(stalled, self.progress.stopped(), self._waiting_for(), self.progress.bound_s)
+            raise Stalled(stalled, self.progress.stopped(bound), self._waiting_for(), bound)
         if self.time_limit_s is not None and time.monotonic() - self._started > self.time_limit_s:
             return f"time limit of {self.time_limit_s:.0f} s reached ({self._waiting_for()})"
         return None
+
+    def _started_up(self, dep: _Deployment) -> bool:
+        """Has every task of the deployment registered? Until then Spark is still launching its tasks
+        (executor, Python worker, imports), which nothing the driver sees reports on."""
+        return len(dep.registered) >= len(self.task_names())
+
+    @property
+    def start_bound_s(self) -> float:
+        """The stall bound while a deployment's tasks start: the scenario's, but never less than
+        :data:`TASK_START_BOUND_S`, and the bound of the tasks' own start-up waits."""
+        return max(self.progress.bound_s, TASK_START_BOUND_S)
 
     def _cancel_again(self) -> None:
         """Cancel each cancelled job whose thread still runs once Spark has started it (polled every

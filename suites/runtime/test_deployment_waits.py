@@ -180,3 +180,32 @@ def test_a_task_told_to_fail_while_it_sets_up_fails_instead_of_waiting():
         _Link(Client(Crash())).request(Gather(0, "x"), Peers, 5)
     with pytest.raises(Cancelled):
         _Link(Client(Cancel())).request(Gather(0, "x"), Peers, 5)
+
+
+def test_a_short_stall_limit_bounds_the_running_job_not_its_tasks_start(driver):
+    """Spark launching a deployment's tasks (executor, Python worker, the job's imports) reports
+    nothing the driver sees: until every task registered, the stall bound is at least
+    ``TASK_START_BOUND_S``; after that, the scenario's own (here 20 s). The tasks' own start-up waits
+    get the longer bound too."""
+    from harness.progress import ProgressWatch, Stalled
+    from harness.spark.executor import TASK_START_BOUND_S
+
+    ex, now = driver, [0.0]
+    ex.progress = ProgressWatch(20, clock=lambda: now[0])
+    ex.cluster.task_slots = lambda: 4  # named in what a stall waited for
+    assert ex.start_bound_s == TASK_START_BOUND_S > 20
+    now[0] = 100.0  # 100 s and no task registered yet: still starting
+    assert ex._out_of_time() is None
+    for i, t in enumerate(TASKS):
+        ex._handle(t, Register(i, "job-1"))
+    assert ex._out_of_time() is None
+    now[0] += 21  # all registered, then 21 s without progress: a stall at the scenario's bound
+    with pytest.raises(Stalled, match=r"\(bound 20 s\)"):
+        ex._out_of_time()
+    ex._new_deployment(ex.graph, None)  # a task that never registers is still a stall, at the start bound
+    assert ex._out_of_time() is None
+    now[0] += TASK_START_BOUND_S - 1
+    assert ex._out_of_time() is None
+    now[0] += 2
+    with pytest.raises(Stalled, match=rf"\(bound {TASK_START_BOUND_S:.0f} s\)"):
+        ex._out_of_time()
