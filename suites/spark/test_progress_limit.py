@@ -13,7 +13,7 @@ import yaml
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 HERE = Path(__file__).resolve().parent
-# covers Spark launching the stage's Python workers on a loaded machine, when no task can report yet
+# bounds the running job; while its tasks start the driver allows at least TASK_START_BOUND_S (120 s)
 STALL_S = 20
 
 
