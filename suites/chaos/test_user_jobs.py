@@ -275,7 +275,7 @@ def test_the_example_jobs_and_their_broken_twins(tmp_path):
         env=env,
     )
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
-    assert "7 passed" in r.stdout, r.stdout[-2000:]
+    assert "8 passed" in r.stdout, r.stdout[-2000:]
 
 
 CSV_JOB = """
