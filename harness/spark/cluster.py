@@ -58,7 +58,7 @@ import threading
 import time
 import uuid
 import zipfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -666,6 +666,27 @@ class SparkCluster:
             return int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
         except Exception:
             return None
+
+    def executors_coming(self) -> dict[str, Hashable]:
+        """What moves while executors come to the driver, as progress signals: the task slots, the
+        registered executors and, on local-cluster, the executor JVMs (a worker relaunching a lost
+        one) and the CPU time used by those not registered yet (0.1 s steps). A new JVM on a loaded
+        machine takes tens of seconds to register, and only its CPU time shows that it is starting
+        rather than stuck."""
+        reg = self.registered_executors()
+        pids = self.executor_pids() if self.local_cluster else {}
+        cpu = 0.0
+        for eid, pid in pids.items():
+            if eid not in reg:
+                with contextlib.suppress(psutil.Error):
+                    t = psutil.Process(pid).cpu_times()
+                    cpu += t.user + t.system
+        return {
+            "task_slots": self.task_slots(),
+            "executors_registered": tuple(sorted(reg)),
+            "executor_jvms": tuple(sorted(pids.values())),
+            "starting_executors_cpu_s": round(cpu, 1),
+        }
 
     def wait_for_executors(self, n: int, timeout_s: float = 60.0) -> dict[str, int]:
         """Wait until ``n`` executors are registered (and, on local-cluster, their JVMs are found);

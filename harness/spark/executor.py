@@ -70,6 +70,10 @@ __all__ = ["SparkExecutor", "JOB_CODE_FAILED", "TASK_START_BOUND_S"]  # JOB_CODE
 # sets no bound there). A stall limit shorter than this is for a running job, not for its start-up.
 TASK_START_BOUND_S = 120.0
 
+# How often an end of input held for a scale-up asks the cluster how its executors come (a process
+# scan on local-cluster: not every loop of the driver).
+COMING_POLL_MS = 500
+
 
 @dataclass
 class _Deployment:
@@ -176,6 +180,8 @@ class SparkExecutor(Driver):
         self._cancelled_jobs: list[tuple[threading.Thread, str]] = []
         self._cancels_repeated = 0.0
         self.held_for_scale_up: int | None = None  # since when the end of input waits for a scale-up
+        self._scale_up_watch: ProgressWatch | None = None  # what that wait follows (the cluster's moves)
+        self._coming_polled: int | None = None  # when that watch last asked the cluster (run ms)
         # deployments a stage relaunch replaced while the Spark job that ran them goes on
         self._relaunched: set[int] = set()
         self.scale_up_given_up = False  # that wait ran out: the input ends at the parallelism there is
@@ -658,25 +664,45 @@ class SparkExecutor(Driver):
         self.rescales.drop("adaptive")
 
     def _holds_for_scale_up(self, exhausted_all: bool, now: int) -> bool:
-        """The end of input waits while the job runs smaller than configured; once every source is
-        exhausted, bounded as the gate bounds a wait for planned triggers (``input_held``/
-        ``input_released``): a job ends at its configured parallelism when the slots come back in time."""
+        """The end of input waits while the job runs smaller than configured, so that it ends at its
+        configured parallelism. Once every source is exhausted the wait follows progress, not the
+        clock: it goes on while the cluster moves towards the slots (``SparkCluster.executors_coming``,
+        polled every :data:`COMING_POLL_MS`: executors registering, a worker relaunching a lost
+        executor's JVM and that JVM starting, task slots changing) and while the scale-up is on its
+        way (its slots stabilizing, its stop-with-savepoint); it lets go when nothing moved towards
+        the slots for the gate's limit (``input_held``'s limit_ms, at least 30 s on Spark), and the
+        job ends at the parallelism it has (``input_released``)."""
         full = sum(self.configured.values())
         smaller = self.graph.parallelism() != self.configured  # a scale-up would change the parallelism
         if self.adaptive.enabled and smaller and not self.scale_up_given_up:
             if not exhausted_all:
                 return True
-            if self.held_for_scale_up is None:
-                self.held_for_scale_up = now
+            if self.held_for_scale_up is None or self._scale_up_watch is None:
+                self.held_for_scale_up, self._coming_polled = now, None
+                clock_s = lambda: self.now_ms() / 1000  # noqa: E731
+                self._scale_up_watch = ProgressWatch(self.gate.limit_ms / 1000, clock=clock_s)
                 waiting = [f"adaptive scale-up to {self.configured} on {full} task slots"]
                 self.history.emit(InputHeld(waiting=waiting, limit_ms=self.gate.limit_ms))
-            if now - self.held_for_scale_up < self.gate.limit_ms:
+            watch = self._scale_up_watch
+            if self._coming_polled is None or now - self._coming_polled >= COMING_POLL_MS:
+                self._coming_polled = now
+                watch.observe(**self.cluster.executors_coming())
+            watch.hold(self._scale_up_on_its_way())
+            if watch.stalled() is None:
                 return True
-            self.scale_up_given_up = True  # the slots did not come back in time: the job ends smaller
+            self.scale_up_given_up = True  # nothing moved towards the slots: the job ends smaller
         if self.held_for_scale_up is not None:
             self.history.emit(InputReleased(waiting=[], held_ms=now - self.held_for_scale_up))
-            self.held_for_scale_up = None
+            self.held_for_scale_up = self._scale_up_watch = None
         return False
+
+    def _scale_up_on_its_way(self) -> list[str]:
+        """What brings the scale-up once the slots are there (each bounded on its own): they stay for
+        the resource stabilization timeout, then a stop-with-savepoint restarts the job larger."""
+        out = ["task slots for a scale-up stabilizing"] if self.capacity_since is not None else []
+        if self.rescales.busy or any(r.reason == "adaptive" for r in self.rescales.pending(("time_ms",))):
+            out.append("an adaptive scale-up under way")
+        return out
 
     def _fail_deployment(self, reason: str) -> None:
         """Too many checkpoint failures: fail every task, so Spark relaunches the stage."""
