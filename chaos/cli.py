@@ -35,13 +35,10 @@ err = Console(stderr=True, highlight=False)
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from chaos.sss.scenario import ANALYSE_PLANS  # a builder's query: its plan is built, not run
+    from chaos.sss.scenario import plans_built  # a builder's query: its plan is built, not run
 
-    token = ANALYSE_PLANS.set(True)
-    try:
+    with plans_built():
         scenarios = load_scenarios(args.paths)
-    finally:  # only this command builds plans: not a later load in the same process (the plugin, tests)
-        ANALYSE_PLANS.reset(token)
     for path, sc in scenarios:
         console.print(f"[green]ok[/green] {path}: {sc.name} ({sc.cluster}, {len(sc.faults)} faults)")
     return EXIT_OK
@@ -74,8 +71,12 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from chaos.runner import run_scenarios
+    from chaos.sss.scenario import plans_built
 
-    scenarios = load_scenarios(args.paths)
+    # as validate does: a query Spark will not run is bad input (exit 2, its file, line and field),
+    # found before a driver starts, on the PySpark the query will run on
+    with plans_built(args.pyspark):
+        scenarios = load_scenarios(args.paths)
     if args.pyspark:  # the query's PySpark: structured_streaming scenarios only (the runtime runs on ours)
         from chaos.engines import engine_of
 

@@ -26,7 +26,9 @@ writes the same folder) has, besides ``history.jsonl``, ``output/`` and ``outcom
       state/            Spark's state as its state data source read it (start-N, final-N, batch-B .json)
       failure.txt       why the driver's query failed, as Spark said (failure-<ns>.txt: earlier ones)
       stop              asks the driver to stop its query
+      sink/             the user's own sink's folder (``sink.foreach_batch`` writes there)
       sink-read.json    what the user's own sink holds, as its ``read`` function returns it
+      replay/           the fault-free replay of the query's batches (request, result, log, replay-N/)
 """
 
 from __future__ import annotations
@@ -139,3 +141,11 @@ class RunStore:
     @property
     def sink_read(self) -> Path:
         return self.root / "sink-read.json"
+
+    @property
+    def user_sink(self) -> Path:
+        return self.root / "sink"
+
+    @property
+    def replay(self) -> Path:
+        return self.root / "replay"

@@ -27,6 +27,8 @@ from __future__ import annotations
 import csv
 import importlib
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -47,6 +49,7 @@ __all__ = [
     "SssScenarioError",
     "SSS_FAULT_KINDS",
     "parse_sss_scenario",
+    "plans_built",
     "load_inputs",
 ]
 
@@ -433,8 +436,23 @@ def _several_inputs(sc: SssScenario, spec: QuerySpec) -> list[dict[str, list[dic
     return out
 
 
-# ``statechaos validate`` sets this: a builder's plan is then built on a local Spark session
+# ``statechaos validate`` and ``run`` set this (:func:`plans_built`): a builder's plan is then built on
+# a local Spark session; not the pytest plugin, whose runs already start Spark for the query
 ANALYSE_PLANS: ContextVar[bool] = ContextVar("analyse_plans", default=False)
+_PLAN_PYSPARK: ContextVar[str | None] = ContextVar("plan_pyspark", default=None)
+
+
+@contextmanager
+def plans_built(pyspark: str | None = None) -> Iterator[None]:
+    """Scenarios loaded inside have their builder's plan built (a query Spark will not run is a
+    scenario error naming the file, line and field); ``pyspark``: built on that version instead of
+    the scenario's own (``run --pyspark``)."""
+    tokens = ANALYSE_PLANS.set(True), _PLAN_PYSPARK.set(pyspark)
+    try:
+        yield
+    finally:  # not a later load in the same process (the plugin, tests)
+        ANALYSE_PLANS.reset(tokens[0])
+        _PLAN_PYSPARK.reset(tokens[1])
 
 
 def _analysis_problem(spec: QuerySpec, version: str | None = None) -> tuple[str, str] | None:
@@ -493,7 +511,7 @@ def parse_sss_scenario(data: dict[str, Any], path: str, base_dir: Path | None) -
         raise SssScenarioError(path, [(tuple(field.split(".")), msg)]) from None
     spec = sc.spec()
     if isinstance(spec, QuerySpec) and ANALYSE_PLANS.get():
-        problem = _analysis_problem(spec, sc.spark)
+        problem = _analysis_problem(spec, _PLAN_PYSPARK.get() or sc.spark)
         if problem is not None:
             raise SssScenarioError(path, [(("query", problem[0]), problem[1])])
     return sc

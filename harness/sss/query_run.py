@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness.run_store import RunStore
 from harness.sss.spec import load_function
 from harness.sss.values import canon_row
 
@@ -82,11 +83,12 @@ def start_query(writer: Any, sink: Callable[[Any, int], None], checkpoint: Path,
 def read_sink(spark: Any, read: str, workdir: Path) -> None:
     """What the user's ``read(spark, path)`` returns for the sink folder, canonical, to
     ``sink-read.json`` (the exactly-once oracle's input)."""
-    got = load_function(read)(spark, str(workdir / "sink"))
+    store = RunStore(workdir)
+    got = load_function(read)(spark, str(store.user_sink))
     rows = got.collect() if hasattr(got, "collect") else list(got)
-    tmp = workdir / ".sink-read.json.tmp"
+    tmp = store.sink_read.with_name(f".{store.sink_read.name}.tmp")
     tmp.write_text(json.dumps([canon_row(r) for r in rows]))
-    tmp.rename(workdir / "sink-read.json")
+    tmp.rename(store.sink_read)
 
 
 def transient(error: object) -> bool:
@@ -161,21 +163,22 @@ def run_query(workdir: Path, make_writer: Callable[[Any, dict[str, Any]], Any],
     from harness.spark.cluster import SparkCluster, SparkEnvironmentError
     from harness.sss.sink import chaos_sink, user_sink
 
-    cfg = json.loads((workdir / "run.json").read_text())
-    starts = workdir / "starts"
+    store = RunStore(workdir)
+    cfg = json.loads(store.query_settings.read_text())
+    starts = store.driver_starts
     starts.mkdir(exist_ok=True)
     start_no = sum(1 for p in starts.iterdir() if p.name.isdigit())
     (starts / str(start_no)).write_text(str(os.getpid()))
-    output = workdir / "output"
+    output = store.output
     output.mkdir(exist_ok=True)
-    (workdir / "sink").mkdir(exist_ok=True)  # the user's sink's folder (sink.foreach_batch)
+    store.user_sink.mkdir(exist_ok=True)  # the user's sink's folder (sink.foreach_batch)
     kwargs = dict(cfg.get("cluster_kwargs") or {})  # a docker stack's: driver address, executors' Python
     conf = {**spark_conf(), **kwargs.pop("extra_conf", {})}
     cluster = SparkCluster(cfg["master"], extra_conf=conf, app_name=f"statechaos-sss-{start_no}", **kwargs)
     try:
         cluster.start()
     except SparkEnvironmentError as e:
-        (workdir / "failure.txt").write_text(str(e))
+        store.driver_failure.write_text(str(e))
         return EXIT_NO_SPARK
     try:
         spark = cluster.spark
@@ -183,20 +186,20 @@ def run_query(workdir: Path, make_writer: Callable[[Any, dict[str, Any]], Any],
         if on_start is not None:
             on_start(spark, start_no)
         sink = cfg.get("sink") or {}
-        write = user_sink(sink["foreach_batch"], workdir / "sink") if sink else json_sink(output)
+        write = user_sink(sink["foreach_batch"], store.user_sink) if sink else json_sink(output)
         def start() -> Any:
-            return start_query(make_writer(spark, cfg), chaos_sink(write, workdir), workdir / "checkpoint",
+            return start_query(make_writer(spark, cfg), chaos_sink(write, workdir), store.query_checkpoint,
                                cfg["trigger_ms"])  # fmt: skip
 
         query, attempts = start(), 1
         (starts / f"{start_no}.ready").write_text(str(query.id))
-        while not (workdir / "stop").exists():
+        while not store.stop_request.exists():
             if (death := query_death(query, workdir / DRIVER_LOG)) is not None:
                 if transient(death) and attempts < QUERY_STARTS:
                     print(f"query start {attempts} failed for the machine's sake, again: {death}"[:400], flush=True)
                     query, attempts = start(), attempts + 1
                     continue
-                (workdir / "failure.txt").write_text(death)
+                store.driver_failure.write_text(death)
                 return EXIT_QUERY_FAILED
             time.sleep(0.05)
         _stop_between_batches(query)
@@ -206,7 +209,7 @@ def run_query(workdir: Path, make_writer: Callable[[Any, dict[str, Any]], Any],
             on_stop(spark, start_no)
         return 0
     except Exception:
-        (workdir / "failure.txt").write_text(traceback.format_exc())
+        store.driver_failure.write_text(traceback.format_exc())
         return EXIT_QUERY_FAILED
     finally:
         cluster.stop()

@@ -39,6 +39,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from harness.run_store import RunStore
 from harness.sss.plan_clock import plan_text, reads_clock
 from harness.sss.query import QuerySpec, build_query
 from harness.sss.query_run import QUERY_STARTS, json_sink, spark_conf, start_query, transient
@@ -134,7 +135,7 @@ def _recorded_folders(chaos: Path, spec: QuerySpec) -> dict[str, Path] | None:
         return None
     from harness.sss.checkpoint_log import source_files
 
-    paths = [p for names in source_files(chaos / "checkpoint", 0, full=True).values() for p in names]
+    paths = [p for names in source_files(RunStore(chaos).query_checkpoint, 0, full=True).values() for p in names]
     if not paths:
         return None
     return {next(iter(spec.inputs)): Path(paths[0].removeprefix("file:")).parent}
@@ -165,16 +166,17 @@ def _replay(spark: Any, spec: QuerySpec, chaos: Path, out: Path, batches: list[i
     shutil.rmtree(out, ignore_errors=True)
     cp = out / "checkpoint"
     (cp / "offsets").mkdir(parents=True)
-    shutil.copy(chaos / "checkpoint" / "metadata", cp / "metadata")
-    if (chaos / "checkpoint" / "sources").exists():
-        shutil.copytree(chaos / "checkpoint" / "sources", cp / "sources")
+    recorded = RunStore(chaos).query_checkpoint
+    shutil.copy(recorded / "metadata", cp / "metadata")
+    if (recorded / "sources").exists():
+        shutil.copytree(recorded / "sources", cp / "sources")
     output = out / "output"
     output.mkdir()
-    df = build_query(spark, spec, chaos / "input", _recorded_folders(chaos, spec))
+    df = build_query(spark, spec, RunStore(chaos).query_input, _recorded_folders(chaos, spec))
     state: dict[str, Any] = {}
     state_s = 0.0
     for i, b in enumerate(batches):
-        entry = (chaos / "checkpoint" / "offsets" / str(b)).read_text()
+        entry = (recorded / "offsets" / str(b)).read_text()
         if clock == "canonical":
             entry = rewrite_timestamp(entry, CANONICAL_T0 + 1000 * i)
         (cp / "offsets" / str(b)).write_text(entry)
@@ -195,7 +197,7 @@ def _chaos_state(spark: Any, chaos: Path, batches: list[int]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for b in batches:
         try:
-            out[str(b)] = read_all_state(spark, chaos / "checkpoint", b)
+            out[str(b)] = read_all_state(spark, RunStore(chaos).query_checkpoint, b)
         except Exception as e:  # Spark refusing damaged state is a result
             from harness.sss.errors import spark_error_gist
 
@@ -268,7 +270,7 @@ def run(request_path: Path) -> int:
         result["chaos_state_seconds"] = round(time.monotonic() - t0, 2)
         clocks = list(req["clocks"])
         if clocks:
-            result["reads_clock"] = reads_clock(plan_text(build_query(spark, spec, chaos / "input",
+            result["reads_clock"] = reads_clock(plan_text(build_query(spark, spec, RunStore(chaos).query_input,
                                                                       _recorded_folders(chaos, spec))))  # fmt: skip
         if result.get("reads_clock"):  # the canonical clock would only differ: recorded, twice
             clocks = ["recorded", "recorded"]

@@ -62,7 +62,7 @@ def cache_dir() -> Path:
 def recording(workdir: Path) -> list[dict[str, Any]]:
     """Per committed batch, in order: its id, watermark, timestamp, and per source the SHA-256 of each
     input file it read (what decides the replay's result, with the query)."""
-    cp = workdir / "checkpoint"
+    cp = RunStore(workdir).query_checkpoint
     done = set(committed_batches(cp))
     offsets = [b for b in read_offsets(cp) if b.batch in done]
     n_sources = max((len(b.source_offsets) for b in offsets), default=0)
@@ -119,7 +119,7 @@ def _run_replay(workdir: Path, spec: QuerySpec, batches: list[int], state_batche
     ours), then, when that pyspark has no state data source, the state reads on ours."""
     from harness.sss.pyspark_env import child_env
 
-    rdir = workdir / "replay"
+    rdir = RunStore(workdir).replay
     rdir.mkdir(exist_ok=True)
     req = {"workdir": str(workdir), "query": json.loads(spec.to_json()), "batches": batches,
            "state_batches": state_batches, "clocks": clocks, "stop_when_equal": True,
@@ -154,7 +154,7 @@ def check_replay(workdir: Path, spec: QuerySpec, files_written: int, timeout_s: 
     """Judge the chaos run in ``workdir`` against the (cached) fault-free replay of its batches, replayed
     on the pyspark the run used (``python`` of its venv and its ``version``; None: statechaos's own)."""
     check = ReplayCheck()
-    cp = workdir / "checkpoint"
+    cp = RunStore(workdir).query_checkpoint
     committed = committed_batches(cp)
     rec = recording(workdir)
     _liveness(check, workdir, files_written)
@@ -230,7 +230,7 @@ def _compare(check: ReplayCheck, workdir: Path, reference: dict[str, Any], commi
         expected = {b: _canon(reference["outputs"].get(str(b), [])) for b in committed}
         judge_sink(workdir, set(committed), expected, check, "the replay's")
     for b in ([] if uses_user_sink(workdir) else committed):
-        out_file = workdir / "output" / f"batch-{b}.json"
+        out_file = RunStore(workdir).output / f"batch-{b}.json"
         want = reference["outputs"].get(str(b))
         if out_file.exists():
             got = json.loads(out_file.read_text())
@@ -258,7 +258,7 @@ def _compare(check: ReplayCheck, workdir: Path, reference: dict[str, Any], commi
 
 def _liveness(check: ReplayCheck, workdir: Path, files_written: int) -> None:
     """Every input file (of every source) was read by a committed batch."""
-    cp = workdir / "checkpoint"
+    cp = RunStore(workdir).query_checkpoint
     done = set(committed_batches(cp))
     offsets = [b for b in read_offsets(cp) if b.batch in done]
     if not offsets:

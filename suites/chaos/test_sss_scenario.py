@@ -141,6 +141,31 @@ def test_bad_sss_scenario_names_file_line_and_field(
     assert main(["validate", str(bad)]) == 2
 
 
+def test_run_builds_the_plan_first_on_the_pyspark_it_runs_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``run`` asks what ``validate`` asks of a builder's query before anything starts, on the
+    version ``--pyspark`` names; a later load in the same process builds no plan (the plugin's)."""
+    import chaos.sss.scenario as sss_scenario
+
+    asked: list[str | None] = []
+
+    def refuse(spec: Any, version: str | None = None) -> tuple[str, str]:
+        asked.append(version)
+        return "output_mode", "Spark cannot run this query: planted"
+
+    monkeypatch.setattr(sss_scenario, "_analysis_problem", refuse)
+    monkeypatch.setattr("chaos.runner.run_scenarios", lambda *a, **k: pytest.fail("ran before the plan was built"))
+    windowed = ROOT / "examples" / "sss" / "windowed-local.yaml"
+    runs = tmp_path / "runs"
+    assert main(["run", str(windowed), "--pyspark", "3.5.3", "--runs-dir", str(runs)]) == 2
+    said = " ".join(capsys.readouterr().err.split())
+    assert "windowed-local.yaml:9: query.output_mode: Spark cannot run this query: planted" in said, said
+    assert asked == ["3.5.3"] and not runs.exists()
+    load_scenario(windowed)
+    assert asked == ["3.5.3"]
+
+
 def test_sss_scenario_overrides_keep_it_valid() -> None:
     sc = load_scenario(LOCAL)
     assert sc.with_overrides(cluster="docker", seed=3).cluster_kind == "docker"

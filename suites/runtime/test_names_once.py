@@ -56,6 +56,20 @@ def test_run_files_are_named_by_run_store_only() -> None:
     assert not found, "\n".join(found)
 
 
+def test_a_querys_run_files_are_named_by_run_store_only() -> None:
+    """A Structured Streaming run's files: neither its orchestrator nor its driver nor the replay
+    spells them (its own names anywhere; a folder's name joined to the run folder: ``workdir / "stop"``)."""
+    own = re.compile(r"""["'/](run\.json|failure\.txt|sink-read\.json)["']""")
+    joined = re.compile(r"""\b(workdir|chaos|run_dir)\s*/\s*["'](checkpoint|input|starts|stop|state|sink|output|replay)["']""")
+    found = []
+    for f in [*ROOT.glob("harness/sss/*.py"), *ROOT.glob("chaos/sss/*.py")]:
+        for n, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
+            code = line.split("#")[0]
+            if (own.search(code) and "help=" not in code) or joined.search(code):
+                found.append(f"{f.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not found, "\n".join(found)
+
+
 @pytest.mark.parametrize(
     "cls", [CheckpointError, SerializerError, StateRestoreError, JobDefinitionError, UnknownJobError]
 )

@@ -93,6 +93,24 @@ def test_validate_refuses_a_plan_spark_would_not_run(tmp_path: Path) -> None:
     assert "bad.yaml:9: query.output_mode" in str(e.value) and "STREAMING_OUTPUT_MODE" in str(e.value), e.value
 
 
+def test_run_refuses_a_plan_spark_would_not_run_before_its_driver_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``run`` checks the plan as ``validate`` does: bad input (exit 2, file, line and field), not a
+    ``refused`` verdict after a driver start; no run directory is made."""
+    from chaos.cli import main
+    from chaos.errors import EXIT_BAD_INPUT
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((SSS / "windowed-local.yaml").read_text().replace(
+        "examples.sss.windowed:build", "examples.sss.windowed:build_unbounded"))  # fmt: skip
+    runs = tmp_path / "runs"
+    assert main(["run", str(bad), "--runs-dir", str(runs)]) == EXIT_BAD_INPUT
+    said = " ".join(capsys.readouterr().err.split())
+    assert "bad.yaml:9: query.output_mode" in said and "STREAMING_OUTPUT_MODE" in said, said
+    assert not runs.exists() or not any(runs.iterdir()), sorted(runs.iterdir())
+
+
 def test_stream_stream_join_passes_kills_with_both_sides_state_compared(run_scenario: Any) -> None:
     outcome = run_scenario(SSS / "join-local.yaml")
     assert outcome.passed, [(v["oracle"], v["summary"], v["details"][:3]) for v in outcome.failed_checks]
