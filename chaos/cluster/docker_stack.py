@@ -177,7 +177,7 @@ def sweep_dead_owners(client: Any | None = None) -> list[str]:
     client = client or docker_client()
     dead: set[str] = set()
     objects = [
-        *client.containers.list(all=True, filters={"label": [PROJECT_LABEL, OWNER_LABEL]}),
+        *client.containers.list(all=True, filters={"label": [PROJECT_LABEL, OWNER_LABEL]}, ignore_removed=True),
         *client.networks.list(filters={"label": [PROJECT_LABEL, OWNER_LABEL]}),
         *client.volumes.list(filters={"label": [PROJECT_LABEL, OWNER_LABEL]}),
     ]
@@ -408,7 +408,7 @@ class DockerStack:
 
         removed = {"containers": 0, "networks": 0, "volumes": 0}
         flt = {"label": self.label}
-        for c in self.client.containers.list(all=True, filters=flt):
+        for c in self.client.containers.list(all=True, filters=flt, ignore_removed=True):
             with contextlib.suppress(docker.errors.NotFound):
                 c.remove(force=True, v=True)
                 removed["containers"] += 1
@@ -426,7 +426,7 @@ class DockerStack:
         """Names of containers, networks and volumes that still carry this project's label."""
         flt = {"label": self.label}
         return {
-            "containers": [c.name for c in self.client.containers.list(all=True, filters=flt)],
+            "containers": [c.name for c in self.client.containers.list(all=True, filters=flt, ignore_removed=True)],
             "networks": [n.name for n in self.client.networks.list(filters=flt)],
             "volumes": [v.name for v in self.client.volumes.list(filters=flt)],
         }
@@ -435,7 +435,7 @@ class DockerStack:
     def containers(self, role: str | None = None, *, all: bool = False) -> list[Any]:
         """SDK containers of this run, optionally of one role (master, worker, driver, proxy), by name."""
         labels = [self.label] + ([f"{ROLE_LABEL}={role}"] if role else [])
-        found = self.client.containers.list(all=all, filters={"label": labels})
+        found = self.client.containers.list(all=all, filters={"label": labels}, ignore_removed=True)
         return sorted(found, key=lambda c: c.name)
 
     def container(self, role: str) -> Any:

@@ -27,7 +27,7 @@ def _owned_by_me() -> dict[str, list[str]]:
     client = docker_client()
     flt = {"label": f"{OWNER_LABEL}={owner_token(os.getpid())}"}
     return {
-        "containers": [c.name for c in client.containers.list(all=True, filters=flt)],
+        "containers": [c.name for c in client.containers.list(all=True, filters=flt, ignore_removed=True)],
         "networks": [n.name for n in client.networks.list(filters=flt)],
         "volumes": [v.name for v in client.volumes.list(filters=flt)],
     }
