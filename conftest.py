@@ -1,5 +1,5 @@
 """Shared pytest configuration for the statechaos suites (options and fixtures live in the statechaos
-plugin, ``chaos/pytest_plugin.py``).
+plugin, ``chaos/report/pytest_plugin.py``).
 
 Allure labels by area: every test under ``suites/`` gets an epic (state model, TTL, checkpoints,
 rescaling, runtime, spark, chaos, benchmarks), a feature (what its file tests) and a story (the test

@@ -12,8 +12,8 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+from chaos.cluster.spark_run import SparkPlace, run_on_spark, spark_slots
 from chaos.scenario import Scenario
-from chaos.spark_run import SparkPlace, run_on_spark, spark_slots
 from harness.jobs import JobSpec
 
 __all__ = ["DockerCluster"]

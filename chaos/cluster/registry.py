@@ -19,6 +19,6 @@ def cluster_for(sc: Scenario) -> Cluster:
         from chaos.cluster.docker import DockerCluster
 
         return DockerCluster()
-    from chaos.spark_run import SparkRun
+    from chaos.cluster.spark_run import SparkRun
 
     return SparkRun()

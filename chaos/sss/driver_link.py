@@ -38,7 +38,7 @@ class DriverLink:
     Spark settings that route the executors through them."""
 
     def __init__(self, docker: Any, run_id: str) -> None:
-        from chaos.toxiproxy.launch import toxiproxy_client
+        from chaos.cluster.toxiproxy import toxiproxy_client
 
         self.client = toxiproxy_client(docker.proxy_url)
         gateway = docker.driver_host

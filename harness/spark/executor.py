@@ -145,7 +145,7 @@ class SparkExecutor(Driver):
         self.lock = threading.RLock()
         self.network = network or TaskNetwork()
         # a fresh secret per driver: tasks of a dead driver's job cannot talk to its replacement
-        # (authenticate=False only lets chaos.bench measure what authentication costs)
+        # (authenticate=False only lets chaos.extra.bench measure what authentication costs)
         self.secret = (
             RunSecret.generate(self.run_dir.name, tls=tls)
             if authenticate

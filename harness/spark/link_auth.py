@@ -72,7 +72,7 @@ class RunSecret:
     @classmethod
     def unauthenticated(cls, run_id: str) -> RunSecret:
         """No secret: links open with a bare hello and frames carry no tags. Only for measuring what
-        authentication costs (``chaos.bench``); no scenario or CLI option reaches it."""
+        authentication costs (``chaos.extra.bench``); no scenario or CLI option reaches it."""
         return cls(run_id, b"")
 
     @property

@@ -7,7 +7,7 @@ stages around it: a latency toxic delays each chunk from the time it arrived (it
 chunks), so latency never limits throughput. Toxicity is drawn each time a stage (re)starts: once per
 connection, and again when the toxic or its neighbours change, as in Toxiproxy.
 
-How a toxic is read from Toxiproxy's JSON API is the server's business (``chaos.toxiproxy.toxics``);
+How a toxic is read from Toxiproxy's JSON API is the server's business (``chaos.extra.toxiproxy.toxics``);
 this module is the behaviour both the server and the runtime's in-band layer run.
 """
 

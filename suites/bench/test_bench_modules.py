@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from chaos.bench.core import Figure
-from chaos.bench.runner import run_benchmarks
+from chaos.extra.bench.core import Figure
+from chaos.extra.bench.runner import run_benchmarks
 
 pytestmark = pytest.mark.bench
 
@@ -22,7 +22,7 @@ MODULES = ["state_ops", "keygroups", "checkpoints", "oracles", "sim_runs", "chao
 
 @pytest.mark.parametrize("name", MODULES)
 def test_module_produces_figures(name: str) -> None:
-    figures = importlib.import_module(f"chaos.bench.{name}").run(True)
+    figures = importlib.import_module(f"chaos.extra.bench.{name}").run(True)
     assert figures, f"{name} produced no figures"
     for f in figures:
         assert isinstance(f, Figure)

@@ -13,10 +13,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from chaos.bench.core import Figure
-from chaos.bench.profile_e2e import top_frames
-from chaos.bench.recovery import KillAfterCheckpoint, Measured
-from chaos.bench.spark_streaming import NATIVE, OPERATORS, available_operators, write_input
+from chaos.extra.bench.core import Figure
+from chaos.extra.bench.profile_e2e import top_frames
+from chaos.extra.bench.recovery import KillAfterCheckpoint, Measured
+from chaos.extra.bench.spark_streaming import NATIVE, OPERATORS, available_operators, write_input
 
 pytestmark = pytest.mark.bench
 
@@ -86,7 +86,7 @@ def test_macro_module_produces_figures(name: str) -> None:
         check_java()
     except SparkEnvironmentError as e:
         pytest.skip(str(e))
-    figures = importlib.import_module(f"chaos.bench.{name}").run(True)
+    figures = importlib.import_module(f"chaos.extra.bench.{name}").run(True)
     assert figures
     for f in figures:
         assert isinstance(f, Figure) and f.size and f.notes, f

@@ -9,8 +9,8 @@ import math
 import psutil
 import pytest
 
-from chaos.bench import pyflink_env, pyflink_peer
-from chaos.bench.core import Unavailable
+from chaos.extra.bench import pyflink_env, pyflink_peer
+from chaos.extra.bench.core import Unavailable
 
 pytestmark = [pytest.mark.bench, pytest.mark.slow, pytest.mark.spark]
 

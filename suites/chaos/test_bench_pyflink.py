@@ -17,9 +17,9 @@ import psutil
 import pytest
 from rich.console import Console
 
-import chaos.bench.pyflink_peer as peer
-from chaos.bench import pyflink_env
-from chaos.bench.runner import run_benchmarks
+import chaos.extra.bench.pyflink_peer as peer
+from chaos.extra.bench import pyflink_env
+from chaos.extra.bench.runner import run_benchmarks
 
 ROOT = Path(__file__).resolve().parents[2]
 

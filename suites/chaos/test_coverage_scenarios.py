@@ -10,7 +10,7 @@ from pathlib import Path
 
 import allure
 
-from chaos.runner import run_scenario
+from chaos.report.runner import run_scenario
 from chaos.scenario import load_scenario
 
 pytestmark = [allure.epic("chaos"), allure.feature("scenario coverage")]

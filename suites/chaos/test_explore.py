@@ -9,9 +9,9 @@ from pathlib import Path
 import allure
 import pytest
 
-from chaos.cli import main
 from chaos.explore import explore, phase_score
-from chaos.runner import run_scenario
+from chaos.report.cli import main
+from chaos.report.runner import run_scenario
 from chaos.scenario import Scenario, load_scenario
 from suites.runtime.test_broken_variants import _alignment_does_not_block, _source_ignores_restored_offsets
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from chaos.cli import main
+from chaos.report.cli import main
 from suites.waits import run_while_progressing
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -42,7 +42,7 @@ _NAMED_ELSEWHERE = {
     # not the fault kind: the trigger kind ``at: failpoint:NAME`` and the runtime's failpoint hooks
     "chaos/trigger.py": {"failpoint"},
     "chaos/schedule.py": {"failpoint"},
-    "chaos/spark_run.py": {"failpoint", "network"},  # which services a run needs (to do: a kind fact)
+    "chaos/cluster/spark_run.py": {"failpoint", "network"},  # which services a run needs (to do: a kind fact)
     "chaos/scenario.py": {"network"},  # TLS refuses in-band network faults (to do: a kind fact)
     # injectors label what they did in fault_start's details (the history keeps these values)
     "chaos/injectors/runtime.py": {"crash_task", "delay_barrier", "clock_skew", "storage"},
@@ -56,7 +56,7 @@ _NAMED_ELSEWHERE = {
     "chaos/sss/run.py": {"kill_executor", "pause_executor", "kill_python_worker", "network"},
     "chaos/sss/damage.py": {"storage"},
     # fault-free benchmark schedules
-    "chaos/bench/chaos_cost.py": {"crash_task"},
+    "chaos/extra/bench/chaos_cost.py": {"crash_task"},
 }
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import allure
 import pytest
 
-from chaos.cli import main
-from chaos.runner import run_scenario
+from chaos.report.cli import main
+from chaos.report.runner import run_scenario
 from chaos.scenario import Scenario
 from harness.jobs import register_job
 from harness.jobs.registry import JOBS

@@ -12,8 +12,8 @@ import allure
 import psutil
 import pytest
 
-from chaos.cli import main
 from chaos.faults.network import delivery
+from chaos.report.cli import main
 from chaos.scenario import load_scenario
 
 pytestmark = [allure.epic("chaos"), allure.feature("network faults")]
@@ -59,7 +59,7 @@ def _cmdline(p: psutil.Process) -> str:
 def test_network_scenario_passes_in_band_with_every_effect(tmp_path, monkeypatch):
     monkeypatch.delenv("TOXIPROXY_URL", raising=False)
     seen: set[str] = set()
-    import chaos.toxiproxy.launch as launch
+    import chaos.cluster.toxiproxy as launch
 
     real_serve = launch.serve
 

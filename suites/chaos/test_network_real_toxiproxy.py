@@ -12,8 +12,8 @@ from pathlib import Path
 import allure
 import pytest
 
-from chaos.cli import main
-from chaos.toxiproxy.launch import REFERENCE_DIR, reference_server
+from chaos.cluster.toxiproxy import REFERENCE_DIR, reference_server
+from chaos.report.cli import main
 
 pytestmark = [allure.epic("chaos"), allure.feature("network faults"), pytest.mark.spark, pytest.mark.slow]
 

@@ -16,11 +16,11 @@ import allure
 import psutil
 import pytest
 
+from chaos.cluster.spark_run import _LinkRouter
+from chaos.cluster.toxiproxy import toxiproxy_client, toxiproxy_server
 from chaos.errors import EnvironmentProblem
 from chaos.faults.network import network_link
 from chaos.injectors.network import ToxicFault
-from chaos.spark_run import _LinkRouter
-from chaos.toxiproxy.launch import toxiproxy_client, toxiproxy_server
 
 # real proxies and sockets between threads: out of the fast tier
 pytestmark = [allure.epic("chaos"), allure.feature("network faults"), pytest.mark.slow]

@@ -17,11 +17,11 @@ def _loaded_after(code: str) -> set[str]:
 
 
 def test_importing_the_plugin_loads_nothing_heavy() -> None:
-    loaded = _loaded_after("import chaos.pytest_plugin")
+    loaded = _loaded_after("import chaos.report.pytest_plugin")
     assert "chaos" in loaded
-    assert not loaded & set(HEAVY), f"importing chaos.pytest_plugin loaded {sorted(loaded & set(HEAVY))}"
+    assert not loaded & set(HEAVY), f"importing chaos.report.pytest_plugin loaded {sorted(loaded & set(HEAVY))}"
 
 
 def test_the_probe_sees_heavy_imports() -> None:
     # the check above can fail: a fixture's own imports do load pydantic
-    assert "pydantic" in _loaded_after("import chaos.pytest_plugin\nimport chaos.scenario")
+    assert "pydantic" in _loaded_after("import chaos.report.pytest_plugin\nimport chaos.scenario")

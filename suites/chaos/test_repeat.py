@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos.cli import main
 from chaos.repeat import other_seeds
+from chaos.report.cli import main
 
 HERE = Path(__file__).resolve().parent
 FLAKY = HERE / "flaky-sim.yaml"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from chaos.allure_results import write_allure_results
-from chaos.cli import main
-from chaos.runner import ScenarioOutcome
+from chaos.report.allure_results import write_allure_results
+from chaos.report.cli import main
+from chaos.report.runner import ScenarioOutcome
 from harness.oracles.verdict import Verdict
 
 HISTORY = [
@@ -135,9 +135,9 @@ def test_an_unknown_job_exits_2_naming_it(tmp_path, capsys):
 
 
 def test_a_local_cluster_too_small_for_the_barrier_stage_is_an_input_error():
+    from chaos.cluster.spark_run import spark_master
     from chaos.errors import InputError, classify
     from chaos.scenario import Scenario
-    from chaos.spark_run import spark_master
 
     sc = Scenario.model_validate({"name": "x", "cluster": "local-cluster[1,2,512]"})
     with pytest.raises(InputError, match=r"2 task slots, but the job needs 5") as e:

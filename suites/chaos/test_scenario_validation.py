@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.cli import main
+from chaos.report.cli import main
 from chaos.scenario import load_scenarios, parse_scenario
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"

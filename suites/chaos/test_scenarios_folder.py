@@ -12,7 +12,7 @@ from pathlib import Path
 import allure
 import pytest
 
-from chaos.cli import main
+from chaos.report.cli import main
 from chaos.scenario import load_scenarios
 
 pytestmark = [allure.epic("chaos"), allure.feature("scenarios")]

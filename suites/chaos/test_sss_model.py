@@ -188,7 +188,7 @@ def test_state_metadata_must_match_the_processor() -> None:
 
 
 def test_cli_rejects_bad_input_with_file_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from chaos.cli import main
+    from chaos.report.cli import main
 
     (tmp_path / "part-0.csv").write_text("u1,i1,3\nu2,i2\n")
     args = ["sss", "examples.sss.cart:CartTotals", "--key", "user", "--input-schema", CART.input_schema,

@@ -221,7 +221,7 @@ def test_sss_command_passes_sink_faults_and_pyspark_to_the_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import chaos.sss.run as sss_run
-    from chaos.cli import main
+    from chaos.report.cli import main
 
     seen: list[sss_run.SssRun] = []
 

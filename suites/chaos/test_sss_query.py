@@ -157,7 +157,7 @@ def test_non_determinism_is_unknown_never_a_failure() -> None:
 def test_sss_command_takes_a_builder_and_refuses_a_processor_output_mode(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from chaos.cli import main
+    from chaos.report.cli import main
 
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "a.csv").write_text("u0,2026-01-01 00:00:00,1\n")

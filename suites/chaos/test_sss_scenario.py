@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from chaos.cli import main
+from chaos.report.cli import main
 from chaos.scenario import ScenarioError, load_scenario
 from chaos.sss.execute import verdicts_of
 from chaos.sss.run import SssOutcome
@@ -155,7 +155,7 @@ def test_run_builds_the_plan_first_on_the_pyspark_it_runs_on(
         return "output_mode", "Spark cannot run this query: planted"
 
     monkeypatch.setattr(sss_scenario, "_analysis_problem", refuse)
-    monkeypatch.setattr("chaos.runner.run_scenarios", lambda *a, **k: pytest.fail("ran before the plan was built"))
+    monkeypatch.setattr("chaos.report.runner.run_scenarios", lambda *a, **k: pytest.fail("ran before the plan was built"))
     windowed = ROOT / "examples" / "sss" / "windowed-local.yaml"
     runs = tmp_path / "runs"
     assert main(["run", str(windowed), "--pyspark", "3.5.3", "--runs-dir", str(runs)]) == 2
@@ -236,8 +236,8 @@ def test_sss_run_goes_through_the_runner_summary_and_allure(tmp_path: Path, monk
     import json
 
     import chaos.sss.execute as ex
-    from chaos.allure_results import history_steps, write_allure_results
-    from chaos.runner import run_scenario, story
+    from chaos.report.allure_results import history_steps, write_allure_results
+    from chaos.report.runner import run_scenario, story
 
     def fake(sc: SssScenario, run_dir: Path) -> Any:
         history = run_dir / "history.jsonl"

@@ -9,7 +9,7 @@ import json
 
 import allure
 
-from chaos.cli import main
+from chaos.report.cli import main
 from suites.runtime.conftest import BASE
 
 pytestmark = [allure.epic("chaos"), allure.feature("verdicts")]

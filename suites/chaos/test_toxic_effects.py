@@ -28,7 +28,7 @@ import pytest
 from toxiproxy import Toxiproxy
 from toxiproxy.api import APIConsumer
 
-from chaos.toxiproxy.launch import REFERENCE_DIR, reference_server, serve
+from chaos.cluster.toxiproxy import REFERENCE_DIR, reference_server, serve
 from harness.toxics.inband import DOWNSTREAM, UPSTREAM, LinkEnd, toxic_layer
 from harness.toxics.kinds import TOXIC_TYPES, ToxicSpec
 

@@ -26,7 +26,7 @@ from toxiproxy import Toxiproxy
 from toxiproxy.api import APIConsumer
 from toxiproxy.exceptions import InvalidToxic, NotFound, ProxyExists
 
-from chaos.toxiproxy.launch import REFERENCE_DIR, reference_server, serve
+from chaos.cluster.toxiproxy import REFERENCE_DIR, reference_server, serve
 
 pytestmark = [allure.epic("chaos"), allure.feature("toxiproxy conformance")]
 
@@ -381,7 +381,7 @@ def test_every_client_call(client, proxy, echo):
 
 def test_addresses_resolve_as_gos_net_package():
     """proxy.go compares listen addresses with net.ResolveTCPAddr(...).String()."""
-    from chaos.toxiproxy.proxy import AddressError, resolve_tcp
+    from chaos.extra.toxiproxy.proxy import AddressError, resolve_tcp
 
     assert resolve_tcp("localhost:0") == "127.0.0.1:0"
     assert resolve_tcp(":8474") == ":8474" and resolve_tcp("") == ":0"
@@ -396,7 +396,7 @@ def test_addresses_resolve_as_gos_net_package():
 
 
 def test_runs_prefer_toxiproxy_url_then_shopifys_server_on_path(real_exe, tmp_path, monkeypatch):
-    from chaos.toxiproxy.launch import toxiproxy_server
+    from chaos.cluster.toxiproxy import toxiproxy_server
 
     monkeypatch.setenv("TOXIPROXY_URL", "http://127.0.0.1:1/")
     with toxiproxy_server() as url:

@@ -9,7 +9,7 @@ import allure
 import pytest
 
 import harness.oracles as oracles
-from chaos.cli import main
+from chaos.report.cli import main
 from suites.runtime.conftest import BASE
 
 pytestmark = [allure.epic("chaos"), allure.feature("verdicts")]
@@ -191,8 +191,8 @@ def test_a_chaos_run_reports_steps_and_attachments(run_scenario, assert_oracles)
 
 
 def test_allure_steps_carry_the_runs_real_durations(tmp_path):
-    from chaos.allure_results import run_step, verdict_steps
-    from chaos.runner import ScenarioOutcome, run_scenario
+    from chaos.report.allure_results import run_step, verdict_steps
+    from chaos.report.runner import ScenarioOutcome, run_scenario
     from chaos.scenario import Scenario
 
     faults = [

@@ -88,7 +88,7 @@ def test_sigkilled_run_is_swept_by_the_next_and_live_runs_are_spared(image: str)
 @pytest.mark.spark  # the docker scenario it interrupts starts Spark's driver on this host
 def test_ctrl_c_while_the_stack_comes_up_removes_everything(image: str, tmp_path: Path) -> None:
     scenario = ROOT / "scenarios" / "kill-worker-docker.yaml"
-    cmd = [sys.executable, "-m", "chaos.cli", "run", str(scenario), "--runs-dir", str(tmp_path / "runs")]
+    cmd = [sys.executable, "-m", "chaos.report.cli", "run", str(scenario), "--runs-dir", str(tmp_path / "runs")]
     errors = tmp_path / "stderr.txt"
     with errors.open("w") as stderr:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr, text=True)

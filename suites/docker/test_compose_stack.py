@@ -62,7 +62,7 @@ def _project() -> str:
 
 def test_stack_runs_barrier_job_across_workers_and_cleans_up(image: str) -> None:
     project = _project()
-    proxy = importlib.util.find_spec("chaos.toxiproxy") is not None
+    proxy = importlib.util.find_spec("chaos.extra.toxiproxy") is not None
     client = docker_client()
     # Another run's container: no sweep of this project may touch it. It runs until removed: a loaded
     # machine takes longer than any fixed sleep (a `sleep 300` ended by itself after this test's 470 s).

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from chaos.cluster.docker_stack import OWNER_LABEL, code_volumes, docker_client, owner_token
+from chaos.cluster.toxiproxy import REFERENCE_DIR
 from chaos.scope import PROJECT_LABEL
-from chaos.toxiproxy.launch import REFERENCE_DIR
 from harness.progress import ProgressWatch
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]

@@ -93,7 +93,7 @@ def _write_job(root: Path, backend: str) -> Path:
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict[int, Any]]]:
     """Pristine job directories (heap, on-disk incremental, a sim run) and each checkpoint's state."""
-    from chaos.runner import run_scenario
+    from chaos.report.runner import run_scenario
     from chaos.scenario import Scenario
 
     out = {}

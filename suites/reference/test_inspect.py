@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from chaos.cli import main
+from chaos.report.cli import main
 from reference_impl.checkpoint import FileSystemCheckpointStorage
 from reference_impl.inspect import diff, inspect_checkpoint
 from reference_impl.keygroups import KeyGroupRange, assign_to_key_group
@@ -128,7 +128,7 @@ def test_cli_inspect_piped_into_head_has_no_traceback(tmp_path):
     import sys
 
     d = _chk(tmp_path, 1, {f"k{i}": i for i in range(3000)})
-    cmd = f"{sys.executable} -m chaos.cli inspect {d} --full | head -n 2"
+    cmd = f"{sys.executable} -m chaos.report.cli inspect {d} --full | head -n 2"
     r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120)
     assert r.stdout.count("\n") == 2 and "Traceback" not in r.stderr and "Error" not in r.stderr, r.stderr
 

@@ -8,7 +8,7 @@ from typing import Any
 import allure
 import pytest
 
-from chaos.runner import ScenarioOutcome, run_scenario
+from chaos.report.runner import ScenarioOutcome, run_scenario
 from chaos.scenario import Scenario
 
 BASE: dict[str, Any] = {

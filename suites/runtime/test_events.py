@@ -12,7 +12,7 @@ from pathlib import Path
 import allure
 import pytest
 
-from chaos.runner import run_scenario
+from chaos.report.runner import run_scenario
 from chaos.scenario import SimSettings, load_scenario
 from harness.events import (
     ABSENT,

@@ -10,7 +10,7 @@ from typing import Any
 
 import allure
 
-from chaos.runner import run_scenario
+from chaos.report.runner import run_scenario
 from chaos.scenario import Scenario
 from harness import (
     ExactlyOnceFileSinkSpec,
@@ -89,7 +89,7 @@ def test_a_stage_fed_by_a_broadcast_input_emits_before_the_last_planned_fault(tm
     assert '"input_held"' in history  # the fault was still to come when the input ended
     assert _first_output_checkpoint(out.run_dir) < 15
     # the run says which phases its fault struck
-    from chaos.runner import story
+    from chaos.report.runner import story
 
     assert set(out.stats["fault_phases"]) == {"1"}
     assert story(Path(out.run_dir))[-1].startswith("1 faults hit: alignment ")

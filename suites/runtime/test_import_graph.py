@@ -73,6 +73,38 @@ def test_layers(typed_graph: dict[str, set[str]]) -> None:
     assert not wrong, "layering violations:\n  " + "\n  ".join(wrong)
 
 
+# chaos's rooms by role: the product core never imports its front ends (``chaos.report``: the command
+# line, the pytest plugin, reports) nor its extras (``chaos.extra``: the Toxiproxy server, the benchmarks;
+# the core starts the server as a program of its own when it needs one)
+ROOMS_ABOVE_THE_CORE = ("chaos.report", "chaos.extra")
+
+
+def _room(module: str) -> str | None:
+    return next((r for r in ROOMS_ABOVE_THE_CORE if module == r or module.startswith(r + ".")), None)
+
+
+def test_the_core_imports_no_front_end_and_no_extra(typed_graph: dict[str, set[str]]) -> None:
+    wrong = sorted(
+        f"{module} imports {target}"
+        for module, targets in typed_graph.items()
+        if _room(module) is None
+        for target in targets
+        if _room(target) is not None
+    )
+    assert not wrong, "the product core imports a front end or an extra:\n  " + "\n  ".join(wrong)
+
+
+def test_the_extras_import_no_front_end(typed_graph: dict[str, set[str]]) -> None:
+    wrong = sorted(
+        f"{module} imports {target}"
+        for module, targets in typed_graph.items()
+        if _room(module) == "chaos.extra"
+        for target in targets
+        if _room(target) == "chaos.report"
+    )
+    assert not wrong, "an extra imports a front end:\n  " + "\n  ".join(wrong)
+
+
 def test_scan_sees_every_kind_of_import(tmp_path: Path) -> None:
     """The scanner finds cycles through lazy, relative and ``from`` imports; TYPE_CHECKING imports count
     only when asked for."""

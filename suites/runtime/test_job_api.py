@@ -131,7 +131,7 @@ def test_the_registry_is_open_and_factories_get_their_options():
 
 
 def _run(tmp_path: Path, job: str, **fields: Any) -> dict[str, Any]:
-    from chaos.runner import run_scenario
+    from chaos.report.runner import run_scenario
     from chaos.scenario import Scenario
 
     sc = Scenario.model_validate(

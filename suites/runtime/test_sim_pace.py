@@ -11,7 +11,7 @@ from typing import Any
 
 import allure
 
-from chaos.runner import run_scenario
+from chaos.report.runner import run_scenario
 from chaos.scenario import Scenario
 from harness import ExactlyOnceFileSinkSpec, GeneratorSource, JobBuilder, KeyedProcessFunction
 from harness.jobs import register_job

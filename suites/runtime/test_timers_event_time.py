@@ -13,7 +13,7 @@ from typing import Any
 import allure
 import pytest
 
-from chaos.runner import run_scenario
+from chaos.report.runner import run_scenario
 from chaos.scenario import Scenario
 from harness.coordinator import CheckpointConfig
 from harness.items import Watermark

@@ -13,7 +13,7 @@ import allure
 import pytest
 
 from chaos.errors import EXIT_CHECK_FAILED
-from chaos.runner import _exit_code, story
+from chaos.report.runner import _exit_code, story
 from harness.history import read_history
 from harness.run_store import RunStore
 

@@ -38,7 +38,7 @@ SCENARIO = {
 
 
 def _statechaos(*args: str) -> list[str]:
-    return [sys.executable, "-c", "import sys; from chaos.cli import main; sys.exit(main())", *args]
+    return [sys.executable, "-c", "import sys; from chaos.report.cli import main; sys.exit(main())", *args]
 
 
 def _completed(history: Path) -> int:

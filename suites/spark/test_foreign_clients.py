@@ -75,7 +75,7 @@ def test_foreign_clients_are_refused_and_every_check_holds(tmp_path):
     scenario = tmp_path / "foreign-clients.yaml"
     scenario.write_text(yaml.safe_dump(SCENARIO))
     runs, report = tmp_path / "runs", tmp_path / "report.json"
-    cmd = [sys.executable, "-c", "import sys; from chaos.cli import main; sys.exit(main())"]
+    cmd = [sys.executable, "-c", "import sys; from chaos.report.cli import main; sys.exit(main())"]
     log = (tmp_path / "driver.log").open("w")
     driver = subprocess.Popen(
         [*cmd, "run", str(scenario), "--runs-dir", str(runs), "--json", str(report)],

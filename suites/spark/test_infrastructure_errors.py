@@ -10,7 +10,7 @@ import allure
 import pytest
 import yaml
 
-from chaos.cli import main
+from chaos.report.cli import main
 
 pytestmark = [
     pytest.mark.spark,

@@ -47,7 +47,7 @@ def test_ctrl_c_mid_run_exits_130_and_leaves_nothing_running(tmp_path, java):
     scenario = tmp_path / "interrupted.yaml"
     scenario.write_text(yaml.safe_dump(SCENARIO))
     runs = tmp_path / "runs"
-    cmd = [sys.executable, "-c", "import sys; from chaos.cli import main; sys.exit(main())"]
+    cmd = [sys.executable, "-c", "import sys; from chaos.report.cli import main; sys.exit(main())"]
     err = tmp_path / "stderr.txt"
     with err.open("w") as stderr_file:
         proc = subprocess.Popen(

@@ -57,7 +57,7 @@ CASES = {
 # first: its local-cluster[2,2] is the shape the tests before it in this folder leave in the
 # session's shared cluster, so it reuses that one (the cases below need [2,3], then [2,4])
 def test_a_relative_runs_dir_works_although_executors_have_their_own_cwd(tmp_path, monkeypatch):
-    from chaos.cli import main
+    from chaos.report.cli import main
 
     monkeypatch.chdir(tmp_path)
     scenario = tmp_path / "s.yaml"

@@ -98,8 +98,8 @@ def test_run_refuses_a_plan_spark_would_not_run_before_its_driver_starts(
 ) -> None:
     """``run`` checks the plan as ``validate`` does: bad input (exit 2, file, line and field), not a
     ``refused`` verdict after a driver start; no run directory is made."""
-    from chaos.cli import main
     from chaos.errors import EXIT_BAD_INPUT
+    from chaos.report.cli import main
 
     bad = tmp_path / "bad.yaml"
     bad.write_text((SSS / "windowed-local.yaml").read_text().replace(
