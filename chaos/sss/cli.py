@@ -13,25 +13,23 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from chaos.sss.cluster_faults import WORKER_FAULTS
-from chaos.sss.damage import DAMAGE_CLASSES
+from chaos.faults.registry import kinds_where
 from harness.sss.spec import APIS, DEFAULT_MASTER, TIMEOUTS
 
 __all__ = ["add_sss_parser"]
 
-# network faults take a toxic and its attributes: scenario files (engine: sss) have the fields for them
-FAULT_KINDS = ("kill_executor", "pause_executor", "kill_driver", "kill_python_worker", *DAMAGE_CLASSES,
-               *WORKER_FAULTS)  # fmt: skip
+# a kind whose entry has a check of its own needs fields (a network fault's toxic and its attributes)
+# that only scenario files (engine: sss) give
+CLI_KINDS = kinds_where(lambda k: k.sss is not None and k.sss.check is None)
 
 
 class _BadInput(ValueError):
     pass
 
 
-# KIND@BATCHES:OPTION, as the scenario fields: kill_python_worker's ``process``, a kill's sink window ``at``
-_OPTIONS = {"kill_python_worker": ("process", ("worker", "daemon")),
-            "kill_driver": ("at", ("during_sink_write", "after_sink_write")),
-            "kill_executor": ("at", ("during_sink_write", "after_sink_write"))}  # fmt: skip
+# KIND@BATCHES:OPTION, as the scenario fields: the kind's ``process`` (a Python worker kill's), or its
+# sink window ``at`` (a kill's), whichever of these its facts (``sss.options``) name
+_CHOICES = {"process": ("worker", "daemon"), "at": ("during_sink_write", "after_sink_write")}
 
 
 def _fault(text: str) -> Any:
@@ -39,13 +37,17 @@ def _fault(text: str) -> Any:
 
     kind, sep, rest = text.partition("@")
     after, _, option = rest.partition(":")
-    if kind not in FAULT_KINDS or not sep or not after.isdigit():
+    if kind not in CLI_KINDS or not sep or not after.isdigit():
         raise argparse.ArgumentTypeError(
-            f"{text!r}: want KIND@BATCHES[:OPTION] with KIND one of {', '.join(FAULT_KINDS)}"
+            f"{text!r}: want KIND@BATCHES[:OPTION] with KIND one of {', '.join(CLI_KINDS)}"
         )
     if not option:
         return SssFault(kind, int(after))
-    field, allowed = _OPTIONS.get(kind, ("", ()))
+    from chaos.faults import FAULT_KINDS
+
+    facts = FAULT_KINDS[kind].sss
+    field = next((o for o in facts.options if o in _CHOICES), "") if facts else ""
+    allowed = _CHOICES.get(field, ())
     if option not in allowed:
         hint = f"one of {', '.join(allowed)}" if allowed else "none"
         raise argparse.ArgumentTypeError(f"{text!r}: {kind} takes OPTION {hint}")
@@ -176,7 +178,7 @@ def add_sss_parser(sub: Any) -> None:
     s.add_argument("--output-schema", help="DDL of the processor's output rows")
     s.add_argument("--input", required=True, help="folder of CSV files, one per micro-batch, in name order")
     s.add_argument("--fault", action="append", type=_fault, default=[], metavar="KIND@BATCHES",
-                   help=f"strike once BATCHES micro-batches committed; KIND: {', '.join(FAULT_KINDS)}; OPTION: "
+                   help=f"strike once BATCHES micro-batches committed; KIND: {', '.join(CLI_KINDS)}; OPTION: "
                         "kill_python_worker@N:daemon (or :worker), kill_driver@N:after_sink_write (or during_sink_write)")  # fmt: skip
     s.add_argument("--master", default=DEFAULT_MASTER,
                    help="local-cluster[W,C,MEM], docker (the compose stack), or spark://host:port")  # fmt: skip

@@ -204,3 +204,23 @@ def test_a_local_executor_kill_is_the_kinds_own_injector(tmp_path: Path, monkeyp
     monkeypatch.setattr(run_mod, "DriverProcess", fake_driver())
     out = run_sss(SssRun(SPEC, INPUTS, tmp_path / "b", [SssFault("kill_executor", 1)], stall_s=30))
     assert [(e.kind, e.why) for e in out.events if isinstance(e, FaultSkipped)] == [("kill_executor", "no executor running")]
+
+
+def test_checkpoint_damage_is_its_kinds_injector_fired_by_the_nemesis(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A damage class is a fault kind of chaos.faults (checkpoint_damage) fired by the Nemesis once its
+    batches committed: the driver killed, the last commit removed (its own fault_start, with ``damage``),
+    a new driver from the checkpoint; a damage class with nothing to damage (no state store here) waits,
+    and is a fault_skipped naming why once the run is over."""
+    from harness.events import FaultSkipped
+
+    monkeypatch.setattr(run_mod, "DriverProcess", fake_driver())
+    out = run_sss(SssRun(SPEC, INPUTS, tmp_path, [SssFault("remove_commit", 2), SssFault("missing_changelog", 3)],
+                         stall_s=30))  # fmt: skip
+    starts = [e for e in out.events if isinstance(e, FaultStart)]
+    assert [(e.kind, e.get("damage")) for e in starts] == [("kill_driver", None), ("storage", "remove_commit")]
+    assert starts[0].get("batch") == 2 and starts[0].trigger == "2 batches committed"
+    assert starts[1].target.endswith("commits/1") and out.starts == 2
+    [skip] = [e for e in out.events if isinstance(e, FaultSkipped)]
+    assert skip.kind == "missing_changelog" and "has no changelog file that a restart would read" in skip.why

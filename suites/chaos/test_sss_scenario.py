@@ -170,7 +170,7 @@ def test_sss_scenario_overrides_keep_it_valid() -> None:
     sc = load_scenario(LOCAL)
     assert sc.with_overrides(cluster="docker", seed=3).cluster_kind == "docker"
     with pytest.raises(
-        SssScenarioError, match="faults.0.kind: fault kind 'kill_executor' needs the executors'"
+        SssScenarioError, match="faults.0.kind: fault kind 'kill_executor' needs cluster local or docker, but cluster is 'spark://"
     ):
         sc.with_overrides(cluster="spark://host:7077")
 
