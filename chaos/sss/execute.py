@@ -47,8 +47,9 @@ def execute_sss(sc: SssScenario, run_dir: Path) -> tuple[list[Verdict], dict[str
 
 
 def verdicts_of(sc: SssScenario, out: SssOutcome, run_dir: Path | None = None) -> list[Verdict]:
-    """The scenario's checks (``sc.checks()``), the query's registered oracles, over the run's history."""
+    """The scenario's checks (``sc.checks()``), the query's registered oracles, over the run's history
+    (``fault_schedule``: against the plan its ``run_start`` records)."""
     art = RunArtifacts(Path(run_dir or "."), list(out.events))
-    judged = QueryRun(out, sc.expect, len(sc.faults))
+    judged = QueryRun(out, sc.expect)
     checks = sc.checks()
     return check_all(art, None, checks, dict.fromkeys(checks, judged), engine=ENGINE)

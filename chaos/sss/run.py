@@ -20,7 +20,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import importlib.metadata
-import itertools
 import json
 import random
 import sys
@@ -36,6 +35,7 @@ from chaos.injectors.base import Injector, InjectorError
 from chaos.schedule import Nemesis, PlannedFault
 from chaos.scope import RunScope
 from chaos.sss.driver_process import DriverProcess
+from harness.engines import STRUCTURED_STREAMING as ENGINE
 from harness.events import (
     BatchCommitted,
     BatchPlanned,
@@ -49,9 +49,11 @@ from harness.events import (
     FaultSkipped,
     FaultStart,
     JobRestart,
+    RunStart,
     TimeLimit,
 )
 from harness.history import HistoryWriter
+from harness.oracles.fault_schedule import planned_fault
 from harness.progress import ProgressWatch
 from harness.run_store import RunStore
 from harness.spark.cluster import SparkEnvironmentError
@@ -152,10 +154,10 @@ class QueryHistory:
         self._watch = watch
         self._next_batch = next_batch
         self._counts: collections.Counter[str] = collections.Counter()
-        self._ids = itertools.count()
         self._open: dict[int, int] = {}  # id(injector) -> fault_id of its fault_start
         self.batch: int | None = None  # the batch a fault strikes inside (a sink window), else the next one
-        self._striking: tuple[int, str] = (0, "")  # the batch and trigger of the fault now striking
+        self._striking: tuple[int, str, int] = (0, "", 0)  # the batch, trigger and id of the fault now striking
+        self._armed: dict[str, list[tuple[int, int]]] = {}  # kind -> (fault_id, batch) armed, not yet struck
 
     def __call__(self, ev: Event) -> None:
         self.events.append(ev)
@@ -165,13 +167,13 @@ class QueryHistory:
         self._watch.observe(**{ev.TAG: self._counts[ev.TAG]})
 
     def fault_start(self, inj: Injector | None, batch: int | None, trigger: str, described: dict[str, Any],
-                    **extra: Any) -> None:  # fmt: skip
-        """``described``: the injector's kind, target and parameters (kept at the top level of the event)."""
+                    fault_id: int, **extra: Any) -> None:  # fmt: skip
+        """``described``: the injector's kind, target and parameters (kept at the top level of the event);
+        ``fault_id``: the planned fault's (run_start's plan), which each act of the fault carries."""
         d = dict(described)
-        fid = next(self._ids)
         if inj is not None and not inj.instant:
-            self._open[id(inj)] = fid
-        self(FaultStart(fault_id=fid, kind=d.pop("kind"), target=d.pop("target", None), trigger=trigger,
+            self._open[id(inj)] = fault_id
+        self(FaultStart(fault_id=fault_id, kind=d.pop("kind"), target=d.pop("target", None), trigger=trigger,
                         details=d.pop("details", {}), extra={"batch": batch, **d, **extra}))  # fmt: skip
 
     def fault_end(self, inj: Injector, batch: int) -> None:
@@ -183,37 +185,43 @@ class QueryHistory:
         return self.batch if self.batch is not None else self._next_batch()
 
     def started(self, p: PlannedFault, details: dict[str, Any], target: str | None, trigger: str) -> None:
-        self._striking = (self._batch(), trigger)
+        self._striking = (self._batch(), trigger, p.fault_id)
         if getattr(p.injector, "armed", False):  # struck later by the query's own code: armed now
             opts = {k: v for k, v in details.items() if k in ("process", "at")}
-            self(FaultArmed(kind=p.fault.kind, batch=self._striking[0], trigger=trigger, **opts))
+            self._armed.setdefault(p.fault.kind, []).append((p.fault_id, self._striking[0]))
+            self(FaultArmed(kind=p.fault.kind, batch=self._striking[0], trigger=trigger, fault_id=p.fault_id, **opts))
             return
-        self.fault_start(p.injector, self._striking[0], trigger, details)
+        self.fault_start(p.injector, self._striking[0], trigger, details, p.fault_id)
 
     def failed(self, p: PlannedFault, target: str | None, error: str, trigger: str) -> None:
-        self(FaultSkipped(kind=p.fault.kind, batch=self._batch(), why=error))
+        self(FaultSkipped(kind=p.fault.kind, batch=self._batch(), why=error, fault_id=p.fault_id))
 
     def ended(self, p: PlannedFault, error: str | None = None) -> None:
         if error is not None:
-            self(FaultSkipped(kind=p.fault.kind, batch=self._batch(), why=f"its injector failed to start: {error}"))
+            self(FaultSkipped(kind=p.fault.kind, batch=self._batch(), why=f"its injector failed to start: {error}",
+                              fault_id=p.fault_id))  # fmt: skip
         elif p.injector is not None and not p.injector.instant:
             self.fault_end(p.injector, self._batch())
 
     def part(self, inj: Injector, **extra: Any) -> None:
-        self.fault_start(inj, *self._striking, inj.describe(), **extra)
+        batch, trigger, fid = self._striking
+        self.fault_start(inj, batch, trigger, inj.describe(), fid, **extra)
 
     def deferred(self, kind: str, why: str) -> None:
-        self(FaultDeferred(kind=kind, batch=self._striking[0], why=why))
+        self(FaultDeferred(kind=kind, batch=self._striking[0], why=why, fault_id=self._striking[2]))
 
-    def _armed_batch(self, kind: str) -> int | None:
-        armed = [e for e in self.events if isinstance(e, FaultArmed) and e.kind == kind]
-        return armed[-1].batch if armed else None
+    def _take_armed(self, kind: str) -> tuple[int, int | None]:
+        """The oldest armed fault of ``kind`` not yet struck: (its fault id, the batch it was armed for)."""
+        queue = self._armed.get(kind)
+        return queue.pop(0) if queue else (-1, None)
 
     def confirmed(self, kind: str, target: str, trigger: str, **extra: Any) -> None:
-        self.fault_start(None, self._armed_batch(kind), trigger, {"kind": kind, "target": target}, **extra)
+        fid, batch = self._take_armed(kind)
+        self.fault_start(None, batch, trigger, {"kind": kind, "target": target}, fid, **extra)
 
     def skipped(self, kind: str, why: str, armed_batch: bool = True) -> None:
-        self(FaultSkipped(kind=kind, batch=self._armed_batch(kind) if armed_batch else self._next_batch(), why=why))
+        fid, batch = self._take_armed(kind)
+        self(FaultSkipped(kind=kind, batch=batch if armed_batch else self._next_batch(), why=why, fault_id=fid))
 
 
 class _Query:
@@ -330,6 +338,7 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
     # the stall bound: each event type's count is a progress signal, so the stall names what stopped
     watch = ProgressWatch(run.stall_s)
     emit = QueryHistory(history, watch, lambda: _next_batch(checkpoint))
+    planned = planned_faults(run.faults, run.seed)
 
     def start() -> DriverProcess | None:
         n = (
@@ -374,12 +383,18 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
     # healed by the Nemesis; this loop places them: once ``after_batches`` batches committed, inside
     # a batch's sink window (``at``), or on the idle query at the end
     target = SssTarget(docker, link, scope, query, w, checkpoint)
-    planned = planned_faults(run.faults, run.seed)
     nemesis = Nemesis(planned, lambda p, rng: sss_facts(p.fault.kind).injector(p.fault, target, rng), emit,
                       events=emit)  # fmt: skip
 
     def now_ms() -> int:
         return int((time.monotonic() - t0) * 1000)
+
+    # the plan, as the runtime records it: the fault_schedule oracle judges the history against it
+    emit(RunStart(job=run.spec.builder if isinstance(run.spec, QuerySpec) else run.spec.processor,
+                  executor=ENGINE, seed=run.seed, parallelism={}, max_parallelism=0,
+                  config={"master": master, "trigger_ms": run.trigger_ms},
+                  plan={"faults": [planned_fault(p.fault_id, p.fault.kind, p.trigger) for p in planned],
+                        "rescales": 0}))  # fmt: skip
 
     def fire(p: PlannedFault, trigger: str, batch: int | None = None) -> tuple[bool, bool]:
         """Fire ``p``: (whether it struck, whether it restarted the driver to do so)."""
@@ -432,7 +447,7 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
                 arm_sink(w, _sink_window(p), written)  # the batch that reads the next file (held until now)
                 sink_armed.append(p)
                 emit(FaultArmed(kind=p.fault.kind, at=_sink_window(p), batch=_next_batch(checkpoint),
-                                trigger=f"{after} batches committed"))  # fmt: skip
+                                trigger=f"{after} batches committed", fault_id=p.fault_id))  # fmt: skip
                 continue
             if sink_armed and (hit := sink_hit(w)) is not None:
                 _, restarted = fire(sink_armed.pop(0), f"{hit[1]} of batch {hit[0]}", batch=hit[0])

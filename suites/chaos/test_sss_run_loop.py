@@ -113,6 +113,10 @@ def test_a_driver_kill_on_an_idle_query_is_not_stuck(tmp_path: Path, monkeypatch
     assert out.verdict == "pass", out.summary()
     kill = next(e for e in out.events if isinstance(e, FaultStart))
     assert kill.kind == "kill_driver" and out.starts == 2
+    from harness.oracles import check_all
+
+    [v] = check_all(tmp_path, None, ["fault_schedule"], engine="structured_streaming")
+    assert v.passed and v.summary == "all 1 planned faults fired and acted", v
     restart = next(e for e in out.events if isinstance(e, JobRestart))
     assert restart.checkpoint_id == "commits/2"
     # the history on disk reads back as the very events the run recorded
@@ -224,3 +228,9 @@ def test_checkpoint_damage_is_its_kinds_injector_fired_by_the_nemesis(
     assert starts[1].target.endswith("commits/1") and out.starts == 2
     [skip] = [e for e in out.events if isinstance(e, FaultSkipped)]
     assert skip.kind == "missing_changelog" and "has no changelog file that a restart would read" in skip.why
+    # the runtime's fault_schedule oracle, over the plan this run recorded at run_start
+    from harness.oracles import check_all
+
+    [v] = check_all(tmp_path, None, ["fault_schedule"], engine="structured_streaming")
+    assert not v.passed and len(v.details) == 1, v.details
+    assert v.details[0].startswith("fault #2 missing_changelog at batches=3 did not fire: nothing to strike after 3")
