@@ -33,13 +33,13 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from chaos.errors import FieldProblems, InputError
 from chaos.faults import FAULT_KINDS
 from chaos.faults.registry import SssFacts, kinds_where
+from chaos.scenario_common import ScenarioCommon
 from chaos.trigger import Duration, Strict, parse_duration_ms
-from harness.engines import ALIASES
 from harness.sss.pyspark_env import STATE_METADATA, PysparkEnvError, missing_feature, parse_version
 from harness.sss.query import DEFAULT_INPUT, QuerySpec
 from harness.sss.spec import APPLY, DEFAULT_MASTER, SpecError, SssSpec, load_function
@@ -205,12 +205,11 @@ class SssSink(Strict):
     read: str
 
 
-class SssScenario(Strict):
-    """A Structured Streaming query under chaos (``engine: structured_streaming``)."""
+class SssScenario(ScenarioCommon):
+    """A Structured Streaming query under chaos (``engine: structured_streaming``): the common parts of
+    every scenario (:class:`chaos.scenario.ScenarioCommon`), and its query, input, sink and trigger."""
 
-    name: Annotated[str, Field(min_length=1)]
     engine: Literal["structured_streaming"] = "structured_streaming"
-    description: str = ""
     cluster: str = DEFAULT_LOCAL
     query: SssQuery
     input: SssInput
@@ -220,22 +219,13 @@ class SssScenario(Strict):
     trigger: Duration = 1_000
     tail: Duration = 0  # keep running this long past the last input's batch (timers, timeouts)
     differential: bool = False
-    seed: int = 0
-    timeout_s: Annotated[float | None, Field(gt=0)] = None  # an overall cap on the run, if set
-    # no micro-batch planned or committed (nor a driver ready) this long while input or timers are
-    # pending: the run is stuck, and its liveness verdict says what stopped
-    stall_limit_s: Annotated[float, Field(gt=0)] = 120  # as the runtime's scenarios name it
+    # stall_limit_s: no micro-batch planned or committed (nor a driver ready) this long while input
+    # or timers are pending: the run is stuck, and its liveness verdict says what stopped
     # the PySpark the query runs under (harness.sss.pyspark_env): a cached venv; unset: statechaos's own
     spark: str | None = None
     # Spark settings of the query's driver over statechaos's own (harness.sss.query_run.spark_conf):
     # e.g. the state store provider or changelog checkpointing a deployment runs with
     spark_conf: dict[str, str] = Field(default_factory=dict)
-    _base_dir: Path | None = PrivateAttr(default=None)
-
-    @field_validator("engine", mode="before")
-    @classmethod
-    def _engine(cls, v: Any) -> Any:
-        return ALIASES.get(v, v) if isinstance(v, str) else v
 
     @field_validator("spark_conf", mode="before")
     @classmethod
@@ -289,23 +279,8 @@ class SssScenario(Strict):
 
     # ---- what the CLI, the runner and the plugin ask of every scenario -------------------------------
     @property
-    def cluster_kind(self) -> str:
-        """local, docker or spark (any spark:// master)."""
-        if self.cluster.startswith("spark://"):
-            return "spark"
-        return "local" if self.cluster.startswith("local") else self.cluster
-
-    @property
     def master(self) -> str:
         return DEFAULT_LOCAL if self.cluster == "local" else self.cluster
-
-    @property
-    def base_dir(self) -> Path | None:
-        return self._base_dir
-
-    def located(self, base_dir: Path | None) -> SssScenario:
-        self._base_dir = base_dir
-        return self
 
     def with_overrides(self, cluster: str | None = None, seed: int | None = None,
                        spark: str | None = None) -> SssScenario:  # fmt: skip
