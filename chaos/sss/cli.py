@@ -7,7 +7,6 @@ stuck), with the summary; 2 bad input or environment, one message, no traceback.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import tempfile
 from pathlib import Path
@@ -65,90 +64,81 @@ def _processor_arg(text: str) -> tuple[str, Any]:
         return name, value
 
 
-def _inputs(folder: Path, columns: list[str]) -> list[list[dict[str, Any]]]:
-    files = sorted(folder.glob("*.csv"))
-    if not files:
-        raise _BadInput(f"--input {folder}: no *.csv files (one file per micro-batch, no header)")
-    out = []
-    for f in files:
-        rows = []
-        with f.open(newline="") as fh:
-            for n, rec in enumerate(csv.reader(fh), 1):
-                if len(rec) != len(columns):
-                    raise _BadInput(
-                        f"{f}:{n}: {len(rec)} fields, the input schema has {len(columns)} ({', '.join(columns)})"
-                    )
-                rows.append(dict(zip(columns, rec, strict=True)))
-        out.append(rows)
-    return out
+def _scenario_data(args: argparse.Namespace) -> dict[str, Any]:
+    """The command line as a scenario mapping (``engine: structured_streaming``), which the scenario model
+    validates as it does a scenario file's."""
+    if (args.processor is None) == (args.builder is None):
+        raise _BadInput("give a processor (module:Class) or --builder module:function, not both")
+    if args.builder is not None:  # your query, judged against its fault-free replay
+        if args.processor_arg:
+            raise _BadInput("--processor-arg: a builder's query takes no processor arguments")
+        query: dict[str, Any] = {"builder": args.builder, "input_schema": args.input_schema}
+        if args.output_mode is not None:
+            query["output_mode"] = args.output_mode
+    else:
+        if not args.key or not args.output_schema:
+            raise _BadInput("a processor needs --key and --output-schema")
+        query = {"processor": args.processor, "key": args.key, "input_schema": args.input_schema,
+                 "output_schema": args.output_schema, "api": args.api, "state_schema": args.state_schema,
+                 "timeout": args.timeout, "time_mode": args.time_mode,
+                 "output_mode": (args.output_mode or "Update").capitalize(),
+                 "processor_args": dict(args.processor_arg)}  # fmt: skip
+    if (args.sink_foreach_batch is None) != (args.sink_read is None):
+        raise _BadInput("your sink needs both --sink-foreach-batch and --sink-read")
+    if args.sink_read and args.builder is not None:
+        raise _BadInput("--sink-foreach-batch: a builder's query writes through statechaos's sink")
+    faults = []
+    for f in args.fault:
+        entry: dict[str, Any] = {"kind": f.kind, "after_batches": f.after_batches}
+        if f.at:
+            entry["at"] = f.at
+        if f.process != "worker":
+            entry["process"] = f.process
+        faults.append(entry)
+    data: dict[str, Any] = {
+        "name": args.processor or args.builder, "engine": "structured_streaming", "cluster": args.master,
+        "query": query, "input": {"folder": str(Path(args.input).resolve())}, "faults": faults,
+        "trigger": args.trigger_ms, "tail": args.tail_ms, "seed": args.seed, "stall_limit_s": args.stall_limit_s,
+        "differential": args.differential,
+    }  # fmt: skip
+    if args.sink_read:
+        data["sink"] = {"foreach_batch": args.sink_foreach_batch, "read": args.sink_read}
+    if args.pyspark:
+        data["spark"] = args.pyspark
+    return data
 
 
 def _cmd_sss(args: argparse.Namespace) -> int:
-    from chaos.sss.run import SssRun, run_sss
-    from harness.spark.cluster import SparkEnvironmentError
-    from harness.sss.spec import SpecError, SssSpec
+    """A scenario built from the command line, run by the one path every scenario takes
+    (:func:`chaos.runner.run_scenario`: ``scenario.yaml``, ``outcome.json``, the timeline)."""
+    from chaos.errors import exit_code_for
+    from chaos.runner import run_scenario
+    from chaos.sss.scenario import SssScenarioError, parse_sss_scenario
 
     try:
-        spec: Any
-        if (args.processor is None) == (args.builder is None):
-            raise _BadInput("give a processor (module:Class) or --builder module:function, not both")
-        if args.builder is not None:  # your query, judged against its fault-free replay
-            from harness.sss.query import DEFAULT_INPUT, QuerySpec
-
-            mode = args.output_mode or "append"
-            if mode not in ("append", "update", "complete"):
-                raise _BadInput("--output-mode: a builder's query takes append, update or complete")
-            if args.processor_arg:
-                raise _BadInput("--processor-arg: a builder's query takes no processor arguments")
-            spec = QuerySpec(args.builder, {DEFAULT_INPUT: args.input_schema}, mode)
-        else:
-            if not args.key or not args.output_schema:
-                raise _BadInput("a processor needs --key and --output-schema")
-            mode = (args.output_mode or "Update").capitalize()
-            spec = SssSpec(args.processor, args.key, args.input_schema, args.output_schema, api=args.api,
-                           state_schema=args.state_schema, timeout=args.timeout, output_mode=mode,
-                           time_mode=args.time_mode, processor_args=dict(args.processor_arg))  # fmt: skip
-        spec.validate()
-        if (args.sink_foreach_batch is None) != (args.sink_read is None):
-            raise _BadInput("your sink needs both --sink-foreach-batch and --sink-read")
-        sink = {"foreach_batch": args.sink_foreach_batch, "read": args.sink_read} if args.sink_read else None
-        if sink and args.builder is not None:
-            raise _BadInput("--sink-foreach-batch: a builder's query writes through statechaos's sink")
-        for f in args.fault:
-            if args.builder is not None and (f.at or f.kind == "kill_python_worker"):
-                raise _BadInput(f"--fault {f.kind}: not available for a builder's query yet (a processor's only)")
-        if args.pyspark:
-            from chaos.sss.scenario import pyspark_problem
-            from harness.sss.pyspark_env import PysparkEnvError, parse_version
-
-            try:
-                parse_version(args.pyspark)
-            except PysparkEnvError as e:
-                raise _BadInput(f"--pyspark: {e}") from None
-            kind = "local" if args.master.startswith("local") else "other"
-            if problem := pyspark_problem(args.pyspark, spec, kind):
-                raise _BadInput(f"--pyspark {args.pyspark}: {problem[1]}")
-        inputs = _inputs(Path(args.input), spec.input_columns())
+        sc = parse_sss_scenario(_scenario_data(args), "statechaos sss", Path.cwd())
         workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="statechaos-sss-"))
         if workdir.exists() and any(workdir.iterdir()):
             raise _BadInput(f"--workdir {workdir}: not empty (a query's checkpoint must start fresh)")
-        out = run_sss(SssRun(spec, inputs, workdir, list(args.fault), master=args.master,
-                             trigger_ms=args.trigger_ms, tail_ms=args.tail_ms, seed=args.seed,
-                             stall_s=args.stall_limit_s, sink=sink, pyspark=args.pyspark,
-                             differential=args.differential))  # fmt: skip
-    except (SpecError, _BadInput, SparkEnvironmentError) as e:
+    except (_BadInput, SssScenarioError) as e:
         print(f"error: {e}")
         return 2
-    print(out.summary())
-    print(f"run directory: {workdir} (history.jsonl, output/, state/, checkpoint/)")
+    # the runner takes either engine's model and asks its engine (chaos.engines), as for scenario files
+    outcome = run_scenario(sc, workdir, source="statechaos sss")  # type: ignore[arg-type]
+    if outcome.error is not None:
+        print(f"error: {outcome.error}")
+        return exit_code_for(outcome.error_kind or "bug")
+    st = outcome.stats
+    print(f"verdict: {st.get('verdict')} ({st.get('driver_starts')} driver starts, {st.get('batches_checked')} "
+          f"batches and {st.get('states_checked')} restored states checked, pyspark {st.get('pyspark')})")  # fmt: skip
+    for v in outcome.verdicts:
+        print(f"  {v.oracle} {v.status}: {v.summary}")
+        print("".join(f"    {d}\n" for d in v.details[:10]), end="")
+    print(f"run directory: {workdir} (history.jsonl, outcome.json, output/, state/, checkpoint/)")
     if args.json:
-        Path(args.json).write_text(json.dumps({
-            "verdict": out.verdict, "violations": out.check.violations, "processor_errors": out.processor_errors,
-            "refused": out.check.refused + out.failures, "events": [{"type": e.TAG, **e.fields()} for e in out.events], "starts": out.starts,
-            "unknown": getattr(out.check, "unknown", []), "replay": getattr(out.check, "replay_note", ""),
-            "pyspark": out.pyspark,
-        }, indent=2, default=str))  # fmt: skip
-    return 0 if out.verdict == "pass" else 1
+        Path(args.json).write_text(json.dumps({"verdict": st.get("verdict"), **outcome.to_dict()}, indent=2,
+                                              default=str))  # fmt: skip
+    return 0 if outcome.passed else 1
 
 
 def add_sss_parser(sub: Any) -> None:

@@ -52,8 +52,6 @@ _NAMED_ELSEWHERE = {
     "chaos/injectors/network.py": {"network"},
     "chaos/injectors/inband_network.py": {"network"},
     "chaos/injectors/containers.py": {"network"},  # a dict key: the network a container was cut from
-    # ``statechaos sss``'s own front end refuses it for a builder's query (issue #36 item 4 folds it in)
-    "chaos/sss/cli.py": {"kill_python_worker"},
     "chaos/faults/checkpoint_damage.py": {"storage"},  # a removed file is labelled as a storage fault
     # fault-free benchmark schedules
     "chaos/bench/chaos_cost.py": {"crash_task"},

@@ -294,6 +294,8 @@ def test_processor_args_and_time_mode_from_a_scenario_and_the_command_line(
     sc = load_scenario(tmp_path / "topk.yaml")
     assert sc.spec().processor_args == {"k": 2} and sc.spec().time_mode == "None"
 
+    import json
+
     import chaos.sss.run as run_mod
 
     seen: list[Any] = []
@@ -307,6 +309,12 @@ def test_processor_args_and_time_mode_from_a_scenario_and_the_command_line(
     assert "processor_args: examples.sss.topk:TopK cannot be built with no arguments (it takes k)" in capsys.readouterr().out
     assert main([*args, "--time-mode", "None", "--processor-arg", "k=3"]) == 0
     assert seen[0].spec.processor_args == {"k": 3} and seen[0].spec.time_mode == "None"
+    # the command line became a scenario, run by the one path every scenario takes
+    import yaml
+
+    saved = yaml.safe_load((tmp_path / "w" / "scenario.yaml").read_text())
+    assert saved["engine"] == "structured_streaming" and saved["query"]["processor_args"] == {"k": 3}
+    assert json.loads((tmp_path / "w" / "outcome.json").read_text())["passed"]
 
 
 def test_processor_raised_is_its_own_finding() -> None:
