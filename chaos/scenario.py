@@ -52,11 +52,11 @@ ORACLE_NAMES = tuple(ORACLES)
 
 Fault = FaultParams  # every fault entry is one; its kind's model says which parameters it has
 # a fault entry is validated by its kind's model (chaos.faults), chosen by its ``kind``; the union is
-# built from the registry at import, so the checker sees its base
+# built from the registry at import (the kinds some runtime cluster takes), so the checker sees its base
 if TYPE_CHECKING:
     AnyFault = FaultParams
 else:
-    AnyFault = Annotated[Union[tuple(k.params for k in FAULT_KINDS.values())], Field(discriminator="kind")]  # noqa: UP007
+    AnyFault = Annotated[Union[tuple(k.params for k in FAULT_KINDS.values() if k.clusters)], Field(discriminator="kind")]  # noqa: UP007
 
 
 class ScenarioError(InputError, ValueError):
@@ -294,9 +294,12 @@ def _error(err: Any) -> tuple[tuple[Any, ...], str]:
     """A pydantic error as (field path, message) in the scenario's own terms: a fault's path without
     the union branch pydantic inserts, and an unknown or missing ``kind`` named as such."""
     loc, msg = tuple(err["loc"]), err["msg"].removeprefix("Value error, ")
-    kinds = ", ".join(FAULT_KINDS)
+    kinds = ", ".join(n for n, k in FAULT_KINDS.items() if k.clusters)
     if err["type"] == "union_tag_invalid":
-        return (*loc, "kind"), f"unknown fault kind {err['ctx']['tag']!r}; expected one of: {kinds}"
+        tag = err["ctx"]["tag"]
+        if tag in FAULT_KINDS:  # a kind no runtime cluster takes
+            return (*loc, "kind"), f"fault kind {tag!r} applies to Structured Streaming queries only (engine: structured_streaming)"
+        return (*loc, "kind"), f"unknown fault kind {tag!r}; expected one of: {kinds}"
     if err["type"] == "union_tag_not_found":
         return (*loc, "kind"), f"a fault needs kind: one of {kinds}"
     tag = loc[2] if len(loc) > 2 and loc[0] == "faults" and loc[2] in FAULT_KINDS else None
