@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from chaos.errors import FieldProblems
 from chaos.faults import FAULT_KINDS, FaultParams
 from chaos.faults.delivery import cluster_problem
+from chaos.scenario_common import ScenarioCommon
 from chaos.scenario_job import DEFAULT_CHECKS
 from chaos.trigger import Duration, Strict, Trigger, coerce_trigger, parse_duration_ms
 from harness.adaptive import AdaptiveConfig  # the runtime owns the adaptive defaults
@@ -35,6 +36,7 @@ __all__ = [
     "FAILPOINTS",
     "ScenarioError",
     "Scenario",
+    "ScenarioCommon",
     "Fault",
     "RescaleStep",
     "Trigger",
@@ -50,11 +52,11 @@ ORACLE_NAMES = tuple(ORACLES)
 
 Fault = FaultParams  # every fault entry is one; its kind's model says which parameters it has
 # a fault entry is validated by its kind's model (chaos.faults), chosen by its ``kind``; the union is
-# built from the registry at import, so the checker sees its base
+# built from the registry at import (the kinds some runtime cluster takes), so the checker sees its base
 if TYPE_CHECKING:
     AnyFault = FaultParams
 else:
-    AnyFault = Annotated[Union[tuple(k.params for k in FAULT_KINDS.values())], Field(discriminator="kind")]  # noqa: UP007
+    AnyFault = Annotated[Union[tuple(k.params for k in FAULT_KINDS.values() if k.clusters)], Field(discriminator="kind")]  # noqa: UP007
 
 
 class ScenarioError(InputError, ValueError):
@@ -155,13 +157,10 @@ _CLUSTER = re.compile(
 )
 
 
-class Scenario(Strict):
-    """A whole chaos experiment."""
+class Scenario(ScenarioCommon):
+    """A whole chaos experiment on statechaos's own runtime (``engine: runtime``)."""
 
-    name: Annotated[str, Field(min_length=1)]
     engine: Literal["runtime"] = "runtime"  # the other engine's scenarios: chaos.sss.scenario
-    description: str = ""
-    cluster: str = "local"
     # a registered job or "module:factory" (found next to the scenario file, in the working directory
     # or on PYTHONPATH); job_options are the factory's keyword arguments
     job: str = "keyed_count"
@@ -180,28 +179,13 @@ class Scenario(Strict):
     faults: list[AnyFault] = Field(default_factory=list)
     rescale: list[RescaleStep] = Field(default_factory=list)
     checks: list[str] = Field(default_factory=lambda: list(DEFAULT_CHECKS))
-    seed: int = 0
-    # the run fails when nothing it waits for progressed for this long (records emitted, checkpoints
-    # completed, records processed, tasks deployed, registered, restored, finished); slow is not stuck
-    stall_limit_s: Annotated[float, Field(gt=0)] = 120
-    # an optional ceiling on the whole run (wall seconds on Spark; simulated seconds on sim,
-    # default 600 there): for a CI budget, not for catching hangs (that is stall_limit_s)
-    timeout_s: Annotated[float, Field(gt=0)] | None = None
+    # stall_limit_s: records emitted, checkpoints completed, records processed, tasks deployed,
+    # registered, restored, finished; timeout_s: wall seconds on Spark, simulated seconds on sim
+    # (default 600 there)
     max_restarts: Annotated[int, Field(ge=0)] = 50
     # liveness: a fault's recovery (its heal until a checkpoint completes after it) fails when nothing
     # it waits for progressed for this long; slow but moving passes (default: chaos.execute.liveness_bound_ms)
     recovery_bound_ms: Duration | None = None
-    # where a "module:factory" job is looked up first: the scenario file's folder
-    _base_dir: Path | None = PrivateAttr(default=None)
-
-    @property
-    def base_dir(self) -> Path | None:
-        return self._base_dir
-
-    def located(self, base_dir: Path | None) -> Scenario:
-        """This scenario, looking up its job module in ``base_dir`` first."""
-        self._base_dir = base_dir
-        return self
 
     # Spark clusters: encrypt the run's links with TLS (a per-run self-signed certificate) on top of
     # the handshake every link always has; for networks other hosts share. No effect on sim (no sockets)
@@ -230,15 +214,6 @@ class Scenario(Strict):
             if name not in ORACLE_NAMES:
                 raise ValueError(f"unknown check {name!r}; expected any of: {', '.join(ORACLE_NAMES)}")
         return v
-
-    @property
-    def cluster_kind(self) -> str:
-        """sim, local, docker or spark (any spark:// master)."""
-        if self.cluster.startswith("spark://"):
-            return "spark"
-        if self.cluster.startswith("local-cluster"):
-            return "local"
-        return self.cluster
 
     @model_validator(mode="after")
     def _consistency(self) -> Scenario:
@@ -319,9 +294,12 @@ def _error(err: Any) -> tuple[tuple[Any, ...], str]:
     """A pydantic error as (field path, message) in the scenario's own terms: a fault's path without
     the union branch pydantic inserts, and an unknown or missing ``kind`` named as such."""
     loc, msg = tuple(err["loc"]), err["msg"].removeprefix("Value error, ")
-    kinds = ", ".join(FAULT_KINDS)
+    kinds = ", ".join(n for n, k in FAULT_KINDS.items() if k.clusters)
     if err["type"] == "union_tag_invalid":
-        return (*loc, "kind"), f"unknown fault kind {err['ctx']['tag']!r}; expected one of: {kinds}"
+        tag = err["ctx"]["tag"]
+        if tag in FAULT_KINDS:  # a kind no runtime cluster takes
+            return (*loc, "kind"), f"fault kind {tag!r} applies to Structured Streaming queries only (engine: structured_streaming)"
+        return (*loc, "kind"), f"unknown fault kind {tag!r}; expected one of: {kinds}"
     if err["type"] == "union_tag_not_found":
         return (*loc, "kind"), f"a fault needs kind: one of {kinds}"
     tag = loc[2] if len(loc) > 2 and loc[0] == "faults" and loc[2] in FAULT_KINDS else None

@@ -12,16 +12,40 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from chaos.injectors.base import Injector, InjectorError, NotReady
 from chaos.scenario import Fault, Scenario
 from harness.controls import Emit, ExecutorControls
 from harness.events import FaultEnd, FaultStart
 
-__all__ = ["PlannedFault", "plan", "Nemesis", "NemesisPlan", "DEFAULT_RANDOM_WINDOW_MS", "FailpointAction"]
+__all__ = [
+    "PlannedFault",
+    "plan",
+    "Nemesis",
+    "NemesisPlan",
+    "DEFAULT_RANDOM_WINDOW_MS",
+    "FailpointAction",
+    "FaultEntry",
+    "FaultEvents",
+    "RuntimeFaultEvents",
+]
 
 DEFAULT_RANDOM_WINDOW_MS = 5_000
+
+
+class FaultEntry(Protocol):
+    """What the Nemesis reads of a planned fault: a scenario's fault (:data:`chaos.scenario.Fault`) or a
+    Structured Streaming query's (:class:`chaos.sss.run.SssFault`)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def target(self) -> str | int | None: ...
+
+    @property
+    def duration_ms(self) -> int | None: ...
 
 
 @dataclass
@@ -29,8 +53,8 @@ class PlannedFault:
     """One firing of one scenario fault. ``kind`` is the trigger kind; ``value`` its resolved value."""
 
     fault_id: int
-    fault: Fault
-    kind: str  # time_ms | checkpoint | records | failpoint
+    fault: Fault | FaultEntry
+    kind: str  # time_ms | checkpoint | records | failpoint | batches (a query's committed micro-batches)
     value: Any
     rng_seed: int
     fired: bool = False
@@ -87,7 +111,44 @@ class FailpointAction:
 InjectorFactory = Callable[[PlannedFault, random.Random], Injector | None]
 
 
-def _holds_tasks(f: Fault) -> bool:
+class FaultEvents(Protocol):
+    """How a Nemesis writes its faults into the run's history: the runtime's events
+    (:class:`RuntimeFaultEvents`), or a Structured Streaming query's, which name the micro-batch each
+    fault hit (``chaos.sss.run.QueryHistory``)."""
+
+    def started(self, p: PlannedFault, details: dict[str, Any], target: str | None, trigger: str) -> None:
+        """``p`` fired: its injector (``p.injector``) is about to start."""
+
+    def failed(self, p: PlannedFault, target: str | None, error: str, trigger: str) -> None:
+        """``p`` could not be injected (nothing to act on): recorded, never silently dropped."""
+
+    def ended(self, p: PlannedFault, error: str | None = None) -> None:
+        """``p`` healed (or its injector failed to start, ``error``)."""
+
+
+@dataclass(frozen=True)
+class RuntimeFaultEvents:
+    """The runtime's ``fault_start``/``fault_end``, numbered by the planned fault's id."""
+
+    emit: Emit
+
+    def started(self, p: PlannedFault, details: dict[str, Any], target: str | None, trigger: str) -> None:
+        self.emit(FaultStart(fault_id=p.fault_id, kind=p.fault.kind, target=target, trigger=trigger,
+                             details=details, holds_tasks=_holds_tasks(p.fault)))  # fmt: skip
+
+    def failed(self, p: PlannedFault, target: str | None, error: str, trigger: str) -> None:
+        self.emit(FaultStart(fault_id=p.fault_id, kind=p.fault.kind, target=target, trigger=trigger,
+                             details={"error": error}, holds_tasks=_holds_tasks(p.fault)))  # fmt: skip
+        self.emit(FaultEnd(fault_id=p.fault_id, kind=p.fault.kind, error=error))
+
+    def ended(self, p: PlannedFault, error: str | None = None) -> None:
+        if error is None:
+            self.emit(FaultEnd(fault_id=p.fault_id, kind=p.fault.kind))
+        else:
+            self.emit(FaultEnd(fault_id=p.fault_id, kind=p.fault.kind, error=error))
+
+
+def _holds_tasks(f: Fault | FaultEntry) -> bool:
     """Whether the fault's kind may keep a task from acting while it lasts (liveness reads it)."""
     from chaos.faults import FAULT_KINDS
 
@@ -118,12 +179,15 @@ class Nemesis:
     :class:`~harness.controls.FaultScheduler` an executor starts from its :class:`NemesisPlan`.
 
     ``factory(planned, rng)`` builds each planned fault's injector on the executor (None when the
-    runtime acts by itself, e.g. at a failpoint); ``emit(type, **fields)`` writes the executor's history.
+    runtime acts by itself, e.g. at a failpoint); ``emit`` writes the executor's history, in the
+    runtime's events unless ``events`` says how (a Structured Streaming query's).
     """
 
-    def __init__(self, planned: list[PlannedFault], factory: InjectorFactory, emit: Emit) -> None:
+    def __init__(self, planned: list[PlannedFault], factory: InjectorFactory, emit: Emit,
+                 events: FaultEvents | None = None) -> None:  # fmt: skip
         self.planned = planned
         self.factory, self.emit = factory, emit
+        self.events: FaultEvents = events if events is not None else RuntimeFaultEvents(emit)
         self.records = 0
         self.last_checkpoint = 0
         self.now_ms = 0
@@ -174,59 +238,59 @@ class Nemesis:
 
     # ---------------------------------------------------------------- firing and healing
 
-    def _fire(self, p: PlannedFault, target_override: str | None = None) -> None:
+    def fire(self, p: PlannedFault, trigger: str | None = None) -> bool:
+        """Fire ``p`` now, as its placement decided (a query's run loop: once its micro-batches have
+        committed, inside a batch's sink window, on an idle query); ``trigger`` says what placed it.
+        False when its target is not ready (nothing to act on yet, or gone before the injector
+        started): it stays planned, for the caller to place again later."""
+        return self._fire(p, trigger=trigger, retry_on_tick=False)
+
+    def _fire(self, p: PlannedFault, target_override: str | None = None, trigger: str | None = None,
+              retry_on_tick: bool = True) -> bool:  # fmt: skip
         rng = random.Random(p.rng_seed)
+        trigger = trigger or f"{p.kind}={p.value}"
         try:
             injector = self.factory(p, rng)
         except NotReady as e:  # the target is not there yet: try again on the next tick
-            p.due_at = self.now_ms + 1
+            if retry_on_tick:
+                p.due_at = self.now_ms + 1
             p.not_ready = str(e)
-            return
+            return False
         except InjectorError as e:  # nothing to act on (target gone, refused)
             p.fired, p.fired_at = True, self.now_ms
-            self._failed(p, target_override, str(e))
-            return
+            self._failed(p, target_override, str(e), trigger)
+            return True
         p.fired, p.fired_at = True, self.now_ms
         p.injector = injector
         details = injector.describe() if injector else {}
         target = details.get("target") or target_override or p.fault.target
-        self.emit(
-            FaultStart(
-                fault_id=p.fault_id,
-                kind=p.fault.kind,
-                target=None if target is None else str(target),
-                trigger=f"{p.kind}={p.value}",
-                details=details,
-                holds_tasks=_holds_tasks(p.fault),
-            )
-        )
+        self.events.started(p, details, None if target is None else str(target), trigger)
         if injector is not None:
             try:
                 injector.start()
             except InjectorError as e:
+                if isinstance(e, NotReady) and not retry_on_tick:  # gone meanwhile: placed again later
+                    p.fired, p.fired_at, p.injector, p.not_ready = False, None, None, str(e)
+                    return False
                 p.healed = True
-                self.emit(FaultEnd(fault_id=p.fault_id, kind=p.fault.kind, error=str(e)))
-                return
+                self.events.ended(p, str(e))
+                return True
         # instant faults (a kill, a crash, a damaged file) end as they start; the others last for
         # duration_ms, or until the run ends
         if injector is None or injector.instant:
             self._heal(p)
+        return True
 
-    def _failed(self, p: PlannedFault, target: str | None, error: str) -> None:
+    def _failed(self, p: PlannedFault, target: str | None, error: str, trigger: str | None = None) -> None:
         """A fault that could not be injected is recorded (Jepsen's :info), never silently dropped."""
         p.healed = True
         tgt = target or p.fault.target
-        self.emit(
-            FaultStart(
-                fault_id=p.fault_id,
-                kind=p.fault.kind,
-                target=None if tgt is None else str(tgt),
-                trigger=f"{p.kind}={p.value}",
-                details={"error": error},
-                holds_tasks=_holds_tasks(p.fault),
-            )
-        )
-        self.emit(FaultEnd(fault_id=p.fault_id, kind=p.fault.kind, error=error))
+        self.events.failed(p, None if tgt is None else str(tgt), error, trigger or f"{p.kind}={p.value}")
+
+    def skip(self, p: PlannedFault, why: str, trigger: str = "") -> None:
+        """``p`` will not fire (its run ended before its placement came): recorded as a failure."""
+        p.fired, p.fired_at = True, self.now_ms
+        self._failed(p, None, why, trigger)
 
     def _heal(self, p: PlannedFault) -> None:
         if p.healed:
@@ -234,7 +298,7 @@ class Nemesis:
         p.healed = True
         if p.injector is not None:
             p.injector.stop()
-        self.emit(FaultEnd(fault_id=p.fault_id, kind=p.fault.kind))
+        self.events.ended(p)
 
     def _heal_due(self) -> None:
         for p in self.planned:

@@ -597,31 +597,36 @@ class BatchCommitted(Event):
 @event("fault_armed")
 class FaultArmed(Event):
     """A fault delivered later by the query's own code: a Python worker kill armed for the next
-    processor call (``process``), or a kill inside the sink window of a batch (``at``)."""
+    processor call (``process``), or a kill inside the sink window of a batch (``at``); ``fault_id``:
+    the planned fault's (``run_start``'s plan)."""
 
     kind: str
     batch: int
     trigger: str
     process: str = ABSENT
     at: str = ABSENT
+    fault_id: int = ABSENT
 
 
 @event("fault_skipped")
 class FaultSkipped(Event):
-    """A planned fault that could not strike (``why``): the fault schedule fails on it."""
+    """A planned fault (``fault_id``) that could not strike (``why``): the fault schedule fails on it."""
 
     kind: str
     batch: int | None
     why: str
+    fault_id: int = ABSENT
 
 
 @event("fault_deferred")
 class FaultDeferred(Event):
-    """A damage fault found nothing to damage yet; it strikes after a later batch instead."""
+    """A damage fault found nothing to damage after all; it strikes after a later batch instead (the
+    fault schedule fails on it unless a later ``fault_start`` of ``fault_id`` follows)."""
 
     kind: str
     batch: int
     why: str
+    fault_id: int = ABSENT
 
 
 @event("time_limit")

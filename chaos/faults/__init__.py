@@ -10,10 +10,12 @@ from collections.abc import Callable
 from typing import Any
 
 from chaos.faults import (  # noqa: F401  (each module registers its kind on import)
+    checkpoint_damage,
     clock_skew,
     crash_task,
     delay_barrier,
     failpoint,
+    kill_driver,
     kill_executor,
     kill_python_worker,
     network,

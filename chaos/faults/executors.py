@@ -90,11 +90,12 @@ def sss_executor_signal(signal: str) -> SssInjectorFactory:
     executor JVMs: a local one (local-cluster, through the run's blast-radius scope), or one inside a
     worker container of the run's docker stack."""
 
-    def sss_injector(kind: str, on: SssTarget, rng: random.Random) -> Injector:
+    def sss_injector(f: Any, on: SssTarget, rng: random.Random) -> Injector:
+        kind = f.kind
         if on.docker is None:
             from chaos.injectors.process import KillProcess, PauseProcess
 
-            pids = on.executor_pids()
+            pids = on.query.executor_pids()
             if not pids:
                 raise InjectorError("no executor running")
             return (KillProcess if signal == "KILL" else PauseProcess)(on.scope, rng.choice(pids), "executor", kind)

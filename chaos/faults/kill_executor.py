@@ -16,7 +16,7 @@ from chaos.faults.executors import (
     spark_of,
     sss_executor_signal,
 )
-from chaos.faults.registry import SPARK_CLUSTERS, FaultKind, FaultTarget, register
+from chaos.faults.registry import SPARK_CLUSTERS, FaultKind, FaultTarget, SssFacts, register
 from chaos.injectors.base import Injector
 from chaos.injectors.process import KillProcess
 
@@ -37,6 +37,6 @@ def injector(f: KillExecutorFault, on: FaultTarget, rng: random.Random, fault_id
 register(
     FaultKind(
         KillExecutorFault, SPARK_CLUSTERS, injector, targets="executor", deliveries=("inband", "out_of_band"),
-        sss_clusters=("local", "docker"), sss_injector=sss_executor_signal("KILL"),
+        sss=SssFacts(("local", "docker"), sss_executor_signal("KILL"), options=("at",)),
     )
 )  # fmt: skip

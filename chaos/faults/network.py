@@ -8,13 +8,13 @@ elsewhere. Spark clusters (the simulator has no sockets)."""
 from __future__ import annotations
 
 import random
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
 from chaos.errors import EnvironmentProblem
 from chaos.faults.params import FaultParams
-from chaos.faults.registry import SPARK_CLUSTERS, FaultKind, FaultTarget, SssTarget, register
+from chaos.faults.registry import SPARK_CLUSTERS, FaultKind, FaultTarget, SssFacts, SssTarget, register
 from chaos.injectors.base import Injector, InjectorError, NotReady
 from chaos.injectors.inband_network import InbandCut, InbandToxic
 from chaos.injectors.network import DisableLink, ToxicFault
@@ -129,18 +129,26 @@ def injector(f: NetworkFault, on: FaultTarget, rng: random.Random, fault_id: int
     )
 
 
-def sss_injector(kind: str, on: SssTarget, rng: random.Random) -> Injector:
+def sss_injector(f: Any, on: SssTarget, rng: random.Random) -> Injector:
     """On a Structured Streaming query: a toxic (or ``disable``) on the driver's proxied link."""
     if on.link is None:
         raise InjectorError("network faults need the driver's proxies: cluster docker")
-    if on.toxic == "disable":
+    if f.toxic == "disable":
         return DisableLink(on.link.proxies)
-    return ToxicFault(on.link.proxies, on.toxic, on.attributes, on.stream, 1.0, on.scope.run_id)
+    return ToxicFault(on.link.proxies, f.toxic, dict(f.attributes), f.stream, 1.0, on.scope.run_id)
+
+
+def sss_check(f: Any) -> tuple[str, str] | None:
+    """A query's network fault names its toxic (the query's entries have no ``toxic`` default)."""
+    if f.toxic not in TOXICS:
+        return "toxic", f"a network fault needs toxic: one of {', '.join(TOXICS)}"
+    return None
 
 
 register(
     FaultKind(
         NetworkFault, SPARK_CLUSTERS, injector, targets="channel", deliveries=("inband", "out_of_band"),
-        sss_clusters=("docker",), sss_injector=sss_injector,
+        sss=SssFacts(("docker",), sss_injector, options=("toxic", "attributes", "stream"), check=sss_check,
+                     link=True),
     )
 )  # fmt: skip

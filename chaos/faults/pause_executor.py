@@ -18,7 +18,7 @@ from chaos.faults.executors import (
     spark_of,
     sss_executor_signal,
 )
-from chaos.faults.registry import SPARK_CLUSTERS, FaultKind, FaultTarget, register
+from chaos.faults.registry import SPARK_CLUSTERS, FaultKind, FaultTarget, SssFacts, register
 from chaos.injectors.base import Injector
 from chaos.injectors.process import PauseProcess
 
@@ -45,6 +45,6 @@ def injector(f: PauseExecutorFault, on: FaultTarget, rng: random.Random, fault_i
 register(
     FaultKind(
         PauseExecutorFault, SPARK_CLUSTERS, injector, targets="executor", deliveries=("inband", "out_of_band"),
-        sss_clusters=("local", "docker"), sss_injector=sss_executor_signal("STOP"),
+        sss=SssFacts(("local", "docker"), sss_executor_signal("STOP")),
     )
 )  # fmt: skip

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
 from chaos.faults.params import FaultParams
@@ -31,6 +32,9 @@ __all__ = [
     "FaultKind",
     "FaultTarget",
     "SssTarget",
+    "SssFacts",
+    "QueryControls",
+    "runtime_none",
     "kinds_where",
     "Targets",
     "register",
@@ -68,19 +72,43 @@ class FaultTarget:
     cluster_kind: str = "sim"  # the scenario's cluster kind (sim, local, spark, docker): default deliveries
 
 
+class QueryControls(Protocol):
+    """What a fault acts through on a Structured Streaming query's run (``chaos.sss.run``): its driver,
+    its local executors, and the history of a fault made of several acts (a checkpoint damaged
+    while the driver is down)."""
+
+    def kill_driver(self) -> None: ...
+
+    def restart_driver(self) -> None:
+        """A new driver from the checkpoint location, once it runs its query."""
+
+    def executor_pids(self) -> list[int]: ...
+
+    def part(self, inj: Injector, **extra: Any) -> None:
+        """``inj`` acted as part of the fault now striking: its own ``fault_start``, with ``extra``."""
+
+    def deferred(self, kind: str, why: str) -> None:
+        """The fault found nothing to act on after all: a ``fault_deferred``; it strikes after a later batch."""
+
+    def confirmed(self, kind: str, target: str, trigger: str, **extra: Any) -> None:
+        """An armed fault the query's own code struck (``fault_start``, at the batch it was armed for)."""
+
+    def skipped(self, kind: str, why: str, armed_batch: bool = True) -> None:
+        """An armed fault that did not strike (``fault_skipped``): at the batch it was armed for, or the next one."""
+
+
 @dataclass(frozen=True)
 class SssTarget:
     """What a fault acts on in a Structured Streaming run: its docker stack (None elsewhere), the
-    driver's proxied link (None without network faults), the local executors' processes, and a
-    network fault's toxic."""
+    driver's proxied link (None without network faults), the blast-radius scope, the run directory
+    and checkpoint location, and the query's driver and executors."""
 
     docker: Any  # chaos.cluster.docker_spark.DockerSparkCluster
     link: Any  # chaos.sss.driver_link.DriverLink
     scope: RunScope
-    executor_pids: Callable[[], list[int]] = list  # the query's local executor JVMs (local-cluster)
-    toxic: str = ""
-    attributes: dict[str, Any] = field(default_factory=dict)
-    stream: str = "downstream"
+    query: QueryControls
+    run_dir: Path
+    checkpoint: Path
 
 
 # (the fault, what it acts on, the schedule's random source, the fault's id in the run) -> its injector;
@@ -89,8 +117,29 @@ InjectorFactory = Callable[[Any, FaultTarget, random.Random, int], Injector | No
 # explore's search space (chaos.explore.SearchSpace: checkpoints, records, tasks) -> a Hypothesis
 # strategy of fault entries (dicts as a scenario's ``faults`` holds them)
 ExploreStrategy = Callable[[Any], Any]
-# (the kind's name, a Structured Streaming run's target, a random source) -> its injector there
-SssInjectorFactory = Callable[[str, SssTarget, random.Random], Injector]
+# (the query's fault, chaos.sss.run.SssFault: kind, after_batches, its options; a Structured Streaming
+# run's target; a random source) -> its injector there; NotReady: nothing to act on yet (a later batch)
+SssInjectorFactory = Callable[[Any, SssTarget, random.Random], Injector]
+
+
+@dataclass(frozen=True)
+class SssFacts:
+    """Where and how a kind applies to a Structured Streaming query: the clusters, its injector there
+    (delivered by the same :class:`chaos.schedule.Nemesis` as the runtime's, once ``after_batches``
+    micro-batches have committed), and the query fault entry's own fields it takes besides ``kind``,
+    ``after_batches`` and ``duration`` (``at``: inside a batch's sink window; ``process``; ``toxic``...).
+    ``check`` names a problem with an entry of this kind: (field, message), or None.
+    ``link``: it acts on the driver's proxied link, which the run then sets up. A kind the query's own
+    code strikes once armed gives its driver's ``settings`` (from the run directory) and ``watch``es
+    for it to strike: the run loop calls it every tick, and once more at the end (``final``)."""
+
+    clusters: tuple[str, ...]
+    injector: SssInjectorFactory
+    options: tuple[str, ...] = ()
+    check: Callable[[Any], tuple[str, str] | None] | None = None
+    link: bool = False
+    settings: Callable[[Path], dict[str, Any]] | None = None
+    watch: Callable[[str, SssTarget, bool], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -106,10 +155,8 @@ class FaultKind:
     # how it reaches its target: the runtime (``runtime``), this host's signal or the Docker API
     # (``out_of_band``), the job's own task on the target's host (``inband``); see chaos.faults.delivery
     deliveries: tuple[str, ...] = ("runtime",)
-    # the Structured Streaming clusters it applies to, and its injector on a query's docker cluster (None:
-    # the query's run loop strikes it by itself, e.g. a Python worker kill armed in band)
-    sss_clusters: tuple[str, ...] = ()
-    sss_injector: SssInjectorFactory | None = None
+    # where it applies to a Structured Streaming query, and how (None: it does not)
+    sss: SssFacts | None = None
 
     @property
     def name(self) -> str:
@@ -117,6 +164,14 @@ class FaultKind:
 
 
 FAULT_KINDS: dict[str, FaultKind] = {}
+
+
+def runtime_none(f: Any, on: FaultTarget, rng: random.Random, fault_id: int) -> Injector | None:
+    """The runtime injector of a kind that applies to Structured Streaming queries only (its ``clusters``
+    is empty, so no runtime scenario takes it)."""
+    from chaos.injectors.base import InjectorError
+
+    raise InjectorError(f"{f.kind} applies to Structured Streaming queries only")
 
 
 def register(kind: FaultKind) -> None:

@@ -21,7 +21,7 @@ from pydantic import create_model, model_validator
 
 from chaos.faults.executors import docker_of, sss_worker_container, worker_container
 from chaos.faults.params import FaultParams
-from chaos.faults.registry import DOCKER, FaultKind, FaultTarget, SssTarget, register
+from chaos.faults.registry import DOCKER, FaultKind, FaultTarget, SssFacts, SssTarget, register
 from chaos.injectors.base import Injector, InjectorError
 from chaos.injectors.containers import ContainerFault, PartitionContainer
 from chaos.scope import RunScope
@@ -76,9 +76,8 @@ def injector(f: FaultParams, on: FaultTarget, rng: random.Random, fault_id: int)
     return _container_fault(f.kind, on.scope, container, f.duration_ms is not None, network)
 
 
-def sss_injector(kind: str, on: SssTarget, rng: random.Random) -> Injector:
-    from chaos.injectors.base import InjectorError
-
+def sss_injector(f: Any, on: SssTarget, rng: random.Random) -> Injector:
+    kind = f.kind
     if on.docker is None:
         raise InjectorError(f"{kind} needs cluster docker")
     container = sss_worker_container(kind, on.docker, rng)
@@ -96,6 +95,6 @@ for _name, _w in WORKER_KINDS.items():
     register(
         FaultKind(
             _params, DOCKER, injector, targets="worker", deliveries=("out_of_band",),
-            sss_clusters=DOCKER if _w.sss else (), sss_injector=sss_injector if _w.sss else None,
+            sss=SssFacts(DOCKER, sss_injector) if _w.sss else None,
         )
     )  # fmt: skip

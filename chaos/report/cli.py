@@ -324,7 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.set_defaults(fn=_cmd_bench)
 
-    from chaos.sss.cli import add_sss_parser  # Structured Streaming queries under chaos
+    from chaos.report.sss_cli import add_sss_parser  # Structured Streaming queries under chaos
 
     add_sss_parser(sub)
     return p

@@ -19,22 +19,23 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import dataclasses
 import importlib.metadata
-import itertools
 import json
 import random
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chaos.faults import FAULT_KINDS
+from chaos.faults.registry import SssFacts, SssTarget
 from chaos.injectors.base import Injector, InjectorError
+from chaos.schedule import Nemesis, PlannedFault
 from chaos.scope import RunScope
-from chaos.sss.cluster_faults import CLUSTER_FAULTS, cluster_injector
-from chaos.sss.damage import DAMAGE_CLASSES, damage_injectors, damage_targets
 from chaos.sss.driver_process import DriverProcess
+from harness.engines import STRUCTURED_STREAMING as ENGINE
 from harness.events import (
     BatchCommitted,
     BatchPlanned,
@@ -48,9 +49,11 @@ from harness.events import (
     FaultSkipped,
     FaultStart,
     JobRestart,
+    RunStart,
     TimeLimit,
 )
 from harness.history import HistoryWriter
+from harness.oracles.fault_schedule import planned_fault
 from harness.progress import ProgressWatch
 from harness.run_store import RunStore
 from harness.spark.cluster import SparkEnvironmentError
@@ -60,7 +63,6 @@ from harness.sss.errors import spark_error_gist
 from harness.sss.oracles import SssCheck, check_run
 from harness.sss.outcome import SssOutcome
 from harness.sss.pyspark_env import PysparkEnvError, check_java_for, ensure_env
-from harness.sss.python_faults import ARMED, arm, fired
 from harness.sss.query import QuerySpec
 from harness.sss.query_run import EXIT_NO_SPARK, transient
 from harness.sss.sink import ARMED as SINK_ARMED
@@ -69,16 +71,14 @@ from harness.sss.sink import arm_sink, sink_hit
 from harness.sss.spec import DEFAULT_MASTER, SssSpec
 from harness.sss.user_error import raised_in_spark
 
-__all__ = ["SssFault", "SssRun", "SssOutcome", "run_sss", "PYTHON_WORKER"]
-
-PYTHON_WORKER = "kill_python_worker"
+__all__ = ["SssFault", "SssRun", "SssOutcome", "run_sss", "planned_faults", "sss_facts"]
 
 
 @dataclass(frozen=True)
 class SssFault:
     """``kind``: ``kill_executor``, ``pause_executor`` (SIGSTOP for ``seconds``, then SIGCONT),
     ``kill_driver`` (then restart from the checkpoint), or a damage class of
-    :data:`chaos.sss.damage.DAMAGE_CLASSES` (driver killed, checkpoint damaged, restart); on docker
+    :data:`chaos.faults.checkpoint_damage.DAMAGE_CLASSES` (driver killed, checkpoint damaged, restart); on docker
     also ``kill_worker`` (the container stays dead), ``stop_worker``, ``pause_worker`` and
     ``partition_worker`` (undone after ``seconds``), and ``network``: ``toxic`` (a Toxiproxy toxic
     or ``disable``) on the driver<->executor link for ``seconds``.
@@ -94,6 +94,32 @@ class SssFault:
     stream: str = "downstream"
     process: str = "worker"  # kill_python_worker: the task's Python ``worker`` or its ``daemon``
     at: str = ""  # kill_driver/kill_executor: during_sink_write or after_sink_write (harness.sss.sink)
+
+    # what the Nemesis reads of a planned fault (chaos.schedule.FaultEntry)
+    @property
+    def target(self) -> str | None:
+        return None  # the kind's injector picks one (an executor, a worker, the driver)
+
+    @property
+    def duration_ms(self) -> int:
+        return int(self.seconds * 1000)
+
+
+def sss_facts(kind: str) -> SssFacts:
+    """How fault kind ``kind`` applies to a query (:mod:`chaos.faults`); ValueError when it does not."""
+    k = FAULT_KINDS.get(kind)
+    if k is None or k.sss is None:
+        raise ValueError(f"fault kind {kind!r} does not apply to a Structured Streaming query")
+    return k.sss
+
+
+def planned_faults(faults: list[SssFault], seed: int) -> list[PlannedFault]:
+    """The query's faults as the Nemesis plans them, in the order they strike: each once
+    ``after_batches`` micro-batches have committed (trigger kind ``batches``), with a random source of
+    its own from the seed."""
+    rng = random.Random(f"statechaos-schedule-{seed}")
+    ordered = sorted(faults, key=lambda f: f.after_batches)
+    return [PlannedFault(i + 1, f, "batches", f.after_batches, rng.getrandbits(32)) for i, f in enumerate(ordered)]
 
 
 @dataclass
@@ -122,13 +148,16 @@ class QueryHistory:
     is a progress signal, so a stall names what stopped (a batch planned or committed, a fault, a
     driver start)."""
 
-    def __init__(self, writer: HistoryWriter, watch: ProgressWatch) -> None:
+    def __init__(self, writer: HistoryWriter, watch: ProgressWatch, next_batch: Callable[[], int]) -> None:
         self.events: list[Event] = []
         self._writer = writer
         self._watch = watch
+        self._next_batch = next_batch
         self._counts: collections.Counter[str] = collections.Counter()
-        self._ids = itertools.count()
         self._open: dict[int, int] = {}  # id(injector) -> fault_id of its fault_start
+        self.batch: int | None = None  # the batch a fault strikes inside (a sink window), else the next one
+        self._striking: tuple[int, str, int] = (0, "", 0)  # the batch, trigger and id of the fault now striking
+        self._armed: dict[str, list[tuple[int, int]]] = {}  # kind -> (fault_id, batch) armed, not yet struck
 
     def __call__(self, ev: Event) -> None:
         self.events.append(ev)
@@ -138,18 +167,93 @@ class QueryHistory:
         self._watch.observe(**{ev.TAG: self._counts[ev.TAG]})
 
     def fault_start(self, inj: Injector | None, batch: int | None, trigger: str, described: dict[str, Any],
-                    **extra: Any) -> None:  # fmt: skip
-        """``described``: the injector's kind, target and parameters (kept at the top level of the event)."""
+                    fault_id: int, **extra: Any) -> None:  # fmt: skip
+        """``described``: the injector's kind, target and parameters (kept at the top level of the event);
+        ``fault_id``: the planned fault's (run_start's plan), which each act of the fault carries."""
         d = dict(described)
-        fid = next(self._ids)
         if inj is not None and not inj.instant:
-            self._open[id(inj)] = fid
-        self(FaultStart(fault_id=fid, kind=d.pop("kind"), target=d.pop("target", None), trigger=trigger,
+            self._open[id(inj)] = fault_id
+        self(FaultStart(fault_id=fault_id, kind=d.pop("kind"), target=d.pop("target", None), trigger=trigger,
                         details=d.pop("details", {}), extra={"batch": batch, **d, **extra}))  # fmt: skip
 
     def fault_end(self, inj: Injector, batch: int) -> None:
         d = inj.describe()
         self(FaultEnd(fault_id=self._open.pop(id(inj), None), kind=d.pop("kind"), extra={"batch": batch, **d}))
+
+    # ---- the Nemesis' faults (chaos.schedule.FaultEvents), named by the micro-batch they hit
+    def _batch(self) -> int:
+        return self.batch if self.batch is not None else self._next_batch()
+
+    def started(self, p: PlannedFault, details: dict[str, Any], target: str | None, trigger: str) -> None:
+        self._striking = (self._batch(), trigger, p.fault_id)
+        if getattr(p.injector, "armed", False):  # struck later by the query's own code: armed now
+            opts = {k: v for k, v in details.items() if k in ("process", "at")}
+            self._armed.setdefault(p.fault.kind, []).append((p.fault_id, self._striking[0]))
+            self(FaultArmed(kind=p.fault.kind, batch=self._striking[0], trigger=trigger, fault_id=p.fault_id, **opts))
+            return
+        self.fault_start(p.injector, self._striking[0], trigger, details, p.fault_id)
+
+    def failed(self, p: PlannedFault, target: str | None, error: str, trigger: str) -> None:
+        self(FaultSkipped(kind=p.fault.kind, batch=self._batch(), why=error, fault_id=p.fault_id))
+
+    def ended(self, p: PlannedFault, error: str | None = None) -> None:
+        if error is not None:
+            self(FaultSkipped(kind=p.fault.kind, batch=self._batch(), why=f"its injector failed to start: {error}",
+                              fault_id=p.fault_id))  # fmt: skip
+        elif p.injector is not None and not p.injector.instant:
+            self.fault_end(p.injector, self._batch())
+
+    def part(self, inj: Injector, **extra: Any) -> None:
+        batch, trigger, fid = self._striking
+        self.fault_start(inj, batch, trigger, inj.describe(), fid, **extra)
+
+    def deferred(self, kind: str, why: str) -> None:
+        self(FaultDeferred(kind=kind, batch=self._striking[0], why=why, fault_id=self._striking[2]))
+
+    def _take_armed(self, kind: str) -> tuple[int, int | None]:
+        """The oldest armed fault of ``kind`` not yet struck: (its fault id, the batch it was armed for)."""
+        queue = self._armed.get(kind)
+        return queue.pop(0) if queue else (-1, None)
+
+    def confirmed(self, kind: str, target: str, trigger: str, **extra: Any) -> None:
+        fid, batch = self._take_armed(kind)
+        self.fault_start(None, batch, trigger, {"kind": kind, "target": target}, fid, **extra)
+
+    def skipped(self, kind: str, why: str, armed_batch: bool = True) -> None:
+        fid, batch = self._take_armed(kind)
+        self(FaultSkipped(kind=kind, batch=batch if armed_batch else self._next_batch(), why=why, fault_id=fid))
+
+
+class _Query:
+    """The query's driver and executors as faults act through them (:class:`chaos.faults.registry.QueryControls`)."""
+
+    def __init__(self, start: Callable[[], DriverProcess | None], history: QueryHistory) -> None:
+        self.driver: DriverProcess | None = None
+        self.restarts = 0
+        self._start, self._history = start, history
+
+    def kill_driver(self) -> None:
+        if self.driver is not None:
+            self.driver.kill()
+
+    def restart_driver(self) -> None:
+        self.restarts += 1
+        self.driver = self._start()
+
+    def executor_pids(self) -> list[int]:
+        return self.driver.executor_pids() if self.driver is not None else []
+
+    def part(self, inj: Injector, **extra: Any) -> None:
+        self._history.part(inj, **extra)
+
+    def deferred(self, kind: str, why: str) -> None:
+        self._history.deferred(kind, why)
+
+    def confirmed(self, kind: str, target: str, trigger: str, **extra: Any) -> None:
+        self._history.confirmed(kind, target, trigger, **extra)
+
+    def skipped(self, kind: str, why: str, armed_batch: bool = True) -> None:
+        self._history.skipped(kind, why, armed_batch)
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
@@ -195,9 +299,9 @@ def run_sss(run: SssRun) -> SssOutcome:
 
             docker = stack.enter_context(docker_cluster_for(run.workdir, slots=2))
         link = None
-        if any(f.kind == "network" for f in run.faults):
+        if linked := [f.kind for f in run.faults if sss_facts(f.kind).link]:
             if docker is None:
-                raise InjectorError("network faults on a Structured Streaming query need cluster docker "
+                raise InjectorError(f"{linked[0]} faults on a Structured Streaming query need cluster docker "
                                     "(docs/structured-streaming.md: what a toxic can reach)")  # fmt: skip
             from chaos.sss.driver_link import DriverLink
 
@@ -223,22 +327,18 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
     RunStore(w).query_settings.write_text(json.dumps({what: json.loads(run.spec.to_json()), "master": master,
                                             "cluster_kwargs": kwargs, "trigger_ms": run.trigger_ms,
                                             "state_every_batch": run.differential, "sink": run.sink,
-                                            "python_fault_file": str(w / ARMED) if any(
-                                                f.kind == PYTHON_WORKER for f in run.faults) else None}))  # fmt: skip
+                                            "python_fault_file": None, **_driver_settings(run)}))  # fmt: skip
     t0 = time.monotonic()
     history = HistoryWriter(RunStore(w).history, clock=lambda: int((time.monotonic() - t0) * 1000))
     failures: list[str] = []
     raised = Raised(run.spec.builder if isinstance(run.spec, QuerySpec) else run.spec.processor)
-    rng = random.Random(run.seed)
     checkpoint = RunStore(w).query_checkpoint
-    driver: DriverProcess | None = None
-    scope = RunScope(f"sss-{w.name}", pids=lambda: driver.executor_pids() if driver else [], paths=[checkpoint],
-                     compose_project=docker.stack.project if docker else None)  # fmt: skip
 
     # the run is stuck when no event (a batch planned or committed, a fault, a driver start) came for
     # the stall bound: each event type's count is a progress signal, so the stall names what stopped
     watch = ProgressWatch(run.stall_s)
-    emit = QueryHistory(history, watch)
+    emit = QueryHistory(history, watch, lambda: _next_batch(checkpoint))
+    planned = planned_faults(run.faults, run.seed)
 
     def start() -> DriverProcess | None:
         n = (
@@ -276,19 +376,55 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
         return run.time_limit_s is not None and time.monotonic() - t0 > run.time_limit_s
 
     stalled: list[str] = []
-    sink_armed: list[SssFault] = []  # armed in the sink's wrapper, not yet reached
+    query = _Query(start, emit)
+    scope = RunScope(f"sss-{w.name}", pids=query.executor_pids, paths=[checkpoint],
+                     compose_project=docker.stack.project if docker else None)  # fmt: skip
+    # every fault is its kind's injector (chaos.faults: its ``sss`` facts) on the run's target, fired and
+    # healed by the Nemesis; this loop places them: once ``after_batches`` batches committed, inside
+    # a batch's sink window (``at``), or on the idle query at the end
+    target = SssTarget(docker, link, scope, query, w, checkpoint)
+    nemesis = Nemesis(planned, lambda p, rng: sss_facts(p.fault.kind).injector(p.fault, target, rng), emit,
+                      events=emit)  # fmt: skip
+
+    def now_ms() -> int:
+        return int((time.monotonic() - t0) * 1000)
+
+    # the plan, as the runtime records it: the fault_schedule oracle judges the history against it
+    emit(RunStart(job=run.spec.builder if isinstance(run.spec, QuerySpec) else run.spec.processor,
+                  executor=ENGINE, seed=run.seed, parallelism={}, max_parallelism=0,
+                  config={"master": master, "trigger_ms": run.trigger_ms},
+                  plan={"faults": [planned_fault(p.fault_id, p.fault.kind, p.trigger) for p in planned],
+                        "rescales": 0}))  # fmt: skip
+
+    def fire(p: PlannedFault, trigger: str, batch: int | None = None) -> tuple[bool, bool]:
+        """Fire ``p``: (whether it struck, whether it restarted the driver to do so)."""
+        restarts, emit.batch = query.restarts, batch
+        try:
+            nemesis.on_time(now_ms())
+            return nemesis.fire(p, trigger), query.restarts != restarts
+        finally:
+            emit.batch = None
+
+    # the kinds the query's own code strikes once armed (a Python worker kill): each watches for it
+    watched = [(k, w_) for k in dict.fromkeys(f.kind for f in run.faults) if (w_ := sss_facts(k).watch) is not None]
+
+    def watch_armed(final: bool) -> None:
+        for kind, watch_kind in watched:
+            watch_kind(kind, target, final)
+
+    sink_armed: list[PlannedFault] = []  # armed in the sink's wrapper, not yet reached
     # with no timers, Spark runs no batch without input: there is no tail to wait for
     # a builder's query may hold event-time state: its tail (and the idle end below) closes windows
     tail_ms = run.tail_ms if isinstance(run.spec, QuerySpec) or run.spec.timers_on else 0
-    pending = sorted(run.faults, key=lambda f: f.after_batches)
-    heals: list[tuple[float, Injector]] = []  # (when, paused injector to resume)
+    # (after how many committed batches, the fault): a deferred fault is placed after a later batch
+    pending: list[tuple[int, PlannedFault]] = [(p.value, p) for p in planned]
     written = 0
     stuck = False
     seen: tuple[int, int] = (-1, -1)  # the newest planned and committed batch already in the history
     last_change = time.monotonic()  # when ``seen`` last moved
     try:
-        driver = start()
-        while driver is not None:
+        query.driver = start()
+        while (driver := query.driver) is not None:
             done = committed_batches(checkpoint)
             before, seen = seen, _progress(checkpoint, seen, emit)
             if seen != before:
@@ -297,62 +433,53 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
                 failures.append(_failure(w, f"driver exited {driver.proc.returncode} during the run", raised))
                 emit(DriverFailed(returncode=driver.proc.returncode, next_batch=_next_batch(checkpoint)))
                 driver.kill()
-                driver = None
+                query.driver = None
                 break
             consumed = _consumed(checkpoint, run.spec)
             # a due fault strikes before the next batch gets input, so batch ``after_batches`` runs
             # under it however fast the machine finished the ones before (``seen[0]``: newest planned)
-            held = bool(pending) and seen[0] + 1 >= pending[0].after_batches
+            held = bool(pending) and seen[0] + 1 >= pending[0][0]
             if not held and written < len(run.inputs) and consumed >= written:
                 _write_input(w, run.spec, written, run.inputs[written])
                 written += 1
-            if pending and pending[0].at and len(done) >= pending[0].after_batches:
-                fault = pending.pop(0)  # placed by the sink's wrapper in the batch that reads the next file
-                arm_sink(w, fault.at, written)  # the batch that reads the next file (held until now)
-                sink_armed.append(fault)
-                emit(FaultArmed(kind=fault.kind, at=fault.at, batch=_next_batch(checkpoint),
-                                trigger=f"{fault.after_batches} batches committed"))  # fmt: skip
+            if pending and _sink_window(pending[0][1]) and len(done) >= pending[0][0]:
+                after, p = pending.pop(0)  # placed by the sink's wrapper in the batch that reads the next file
+                arm_sink(w, _sink_window(p), written)  # the batch that reads the next file (held until now)
+                sink_armed.append(p)
+                emit(FaultArmed(kind=p.fault.kind, at=_sink_window(p), batch=_next_batch(checkpoint),
+                                trigger=f"{after} batches committed", fault_id=p.fault_id))  # fmt: skip
                 continue
             if sink_armed and (hit := sink_hit(w)) is not None:
-                fault = dataclasses.replace(sink_armed.pop(0), at="")
-                trigger = f"{hit[1]} of batch {hit[0]}"
-                if fault.kind == "kill_driver":
-                    driver, _ = _restart(fault, driver, checkpoint, scope, rng, emit, start, hit[0], trigger)
-                else:
-                    driver, _ = _inject(fault, driver, checkpoint, scope, rng, emit, start, heals, docker, link,
-                                        trigger=trigger)  # fmt: skip
+                _, restarted = fire(sink_armed.pop(0), f"{hit[1]} of batch {hit[0]}", batch=hit[0])
+                if not restarted:  # the driver lives on: its sink goes on writing
                     (w / SINK_RELEASE).write_text("")
                 continue
-            if pending and len(done) >= pending[0].after_batches and _can_strike(pending[0], checkpoint):
-                fault = pending.pop(0)
-                driver, struck = _inject(
-                    fault, driver, checkpoint, scope, rng, emit, start, heals, docker, link
-                )
-                if not struck:  # the file it needed went away meanwhile (a snapshot was uploaded): later
-                    pending.insert(0, dataclasses.replace(fault, after_batches=len(done) + 1))
-                continue
+            if pending and len(done) >= pending[0][0]:
+                after, p = pending[0]
+                struck, restarted = fire(p, f"{after} batches committed")
+                if struck:
+                    pending.pop(0)
+                    continue
+                if restarted:  # what it needed went away meanwhile (a snapshot was uploaded): later
+                    pending[0] = (len(done) + 1, p)
+                    continue
+                # nothing to act on yet (no file a restart would read): it waits, and holds the input
             if pending and written == len(run.inputs) and _finished(checkpoint, written, tail_ms):
-                if pending[0].at:
-                    emit(FaultSkipped(kind=pending[0].kind, batch=_next_batch(checkpoint),
-                                      why=f"no batch reached the sink after {pending[0].after_batches} batches committed"))  # fmt: skip
-                    pending.pop(0)
-                elif pending[0].kind in DAMAGE_CLASSES:
-                    emit(FaultSkipped(kind=pending[0].kind, batch=_next_batch(checkpoint),
-                                      why="no file a restart would read was ever there to damage"))  # fmt: skip
-                    pending.pop(0)
-                else:  # every input committed, nothing due: strike now, on an idle query
-                    fault = dataclasses.replace(pending.pop(0), after_batches=len(done))
-                    driver, _ = _inject(fault, driver, checkpoint, scope, rng, emit, start, heals, docker, link,
-                                        trigger="every input committed (the query is idle)")  # fmt: skip
+                after, p = pending.pop(0)
+                if _sink_window(p):
+                    nemesis.skip(p, f"no batch reached the sink after {after} batches committed")
+                elif p.not_ready is None:  # every input committed, nothing due: strike now, on an idle query
+                    struck, _ = fire(p, "every input committed (the query is idle)")
+                    if not struck:
+                        nemesis.skip(p, f"nothing to strike on the idle query: {p.not_ready}")
+                else:
+                    nemesis.skip(p, f"nothing to strike after {after} batches committed: {p.not_ready}")
                 continue
-            _python_kills(w, emit)
-            for due, inj in [h for h in heals if h[0] <= time.monotonic()]:
-                inj.stop()
-                heals.remove((due, inj))
-                emit.fault_end(inj, _next_batch(checkpoint))
+            watch_armed(final=False)
+            nemesis.on_time(now_ms())  # heals the faults whose duration is over
             if (
                 not pending
-                and not heals
+                and not nemesis.active
                 and written == len(run.inputs)
                 and _finished(checkpoint, written, tail_ms)
                 and (isinstance(run.spec, SssSpec) or _idle(seen, last_change, run.trigger_ms)
@@ -360,7 +487,7 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
             ):
                 break
             # a planned pause (a paused executor or worker, a cut link) holds the query: its time does not count
-            watch.hold([_paused(inj) for _, inj in heals])
+            watch.hold([_paused(p.injector) for p in nemesis.active if p.injector is not None])
             if (why := watch.stalled()) is not None or over_time():
                 stuck = True
                 what = _stall(checkpoint, written, len(run.inputs), tail_ms, run.stall_s, over_time())
@@ -368,25 +495,21 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
                 emit(TimeLimit(committed=len(done), why=stalled[-1]))
                 break
             time.sleep(0.1)
-        _python_kills(w, emit)
-        for fault in sink_armed:
-            emit(FaultSkipped(kind=fault.kind, batch=_next_batch(checkpoint),
-                              why=f"no batch reached the sink's {fault.at} after it was armed"))  # fmt: skip
+        watch_armed(final=True)
+        for p in sink_armed:
+            nemesis.skip(p, f"no batch reached the sink's {_sink_window(p)} after it was armed")
         (w / SINK_ARMED).unlink(missing_ok=True)
-        if (w / ARMED).exists():
-            (w / ARMED).unlink()
-            emit(FaultSkipped(kind=PYTHON_WORKER, batch=_next_batch(checkpoint),
-                              why="no call of the processor came after it was armed (no batch with input or timers)"))  # fmt: skip
-        if driver is not None:
-            rc = driver.stop(w, stall_s=run.stall_s)  # ends on lack of progress, not after a fixed time
+        if query.driver is not None:
+            rc = query.driver.stop(w, stall_s=run.stall_s)  # ends on lack of progress, not after a fixed time
             emit(DriverStop(returncode=rc))
             if rc not in (0,):
                 failures.append(_failure(w, f"driver stop returned {rc}", raised))
     finally:
-        for _, inj in heals:
-            inj.stop()
-        if driver is not None and driver.proc.poll() is None:
-            driver.kill()
+        for p in nemesis.active:  # a planned pause cut short (a stall, Ctrl-C): nothing stays paused
+            if p.injector is not None:
+                p.injector.stop()
+        if query.driver is not None and query.driver.proc.poll() is None:
+            query.driver.kill()
         history.close()
     if isinstance(run.spec, QuerySpec):
         from harness.sss.replay_oracle import check_replay
@@ -415,18 +538,18 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
                       run.pyspark or importlib.metadata.version("pyspark"), machine)  # fmt: skip
 
 
-def _python_kills(w: Path, emit: QueryHistory) -> None:
-    """History events for the armed Python worker kills that fired (or could not) since the last look;
-    each names the batch it was armed for (the batch whose first processor call took it)."""
-    for f in fired(w):
-        armed = [e for e in emit.events if isinstance(e, FaultArmed)]
-        batch = armed[-1].batch if armed else None
-        if "why" in f:
-            emit(FaultSkipped(kind=PYTHON_WORKER, batch=batch, why=f["why"]))
-        else:
-            emit.fault_start(None, batch, "first processor call after it was armed",
-                             {"kind": PYTHON_WORKER, "target": f"python {f['process']} pid {f['pid']}"},
-                             process=f["process"])  # fmt: skip
+def _driver_settings(run: SssRun) -> dict[str, Any]:
+    """What the query's driver needs for the run's faults (their kinds' ``sss.settings``)."""
+    out: dict[str, Any] = {}
+    for kind in dict.fromkeys(f.kind for f in run.faults):
+        if (settings := sss_facts(kind).settings) is not None:
+            out.update(settings(run.workdir))
+    return out
+
+
+def _sink_window(p: PlannedFault) -> str:
+    """The sink window a query's fault strikes inside (``at``), or ""."""
+    return p.fault.at if isinstance(p.fault, SssFault) else ""
 
 
 def _next_batch(checkpoint: Path) -> int:
@@ -497,16 +620,6 @@ def _settled(checkpoint: Path, n: int = 3) -> bool:
     return len(last) == n + 1 and len({(b.source_offsets, b.watermark_ms) for b in last}) == 1
 
 
-def _can_strike(fault: SssFault, checkpoint: Path) -> bool:
-    if fault.kind not in DAMAGE_CLASSES:
-        return True
-    try:
-        damage_targets(fault.kind, checkpoint)
-        return True
-    except InjectorError:
-        return False
-
-
 def _progress(checkpoint: Path, seen: tuple[int, int], emit: QueryHistory) -> tuple[int, int]:
     """History events for batches newly planned (offset log) and committed (commit log), so a fault's
     effect on the micro-batches shows in the timeline."""
@@ -517,46 +630,3 @@ def _progress(checkpoint: Path, seen: tuple[int, int], emit: QueryHistory) -> tu
     for b in range(seen[1] + 1, committed + 1):
         emit(BatchCommitted(batch=b))
     return max(planned, seen[0]), max(committed, seen[1])
-
-
-def _inject(fault: SssFault, driver: DriverProcess, checkpoint: Path, scope: RunScope, rng: random.Random,
-            emit: QueryHistory, start: Any, heals: list[tuple[float, Injector]], docker: Any,
-            link: Any = None, trigger: str = "") -> tuple[DriverProcess | None, bool]:  # fmt: skip
-    """Strike ``fault``; the driver to go on with, and whether the fault struck."""
-    batch = _next_batch(checkpoint)
-    trigger = trigger or f"{fault.after_batches} batches committed"
-    if fault.kind == PYTHON_WORKER:  # in band: the next processor call kills its own worker/daemon
-        arm(checkpoint.parent, fault.process)
-        emit(FaultArmed(kind=fault.kind, process=fault.process, batch=batch, trigger=trigger))
-        return driver, True
-    if fault.kind not in CLUSTER_FAULTS:  # kill_driver or a damage class: the driver restarts
-        return _restart(fault, driver, checkpoint, scope, rng, emit, start, batch, trigger)
-    try:  # the kind's own injector (chaos.faults: sss_injector) on the run's executors, workers or link
-        inj = cluster_injector(fault.kind, docker, link, scope, rng, fault.toxic, fault.attributes, fault.stream,
-                               driver.executor_pids)  # fmt: skip
-    except InjectorError as e:  # nothing to strike (no executor running): the fault schedule says so
-        emit(FaultSkipped(kind=fault.kind, batch=batch, why=str(e)))
-        return driver, True
-    inj.start()
-    emit.fault_start(inj, batch, trigger, inj.describe())
-    if not inj.instant:
-        heals.append((time.monotonic() + fault.seconds, inj))
-    return driver, True
-
-
-def _restart(fault: SssFault, driver: DriverProcess, checkpoint: Path, scope: RunScope, rng: random.Random,
-             emit: QueryHistory, start: Any, batch: int, trigger: str) -> tuple[DriverProcess | None, bool]:  # fmt: skip
-    """``kill_driver`` or a damage class: the driver killed, the checkpoint damaged, a new driver."""
-    driver.kill()
-    emit.fault_start(None, batch, trigger, {"kind": "kill_driver", "target": "driver process group"})
-    struck = True
-    if fault.kind != "kill_driver":
-        try:
-            injectors = damage_injectors(fault.kind, checkpoint, scope, rng)
-        except InjectorError as e:
-            emit(FaultDeferred(kind=fault.kind, batch=batch, why=str(e)))
-            injectors, struck = [], False
-        for inj in injectors:
-            inj.start()
-            emit.fault_start(inj, batch, trigger, inj.describe(), damage=fault.kind)
-    return start(), struck

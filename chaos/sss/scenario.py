@@ -33,13 +33,13 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from chaos.errors import FieldProblems, InputError
-from chaos.faults.registry import kinds_where
-from chaos.sss.damage import DAMAGE_CLASSES
+from chaos.faults import FAULT_KINDS
+from chaos.faults.registry import SssFacts, kinds_where
+from chaos.scenario_common import ScenarioCommon
 from chaos.trigger import Duration, Strict, parse_duration_ms
-from harness.engines import ALIASES
 from harness.sss.pyspark_env import STATE_METADATA, PysparkEnvError, missing_feature, parse_version
 from harness.sss.query import DEFAULT_INPUT, QuerySpec
 from harness.sss.spec import APPLY, DEFAULT_MASTER, SpecError, SssSpec, load_function
@@ -78,14 +78,17 @@ def _problems(e: ValidationError) -> list[tuple[tuple[Any, ...], str]]:
     return out
 
 
-# from the fault kinds' own modules (chaos.faults: sss_clusters, sss_injector): those struck on a
-# local-cluster's executors too, those on the docker cluster only, and those the query's run loop arms
-# in band through the run directory, which every executor sees at the same path (harness.sss.python_faults)
-LOCAL_FAULTS = kinds_where(lambda k: k.sss_injector is not None and "local" in k.sss_clusters)
-DOCKER_FAULTS = kinds_where(lambda k: k.sss_injector is not None and k.sss_clusters == ("docker",))
-PYTHON_FAULTS = kinds_where(lambda k: bool(k.sss_clusters) and k.sss_injector is None)
-SSS_FAULT_KINDS = (*LOCAL_FAULTS, *DOCKER_FAULTS, "kill_driver", *PYTHON_FAULTS, *DAMAGE_CLASSES)
+# every kind that applies to a query, from the kinds' own modules (chaos.faults: their ``sss`` facts)
+SSS_FAULT_KINDS = kinds_where(lambda k: k.sss is not None)
+# the entry's fields a kind takes only when its ``sss.options`` name them
+_OPTIONS = ("at", "process", "toxic", "attributes", "stream")
 DEFAULT_LOCAL = DEFAULT_MASTER
+
+
+def _facts(kind: str) -> SssFacts:
+    facts = FAULT_KINDS[kind].sss
+    assert facts is not None, kind  # validated: SSS_FAULT_KINDS
+    return facts
 
 
 class SssQuery(Strict):
@@ -166,17 +169,16 @@ class SssFaultEntry(Strict):
     at: Literal["during_sink_write", "after_sink_write"] | None = None
 
     @model_validator(mode="after")
-    def _toxic(self) -> SssFaultEntry:
-        if self.at is not None and self.kind not in ("kill_driver", "kill_executor"):
-            raise FieldProblems.at("at", "only kill_driver and kill_executor strike inside the sink window (at)")
-        if self.kind not in PYTHON_FAULTS and self.process != "worker":
-            raise FieldProblems.at("process", "only kill_python_worker takes process")
-        from chaos.faults.network import TOXICS
-
-        if self.kind == "network" and self.toxic not in TOXICS:
-            raise FieldProblems.at("toxic", f"a network fault needs toxic: one of {', '.join(TOXICS)}")
-        if self.kind != "network" and (self.toxic is not None or self.attributes):
-            raise FieldProblems.at("toxic", "only a network fault takes toxic and attributes")
+    def _options(self) -> SssFaultEntry:
+        """A field of some kinds (``at``, ``process``, ``toxic``...) only on a kind whose facts name it,
+        and the kind's own check of the entry."""
+        facts = _facts(self.kind)
+        for name in _OPTIONS:
+            if name in self.model_fields_set and name not in facts.options:
+                takers = [k for k in SSS_FAULT_KINDS if name in _facts(k).options]
+                raise FieldProblems.at(name, f"only {' and '.join(takers)} {'takes' if len(takers) == 1 else 'take'} {name}")
+        if facts.check is not None and (problem := facts.check(self)) is not None:
+            raise FieldProblems.at(*problem)
         return self
 
     @field_validator("kind")
@@ -203,12 +205,11 @@ class SssSink(Strict):
     read: str
 
 
-class SssScenario(Strict):
-    """A Structured Streaming query under chaos (``engine: structured_streaming``)."""
+class SssScenario(ScenarioCommon):
+    """A Structured Streaming query under chaos (``engine: structured_streaming``): the common parts of
+    every scenario (:class:`chaos.scenario.ScenarioCommon`), and its query, input, sink and trigger."""
 
-    name: Annotated[str, Field(min_length=1)]
     engine: Literal["structured_streaming"] = "structured_streaming"
-    description: str = ""
     cluster: str = DEFAULT_LOCAL
     query: SssQuery
     input: SssInput
@@ -218,22 +219,13 @@ class SssScenario(Strict):
     trigger: Duration = 1_000
     tail: Duration = 0  # keep running this long past the last input's batch (timers, timeouts)
     differential: bool = False
-    seed: int = 0
-    timeout_s: Annotated[float | None, Field(gt=0)] = None  # an overall cap on the run, if set
-    # no micro-batch planned or committed (nor a driver ready) this long while input or timers are
-    # pending: the run is stuck, and its liveness verdict says what stopped
-    stall_limit_s: Annotated[float, Field(gt=0)] = 120  # as the runtime's scenarios name it
+    # stall_limit_s: no micro-batch planned or committed (nor a driver ready) this long while input
+    # or timers are pending: the run is stuck, and its liveness verdict says what stopped
     # the PySpark the query runs under (harness.sss.pyspark_env): a cached venv; unset: statechaos's own
     spark: str | None = None
     # Spark settings of the query's driver over statechaos's own (harness.sss.query_run.spark_conf):
     # e.g. the state store provider or changelog checkpointing a deployment runs with
     spark_conf: dict[str, str] = Field(default_factory=dict)
-    _base_dir: Path | None = PrivateAttr(default=None)
-
-    @field_validator("engine", mode="before")
-    @classmethod
-    def _engine(cls, v: Any) -> Any:
-        return ALIASES.get(v, v) if isinstance(v, str) else v
 
     @field_validator("spark_conf", mode="before")
     @classmethod
@@ -279,40 +271,16 @@ class SssScenario(Strict):
     @model_validator(mode="after")
     def _faults_fit_cluster(self) -> SssScenario:
         for i, f in enumerate(self.faults):
-            if f.kind in DOCKER_FAULTS and self.cluster_kind != "docker":
-                raise FieldProblems.at(
-                    ("faults", i, "kind"), f"fault kind {f.kind!r} needs cluster docker, but cluster is {self.cluster!r}"
-                )
-            if f.kind in LOCAL_FAULTS and self.cluster_kind == "spark":
-                raise FieldProblems.at(
-                    ("faults", i, "kind"),
-                    f"fault kind {f.kind!r} needs the executors' processes (local or docker), not {self.cluster!r}",
-                )
-            if f.kind in DAMAGE_CLASSES and self.cluster_kind == "spark":
-                raise FieldProblems.at(
-                    ("faults", i, "kind"), "damage needs the checkpoint on this machine (local or docker)"
-                )
+            clusters = _facts(f.kind).clusters
+            if self.cluster_kind not in clusters:
+                raise FieldProblems.at(("faults", i, "kind"), f"fault kind {f.kind!r} needs cluster "
+                                       f"{' or '.join(clusters)}, but cluster is {self.cluster!r}")  # fmt: skip
         return self
 
     # ---- what the CLI, the runner and the plugin ask of every scenario -------------------------------
     @property
-    def cluster_kind(self) -> str:
-        """local, docker or spark (any spark:// master)."""
-        if self.cluster.startswith("spark://"):
-            return "spark"
-        return "local" if self.cluster.startswith("local") else self.cluster
-
-    @property
     def master(self) -> str:
         return DEFAULT_LOCAL if self.cluster == "local" else self.cluster
-
-    @property
-    def base_dir(self) -> Path | None:
-        return self._base_dir
-
-    def located(self, base_dir: Path | None) -> SssScenario:
-        self._base_dir = base_dir
-        return self
 
     def with_overrides(self, cluster: str | None = None, seed: int | None = None,
                        spark: str | None = None) -> SssScenario:  # fmt: skip

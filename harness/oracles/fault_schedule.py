@@ -4,13 +4,25 @@ happened. A run whose faults never acted proved nothing: this says so instead of
 The plan is what the run recorded in its ``run_start`` (``plan``: each planned fault's id, kind and
 trigger, and the number of rescale steps); the history says what happened. A fault whose injection
 failed (at its start or while it lasted) did not act; nor did an in-band fault its task refused or
-never confirmed (``fault_delivered``)."""
+never confirmed (``fault_delivered``). The same oracle judges a Structured Streaming query's faults
+(engine ``structured_streaming``): there a planned fault that could not strike is a ``fault_skipped``,
+and one deferred (``fault_deferred``) acted only if a later ``fault_start`` of it followed."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from harness.events import ABSENT, Event, FaultDelivered, FaultEnd, FaultStart, Rescale
+from harness.engines import RUNTIME, STRUCTURED_STREAMING
+from harness.events import (
+    ABSENT,
+    Event,
+    FaultDeferred,
+    FaultDelivered,
+    FaultEnd,
+    FaultSkipped,
+    FaultStart,
+    Rescale,
+)
 from harness.jobs import JobSpec
 from harness.oracles.artifacts import RunArtifacts
 from harness.oracles.registry import register_oracle
@@ -65,10 +77,22 @@ def check_fault_schedule(art: RunArtifacts, spec: JobSpec) -> Verdict:
             errors.setdefault(e.fault_id, str(e.error))
     for fid, why in unconfirmed(events).items():  # in-band faults: their task confirms that it acted
         errors.setdefault(fid, why)
+    deferred: dict[int, str] = {}  # a query's fault deferred and not struck since
+    for e in events:
+        if isinstance(e, FaultSkipped) and e.fault_id is not ABSENT:
+            errors.setdefault(e.fault_id, e.why)
+        elif isinstance(e, FaultDeferred) and e.fault_id is not ABSENT:
+            deferred[e.fault_id] = e.why
+        elif isinstance(e, FaultStart):
+            deferred.pop(e.fault_id, None)
+    for fid, why in deferred.items():
+        errors.setdefault(fid, f"deferred ({why}) and never struck after")
     problems = []
     faults = plan.get("faults", [])
     for p in faults:
-        if p["fault_id"] not in started:
+        if p["fault_id"] not in started and p["fault_id"] in errors:  # a query's fault that could not strike
+            problems.append(f"fault {_describe(p)} did not fire: {errors[p['fault_id']]}")
+        elif p["fault_id"] not in started:
             problems.append(f"fault {_describe(p)} never fired: the run ended before its trigger was reached")
         elif p["fault_id"] in errors:
             problems.append(f"fault {_describe(p)} did not fire: its injection failed: {errors[p['fault_id']]}")
@@ -88,4 +112,5 @@ def check_fault_schedule(art: RunArtifacts, spec: JobSpec) -> Verdict:
     )
 
 
-register_oracle("fault_schedule", check_fault_schedule)
+for _engine in (RUNTIME, STRUCTURED_STREAMING):
+    register_oracle("fault_schedule", check_fault_schedule, engine=_engine)

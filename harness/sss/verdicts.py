@@ -8,7 +8,8 @@ the verdict the scenario expects, the faults it planned). With ``expect: pass`` 
 state data source against it), ``state_metadata`` (a processor's declared state variables against
 Spark's ``state-metadata``), ``liveness`` (every input file committed, no stall), ``query_ran``
 (Spark neither failed the query nor refused its state) and ``fault_schedule`` (every planned fault
-struck). With ``expect: refused`` or ``caught`` (a damage scenario) ``expected_verdict`` holds when
+struck: the runtime's oracle, :mod:`harness.oracles.fault_schedule`, over the plan the run recorded in
+its ``run_start``). With ``expect: refused`` or ``caught`` (a damage scenario) ``expected_verdict`` holds when
 the run ended in that verdict, with what Spark said or what the oracles found as its evidence."""
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.engines import STRUCTURED_STREAMING
-from harness.events import FaultSkipped, FaultStart
 from harness.oracles.artifacts import RunArtifacts
 from harness.oracles.registry import register_oracle
 from harness.oracles.verdict import Verdict
@@ -30,11 +30,10 @@ _OUTPUT = ("output differs from the model", "output differs from the replay", "i
 
 @dataclass(frozen=True)
 class QueryRun:
-    """Every check's config: what the run came to, the verdict the scenario expects, its planned faults."""
+    """Every check's config: what the run came to, and the verdict the scenario expects."""
 
     run: SssOutcome | None = None
     expect: str = "pass"
-    planned_faults: int = 0
 
 
 @dataclass(frozen=True)
@@ -75,8 +74,7 @@ def _undecided(out: SssOutcome, found: _Found) -> str | None:
     return "; ".join(unknown[:3]) if unknown and not found.output and not found.state else None
 
 
-def check_exactly_once(art: RunArtifacts, spec: object, run: SssOutcome | None, expect: str,
-                       planned_faults: int) -> Verdict:  # fmt: skip
+def check_exactly_once(art: RunArtifacts, spec: object, run: SssOutcome | None, expect: str) -> Verdict:
     out = _outcome(run, "exactly_once")
     found = _found(out)
     ref = _reference(out)
@@ -88,8 +86,7 @@ def check_exactly_once(art: RunArtifacts, spec: object, run: SssOutcome | None, 
                       "{n} batches' output differs from the " + ref)  # fmt: skip
 
 
-def check_restored_state(art: RunArtifacts, spec: object, run: SssOutcome | None, expect: str,
-                         planned_faults: int) -> Verdict:  # fmt: skip
+def check_restored_state(art: RunArtifacts, spec: object, run: SssOutcome | None, expect: str) -> Verdict:
     out = _outcome(run, "restored_state")
     found = _found(out)
     ref = _reference(out)
@@ -104,8 +101,7 @@ def check_restored_state(art: RunArtifacts, spec: object, run: SssOutcome | None
                       "{n} differences between Spark's restored state and the " + ref)  # fmt: skip
 
 
-def check_state_metadata(art: RunArtifacts, spec: object, run: SssOutcome | None, expect: str,
-                         planned_faults: int) -> Verdict:  # fmt: skip
+def check_state_metadata(art: RunArtifacts, spec: object, run: SssOutcome | None, expect: str) -> Verdict:
     """Only for a processor's query on a pyspark with a state-metadata source (the scenario's
     ``judges_metadata``): a builder's query declares no state variables."""
     out = _outcome(run, "state_metadata")
@@ -121,14 +117,12 @@ def check_state_metadata(art: RunArtifacts, spec: object, run: SssOutcome | None
     )  # fmt: skip
 
 
-def check_liveness(art: RunArtifacts, spec: object, run: SssOutcome | None, expect: str,
-                   planned_faults: int) -> Verdict:  # fmt: skip
+def check_liveness(art: RunArtifacts, spec: object, run: SssOutcome | None, expect: str) -> Verdict:
     found = _found(_outcome(run, "liveness"))
     return Verdict.of("liveness", found.live, "every input file was committed", "{n} liveness problems")
 
 
-def check_query_ran(art: RunArtifacts, spec: object, run: SssOutcome | None, expect: str,
-                    planned_faults: int) -> Verdict:  # fmt: skip
+def check_query_ran(art: RunArtifacts, spec: object, run: SssOutcome | None, expect: str) -> Verdict:
     out = _outcome(run, "query_ran")
     refusals = out.check.refused + out.failures
     if out.processor_errors:  # the user's code failed, not Spark and not statechaos: say so first
@@ -140,8 +134,7 @@ def check_query_ran(art: RunArtifacts, spec: object, run: SssOutcome | None, exp
                       "Spark refused {n} times (failed query or unreadable state)")  # fmt: skip
 
 
-def check_expected_verdict(art: RunArtifacts, spec: object, run: SssOutcome | None, expect: str,
-                           planned_faults: int) -> Verdict:  # fmt: skip
+def check_expected_verdict(art: RunArtifacts, spec: object, run: SssOutcome | None, expect: str) -> Verdict:
     """A damage scenario's promise: the run ended in the verdict it expects (``refused`` or ``caught``)."""
     out = _outcome(run, "expected_verdict")
     found = [f"your processor raised {e}" for e in out.processor_errors]
@@ -153,21 +146,7 @@ def check_expected_verdict(art: RunArtifacts, spec: object, run: SssOutcome | No
                    found[:40])  # fmt: skip
 
 
-def check_fault_schedule(art: RunArtifacts, spec: object, run: SssOutcome | None, expect: str,
-                         planned_faults: int) -> Verdict:  # fmt: skip
-    """Every planned fault struck, from the history: a damage class strikes as the driver kill it
-    rides on (its damaged files are ``fault_start`` events with ``damage`` of their own)."""
-    struck = [e for e in art.events if isinstance(e, FaultStart) and "damage" not in e.extra]
-    problems = [f"{e.kind} at batch {e.batch} did not strike: {e.why}" for e in art.events
-                if isinstance(e, FaultSkipped)]  # fmt: skip
-    if len(struck) < planned_faults and not problems:
-        problems.append(f"only {len(struck)} of {planned_faults} planned faults struck")
-    return Verdict.of("fault_schedule", problems, f"all {planned_faults} planned faults struck",
-                      "{n} planned faults did not strike")  # fmt: skip
-
-
 for _name, _check in (("exactly_once", check_exactly_once), ("restored_state", check_restored_state),
                       ("state_metadata", check_state_metadata), ("liveness", check_liveness),
-                      ("query_ran", check_query_ran), ("expected_verdict", check_expected_verdict),
-                      ("fault_schedule", check_fault_schedule)):  # fmt: skip
+                      ("query_ran", check_query_ran), ("expected_verdict", check_expected_verdict)):  # fmt: skip
     register_oracle(_name, _check, QueryRun, engine=ENGINE)

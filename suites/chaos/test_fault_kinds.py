@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import chaos.faults
-from chaos.faults import workers
+from chaos.faults import checkpoint_damage, workers
 from chaos.faults.registry import EVERY_CLUSTER, FAULT_KINDS, FaultKind, register
 from chaos.scenario import parse_scenario
 
@@ -30,10 +30,12 @@ def test_every_kind_is_its_own_module_and_named_after_it():
     modules = {p.stem for p in _FAULTS.glob("*.py")} - _SHARED
     assert modules == {_module_of(n) for n in FAULT_KINDS}
     for name, kind in FAULT_KINDS.items():
-        assert _module_of(name) in (name, "workers"), name
-        assert kind.clusters and set(kind.clusters) <= set(EVERY_CLUSTER), name
-        assert set(kind.sss_clusters) <= set(EVERY_CLUSTER) - {"sim"}, name
+        assert _module_of(name) in (name, "workers", "checkpoint_damage"), name
+        assert set(kind.clusters) <= set(EVERY_CLUSTER), name
+        assert kind.clusters or kind.sss is not None, f"{name} applies nowhere"
+        assert kind.sss is None or set(kind.sss.clusters) <= set(EVERY_CLUSTER) - {"sim"}, name
     assert {n for n in FAULT_KINDS if _module_of(n) == "workers"} == set(workers.WORKER_KINDS)
+    assert {n for n in FAULT_KINDS if _module_of(n) == "checkpoint_damage"} == set(checkpoint_damage.DAMAGE_CLASSES)
 
 
 # Files that still spell a kind name outside its module, each with why. Everything else in chaos/ and
@@ -50,11 +52,7 @@ _NAMED_ELSEWHERE = {
     "chaos/injectors/network.py": {"network"},
     "chaos/injectors/inband_network.py": {"network"},
     "chaos/injectors/containers.py": {"network"},  # a dict key: the network a container was cut from
-    # Structured Streaming's own scenario model and run loop (issue #36 item 4 folds them in)
-    "chaos/sss/scenario.py": {"kill_executor", "network"},  # its own field checks
-    "chaos/sss/cli.py": {"kill_executor", "pause_executor", "kill_python_worker"},
-    "chaos/sss/run.py": {"kill_executor", "pause_executor", "kill_python_worker", "network"},
-    "chaos/sss/damage.py": {"storage"},
+    "chaos/faults/checkpoint_damage.py": {"storage"},  # a removed file is labelled as a storage fault
     # fault-free benchmark schedules
     "chaos/extra/bench/chaos_cost.py": {"crash_task"},
 }
@@ -87,10 +85,13 @@ def test_every_kind_says_its_facts():
     crash, pause = FAULT_KINDS["crash_task"], FAULT_KINDS["pause_executor"]
     assert (crash.targets, crash.holds_tasks, crash.explore is not None) == ("task", False, True)
     assert (pause.targets, pause.holds_tasks, "inband" in pause.deliveries) == ("executor", True, True)
-    from chaos.sss.cluster_faults import CLUSTER_FAULTS, SSS_KINDS, WORKER_FAULTS
+    from chaos.sss.scenario import SSS_FAULT_KINDS
 
-    assert set(WORKER_FAULTS) == {n for n, w in workers.WORKER_KINDS.items() if w.sss} and set(WORKER_FAULTS) < set(CLUSTER_FAULTS)
-    assert "crash_task" not in SSS_KINDS and "kill_python_worker" in SSS_KINDS
+    docker_only = {n for n in SSS_FAULT_KINDS if FAULT_KINDS[n].sss.clusters == ("docker",)}  # type: ignore[union-attr]
+    assert {n for n, w in workers.WORKER_KINDS.items() if w.sss} < docker_only
+    assert "crash_task" not in SSS_FAULT_KINDS and "kill_python_worker" in SSS_FAULT_KINDS
+    # a query-only kind: no runtime cluster takes it
+    assert FAULT_KINDS["kill_driver"].clusters == () and "kill_driver" in SSS_FAULT_KINDS
 
 
 def test_a_kind_registers_once():

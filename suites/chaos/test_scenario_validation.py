@@ -131,6 +131,12 @@ MALFORMED = [
         "faults[0].kind",
         "needs cluster docker",
     ),
+    (  # a kind of Structured Streaming queries only (chaos.faults.kill_driver): no runtime cluster takes it
+        "name: x\ncluster: local\nfaults:\n  - at: checkpoint:1\n    kind: kill_driver\n",
+        5,
+        "faults[0].kind",
+        "applies to Structured Streaming queries only",
+    ),
     (
         "name: x\ncluster: local\nfaults:\n  - at: checkpoint:1\n    kind: network\n    toxic: latency\n"
         "    toxicity: 2\n",

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql.streaming import StatefulProcessor
 
+from chaos.faults.checkpoint_damage import damage_injectors, damage_targets
 from chaos.injectors.base import InjectorError
 from chaos.scope import RunScope
-from chaos.sss.damage import damage_injectors, damage_targets
 from harness.sss.checkpoint_log import committed_batches, read_offsets, source_files
 from harness.sss.model import ProcessorModel
 from harness.sss.oracles import spark_state_image

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import harness.sss.pyspark_env as env
+from chaos.report.sss_cli import _fault
 from chaos.scenario import ScenarioError, parse_scenario
-from chaos.sss.cli import _fault
 
 ROOT = Path(__file__).resolve().parents[2]
 

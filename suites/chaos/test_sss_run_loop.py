@@ -113,6 +113,10 @@ def test_a_driver_kill_on_an_idle_query_is_not_stuck(tmp_path: Path, monkeypatch
     assert out.verdict == "pass", out.summary()
     kill = next(e for e in out.events if isinstance(e, FaultStart))
     assert kill.kind == "kill_driver" and out.starts == 2
+    from harness.oracles import check_all
+
+    [v] = check_all(tmp_path, None, ["fault_schedule"], engine="structured_streaming")
+    assert v.passed and v.summary == "all 1 planned faults fired and acted", v
     restart = next(e for e in out.events if isinstance(e, JobRestart))
     assert restart.checkpoint_id == "commits/2"
     # the history on disk reads back as the very events the run recorded
@@ -204,3 +208,71 @@ def test_a_local_executor_kill_is_the_kinds_own_injector(tmp_path: Path, monkeyp
     monkeypatch.setattr(run_mod, "DriverProcess", fake_driver())
     out = run_sss(SssRun(SPEC, INPUTS, tmp_path / "b", [SssFault("kill_executor", 1)], stall_s=30))
     assert [(e.kind, e.why) for e in out.events if isinstance(e, FaultSkipped)] == [("kill_executor", "no executor running")]
+
+
+def test_checkpoint_damage_is_its_kinds_injector_fired_by_the_nemesis(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A damage class is a fault kind of chaos.faults (checkpoint_damage) fired by the Nemesis once its
+    batches committed: the driver killed, the last commit removed (its own fault_start, with ``damage``),
+    a new driver from the checkpoint; a damage class with nothing to damage (no state store here) waits,
+    and is a fault_skipped naming why once the run is over."""
+    from harness.events import FaultSkipped
+
+    monkeypatch.setattr(run_mod, "DriverProcess", fake_driver())
+    out = run_sss(SssRun(SPEC, INPUTS, tmp_path, [SssFault("remove_commit", 2), SssFault("missing_changelog", 3)],
+                         stall_s=30))  # fmt: skip
+    starts = [e for e in out.events if isinstance(e, FaultStart)]
+    assert [(e.kind, e.get("damage")) for e in starts] == [("kill_driver", None), ("storage", "remove_commit")]
+    assert starts[0].get("batch") == 2 and starts[0].trigger == "2 batches committed"
+    assert starts[1].target.endswith("commits/1") and out.starts == 2
+    [skip] = [e for e in out.events if isinstance(e, FaultSkipped)]
+    assert skip.kind == "missing_changelog" and "has no changelog file that a restart would read" in skip.why
+    # the runtime's fault_schedule oracle, over the plan this run recorded at run_start
+    from harness.oracles import check_all
+
+    [v] = check_all(tmp_path, None, ["fault_schedule"], engine="structured_streaming")
+    assert not v.passed and len(v.details) == 1, v.details
+    assert v.details[0].startswith("fault #2 missing_changelog at batches=3 did not fire: nothing to strike after 3")
+
+
+def test_a_sink_window_fault_is_armed_then_fired_by_the_nemesis_where_the_sink_reached_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kill_executor with ``at``: armed in the sink's wrapper once 2 batches committed (fault_armed), and
+    fired by the Nemesis when batch 2's sink reached the point (its trigger and batch say so); the
+    driver lives on, so the sink is released and the run ends."""
+    import subprocess
+    import sys
+
+    from harness.events import FaultArmed
+    from harness.sss.sink import ARMED, HIT, RELEASE
+
+    def sink_wrapper(w: Path, b: int) -> None:  # what harness.sss.sink does around the user's write
+        if (w / ARMED).exists() and b >= int((w / ARMED).read_text().split()[1]):
+            at = (w / ARMED).read_text().split()[0]
+            (w / ARMED).unlink()
+            (w / HIT).write_text(f"{b} {at}")
+            while not (w / RELEASE).exists():
+                time.sleep(0.02)
+            (w / RELEASE).unlink()
+
+    executor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        base = fake_driver(on_batch=sink_wrapper)
+
+        class WithExecutor(base):  # type: ignore[misc,valid-type]
+            def executor_pids(self) -> list[int]:
+                return [executor.pid] if executor.poll() is None else []
+
+        monkeypatch.setattr(run_mod, "DriverProcess", WithExecutor)
+        out = run_sss(SssRun(SPEC, INPUTS, tmp_path, [SssFault("kill_executor", 2, at="after_sink_write")],
+                             stall_s=30))  # fmt: skip
+        assert out.verdict == "pass", out.summary()
+        [armed] = [e for e in out.events if isinstance(e, FaultArmed)]
+        [kill] = [e for e in out.events if isinstance(e, FaultStart)]
+        assert (armed.at, armed.fault_id, kill.fault_id) == ("after_sink_write", 1, 1)
+        assert kill.trigger == "after_sink_write of batch 2" and kill.get("batch") == 2
+        assert executor.wait(30) == -9 and out.starts == 1
+    finally:
+        executor.kill()

@@ -15,7 +15,7 @@ from chaos.scenario import ScenarioError, load_scenario
 from chaos.sss.execute import verdicts_of
 from chaos.sss.run import SssOutcome
 from chaos.sss.scenario import SssScenario, SssScenarioError
-from harness.events import FaultSkipped, FaultStart
+from harness.events import FaultDeferred, FaultSkipped, FaultStart, RunStart
 from harness.oracles.verdict import status_of
 from harness.sss.group_state_model import GROUP_STATE, NO_TIMESTAMP, GroupStateModel
 from harness.sss.oracles import SssCheck, spark_state_image
@@ -170,7 +170,7 @@ def test_sss_scenario_overrides_keep_it_valid() -> None:
     sc = load_scenario(LOCAL)
     assert sc.with_overrides(cluster="docker", seed=3).cluster_kind == "docker"
     with pytest.raises(
-        SssScenarioError, match="faults.0.kind: fault kind 'kill_executor' needs the executors'"
+        SssScenarioError, match="faults.0.kind: fault kind 'kill_executor' needs cluster local or docker, but cluster is 'spark://"
     ):
         sc.with_overrides(cluster="spark://host:7077")
 
@@ -179,13 +179,20 @@ def _outcome(
     verdict: str, violations: list[str] = (), refused: list[str] = (), events: Any = None
 ) -> SssOutcome:
     check = SssCheck(list(violations), list(refused), batches_checked=4, states_checked=2, metadata_checked=2)
-    events = events if events is not None else [
-        FaultStart(fault_id=0, kind="kill_executor", target="executor:1", trigger="2 batches committed",
+    events = [_PLANNED, *(events if events is not None else [
+        FaultStart(fault_id=1, kind="kill_executor", target="executor:1", trigger="2 batches committed",
                    extra={"batch": 2}),
-        FaultStart(fault_id=1, kind="kill_driver", target="driver process group", trigger="4 batches committed",
+        FaultStart(fault_id=2, kind="kill_driver", target="driver process group", trigger="4 batches committed",
                    extra={"batch": 4}),
-    ]  # fmt: skip
+    ])]  # fmt: skip
     return SssOutcome(verdict, check, events, 2, [])
+
+
+# the plan a run of LOCAL records (chaos.sss.run): the fault_schedule oracle judges its events against it
+_PLANNED = RunStart(job="examples.sss.cart:CartTotals", executor="structured_streaming", seed=0, parallelism={},
+                    max_parallelism=0, config={}, plan={"faults": [
+                        {"fault_id": 1, "kind": "kill_executor", "trigger": "batches=2"},
+                        {"fault_id": 2, "kind": "kill_driver", "trigger": "batches=4"}], "rescales": 0})  # fmt: skip
 
 
 def test_outcome_becomes_the_usual_verdicts() -> None:
@@ -198,9 +205,14 @@ def test_outcome_becomes_the_usual_verdicts() -> None:
     assert got == {"exactly_once": "fails", "restored_state": "fails", "state_metadata": "holds", "liveness": "fails",
                    "query_ran": "holds", "fault_schedule": "holds"}  # fmt: skip
     skipped = _outcome(
-        "pass", events=[FaultSkipped(kind="kill_executor", batch=2, why="x")]
+        "pass", events=[FaultSkipped(kind="kill_executor", batch=2, why="x", fault_id=1), _outcome("pass").events[2]]
     )
     assert status_of(verdicts_of(sc, skipped)[-1].to_dict()) == "fails"
+    # a deferred fault acted only if it struck after: the same oracle as the runtime's, on the plan
+    deferred = _outcome("pass", events=[*_outcome("pass").events[1:],
+                                        FaultDeferred(kind="kill_driver", batch=5, why="gone", fault_id=2)])  # fmt: skip
+    [v] = [v for v in verdicts_of(sc, deferred) if v.oracle == "fault_schedule"]
+    assert not v.passed and "#2 kill_driver at batches=4 did not fire: its injection failed: deferred (gone)" in v.details[0]
 
 
 def test_expected_damage_verdict(tmp_path: Path) -> None:
@@ -243,7 +255,7 @@ def test_sss_run_goes_through_the_runner_summary_and_allure(tmp_path: Path, monk
         history = run_dir / "history.jsonl"
         events = [
             {"type": "driver_start", "start": 0, "next_batch": 0, "t": 5, "seq": 0},
-            {"type": "fault_start", "fault_id": 0, "details": {}, "kind": "kill_executor", "batch": 2,
+            {"type": "fault_start", "fault_id": 1, "details": {}, "kind": "kill_executor", "batch": 2,
              "trigger": "2 batches committed", "target": "executor:42", "t": 900, "seq": 1},
             {"type": "job_restart", "attempt": 1, "reason": "driver restarted from the checkpoint location",
              "checkpoint_id": None, "t": 1500, "seq": 2},
@@ -257,7 +269,7 @@ def test_sss_run_goes_through_the_runner_summary_and_allure(tmp_path: Path, monk
     saved = json.loads((tmp_path / "run" / "outcome.json").read_text())
     assert saved["passed"] and {v["oracle"] for v in saved["verdicts"]} == set(load_scenario(LOCAL).checks())
     lines = story(tmp_path / "run")
-    assert any("fault #0 kill_executor on executor:42 [2 batches committed]" in ln for ln in lines), lines
+    assert any("fault #1 kill_executor on executor:42 [2 batches committed]" in ln for ln in lines), lines
     assert any("job restarted" in ln for ln in lines)
     assert [s["name"] for s in history_steps(tmp_path / "run" / "history.jsonl")][:1] == [
         "fault: kill_executor on executor:42"
@@ -282,6 +294,8 @@ def test_processor_args_and_time_mode_from_a_scenario_and_the_command_line(
     sc = load_scenario(tmp_path / "topk.yaml")
     assert sc.spec().processor_args == {"k": 2} and sc.spec().time_mode == "None"
 
+    import json
+
     import chaos.sss.run as run_mod
 
     seen: list[Any] = []
@@ -295,6 +309,12 @@ def test_processor_args_and_time_mode_from_a_scenario_and_the_command_line(
     assert "processor_args: examples.sss.topk:TopK cannot be built with no arguments (it takes k)" in capsys.readouterr().out
     assert main([*args, "--time-mode", "None", "--processor-arg", "k=3"]) == 0
     assert seen[0].spec.processor_args == {"k": 3} and seen[0].spec.time_mode == "None"
+    # the command line became a scenario, run by the one path every scenario takes
+    import yaml
+
+    saved = yaml.safe_load((tmp_path / "w" / "scenario.yaml").read_text())
+    assert saved["engine"] == "structured_streaming" and saved["query"]["processor_args"] == {"k": 3}
+    assert json.loads((tmp_path / "w" / "outcome.json").read_text())["passed"]
 
 
 def test_processor_raised_is_its_own_finding() -> None:
@@ -339,10 +359,14 @@ def test_the_query_checks_are_registered_oracles_of_their_engine() -> None:
     query = oracles_for(ENGINE)
     assert set(sc.checks()) <= set(query) and "expected_verdict" in query
     assert query["exactly_once"].check is not ORACLES["exactly_once"].check
-    art = RunArtifacts(Path("."), [FaultSkipped(kind="kill_driver", batch=3, why="no driver running")])
-    [v] = check_all(art, None, ["fault_schedule"], {"fault_schedule": QueryRun(_outcome("pass"), "pass", 1)},
+    art = RunArtifacts(Path("."), [_PLANNED, FaultSkipped(kind="kill_driver", batch=3, why="no driver running",
+                                                          fault_id=2)])  # fmt: skip
+    [v] = check_all(art, None, ["fault_schedule"], {"fault_schedule": QueryRun(_outcome("pass"), "pass")},
                     engine=ENGINE)  # fmt: skip
-    assert not v.passed and "kill_driver at batch 3 did not strike: no driver running" in v.details
+    assert query["fault_schedule"].check is ORACLES["fault_schedule"].check  # one oracle, the runtime's
+    assert not v.passed and v.details == [
+        "fault #1 kill_executor at batches=2 never fired: the run ended before its trigger was reached",
+        "fault #2 kill_driver at batches=4 did not fire: no driver running"]
     with pytest.raises(ValueError, match="unknown structured_streaming oracle 'ttl'"):
         check_all(art, None, ["ttl"], engine=ENGINE)
 

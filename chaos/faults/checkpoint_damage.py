@@ -1,4 +1,6 @@
-"""State-store checkpoint damage for a Structured Streaming query, applied while its driver is down.
+"""The checkpoint damage kinds of a Structured Streaming query, one table: the query's driver is killed,
+files its restart must read are damaged, and a new driver starts from the checkpoint location
+(Structured Streaming queries only, on a checkpoint this machine can reach: local or docker).
 
 transformWithState runs only on the RocksDB state store provider, whose checkpoint per partition
 (``state/<op>/<partition>/``) holds snapshots ``V.zip`` and changelogs ``V.changelog`` (state
@@ -8,20 +10,25 @@ last committed batch (version V) loads from the newest snapshot ``S.zip`` with S
 ``S+1.changelog`` .. ``V.changelog``. So a changelog class hits ``V.changelog`` (only when there is
 no ``V.zip``: a snapshot of V makes the changelogs unread), a snapshot class hits that ``S.zip``; a
 log class hits the last committed batch N's ``commits/N`` or ``offsets/N``. :func:`damage_targets` raises
-``InjectorError`` when there is no such file yet (then the fault waits for a later batch).
+``InjectorError`` when there is no such file yet: the fault is not ready, and waits for a later batch.
 """
 
 from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from chaos.injectors.base import Injector, InjectorError
+from pydantic import create_model
+
+from chaos.faults.kill_driver import described
+from chaos.faults.params import FaultParams
+from chaos.faults.registry import FaultKind, SssFacts, SssTarget, register, runtime_none
+from chaos.injectors.base import Injector, InjectorError, NotReady
 from chaos.injectors.storage_files import CorruptFile
 from chaos.scope import RunScope
 
-__all__ = ["DAMAGE_CLASSES", "RemoveFile", "damage_injectors", "damage_targets"]
+__all__ = ["DAMAGE_CLASSES", "RemoveFile", "DamageCheckpoint", "damage_injectors", "damage_targets"]
 
 DAMAGE_CLASSES = (
     "corrupt_changelog",
@@ -31,6 +38,8 @@ DAMAGE_CLASSES = (
     "remove_commit",
     "remove_offset",
 )
+# the checkpoint must be on this machine (a spark:// master's executors write it elsewhere)
+_CLUSTERS = ("local", "docker")
 
 
 class RemoveFile(Injector):
@@ -108,3 +117,50 @@ def damage_injectors(kind: str, checkpoint: Path, scope: RunScope, rng: random.R
     if kind.startswith("corrupt"):
         return [CorruptFile(scope, p, rng) for p in targets]
     return [RemoveFile(scope, p) for p in targets]
+
+
+class DamageCheckpoint(Injector):
+    """One damage class: the driver killed, the files of :func:`damage_targets` damaged (each its own
+    ``fault_start`` with ``damage``), a new driver. Not ready while the checkpoint has no such file;
+    when the files went away between the two (a snapshot uploaded meanwhile), a ``fault_deferred`` and
+    the driver restarted undamaged: the fault strikes after a later batch."""
+
+    instant = True
+
+    def __init__(self, kind: str, on: SssTarget, rng: random.Random) -> None:
+        self.kind, self.on, self.rng = kind, on, rng
+        try:
+            damage_targets(kind, on.checkpoint)
+        except InjectorError as e:
+            raise NotReady(str(e)) from None
+
+    def start(self) -> None:
+        q = self.on.query
+        q.kill_driver()
+        try:
+            injectors = damage_injectors(self.kind, self.on.checkpoint, self.on.scope, self.rng)
+        except InjectorError as e:
+            q.deferred(self.kind, str(e))
+            q.restart_driver()
+            raise NotReady(str(e)) from None
+        for inj in injectors:
+            inj.start()
+            q.part(inj, damage=self.kind)
+        q.restart_driver()
+
+    def describe(self) -> dict[str, Any]:  # the driver kill it rides on; the damaged files are parts
+        return described()
+
+
+def sss_injector(f: Any, on: SssTarget, rng: random.Random) -> Injector:
+    return DamageCheckpoint(f.kind, on, rng)
+
+
+for _name in DAMAGE_CLASSES:
+    _params = create_model(
+        "".join(p.title() for p in _name.split("_")) + "Fault",
+        __base__=FaultParams,
+        __module__=__name__,
+        kind=(Literal[_name], ...),  # type: ignore[arg-type]  # a Literal of a runtime name: pydantic takes it
+    )
+    register(FaultKind(_params, (), runtime_none, sss=SssFacts(_CLUSTERS, sss_injector)))

@@ -1,0 +1,57 @@
+"""The parts of a scenario every engine shares (:class:`ScenarioCommon`); each engine's model
+(:class:`chaos.scenario.Scenario`, ``chaos.sss.scenario.SssScenario``) adds its own. Its own module so
+that both models build on it without importing each other."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Self
+
+from pydantic import Field, PrivateAttr, field_validator
+
+from chaos.trigger import Strict
+from harness.engines import ALIASES
+
+__all__ = ["ScenarioCommon"]
+
+
+class ScenarioCommon(Strict):
+    """What every scenario has, whatever its engine (``engine``): its name and description, the cluster
+    it runs on, its seed, its faults, and the limits of its run. Each engine's model adds its own
+    parts: the runtime's :class:`Scenario` (a job, parallelism, checkpoints, rescale steps), a
+    Structured Streaming query's ``chaos.sss.scenario.SssScenario`` (a query, its input, its sink); the
+    same file format, errors (``file:line: field: problem``) and front ends for both."""
+
+    name: Annotated[str, Field(min_length=1)]
+    description: str = ""
+    cluster: str = "local"  # each engine checks its own clusters
+    seed: int = 0
+    # the run is stuck when nothing it waits for progressed for this long; slow is not stuck
+    stall_limit_s: Annotated[float, Field(gt=0)] = 120
+    # an optional ceiling on the whole run: for a CI budget, not for catching hangs (that is stall_limit_s)
+    timeout_s: Annotated[float, Field(gt=0)] | None = None
+    # where the scenario's own modules (a job's, a query's) are looked up first: the file's folder
+    _base_dir: Path | None = PrivateAttr(default=None)
+
+    @field_validator("engine", mode="before", check_fields=False)
+    @classmethod
+    def _engine_alias(cls, v: Any) -> Any:
+        return ALIASES.get(v, v) if isinstance(v, str) else v
+
+    @property
+    def base_dir(self) -> Path | None:
+        return self._base_dir
+
+    def located(self, base_dir: Path | None) -> Self:
+        """This scenario, looking up its modules in ``base_dir`` first."""
+        self._base_dir = base_dir
+        return self
+
+    @property
+    def cluster_kind(self) -> str:
+        """sim, local, docker or spark (any spark:// master)."""
+        if self.cluster.startswith("spark://"):
+            return "spark"
+        if self.cluster.startswith("local-cluster"):
+            return "local"
+        return self.cluster
