@@ -111,7 +111,7 @@ def check_checkpoint_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
         held.add(cid, view)
         _broadcast_diverges(cid, view, broadcast)
         marks.add(cid, view, e.source_offsets or {})
-        _splits_at_cut(cid, view, e.source_offsets or {}, spec, splits, fresh)
+        _splits_at_cut(cid, view, e.source_offsets or {}, spec, splits)
         if no_model:
             continue
         ref = ref.advance(e.source_offsets or {})
@@ -140,6 +140,15 @@ def check_checkpoint_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
             f"skipped: the job's state depends on interleaving ({c.interleaving})",
             "{n} problems in completed checkpoints",
             model_skipped=c.interleaving,
+            **data,
+        )
+    if not (groups or opstates or judged or problems):  # a pass must have judged something
+        return Verdict.unknown(
+            "checkpoint_state",
+            f"the {len(completed)} completed checkpoints hold no job state to compare (no keyed or operator "
+            "state, timers, broadcast state or watermarks, here or in the fault-free reference at their cuts)",
+            key_groups=0,
+            operator_states_compared=0,
             **data,
         )
     partly = f" (skipped: {', '.join(sorted(skipped))} and timers: {c.interleaving})" if skipped else ""
@@ -279,10 +288,11 @@ def _compare_operator_state(
 
 
 def _splits_at_cut(
-    cid: int, view: CheckpointView, offsets: dict[str, int], spec: JobSpec, found: _Found, fresh: _Fresh
+    cid: int, view: CheckpointView, offsets: dict[str, int], spec: JobSpec, found: _Found
 ) -> None:
     """Each source's checkpointed splits (split-distribute list state) hold every split exactly once,
     at the offset the cut names for it."""
+    broadcast = _broadcast_prefixes(spec.graph)
     for src, to in spec.graph.sources():
         opview = view.operators.get(src.name)
         if opview is None:
@@ -291,13 +301,11 @@ def _splits_at_cut(
         want = {
             k[len(prefix) :]: int(v)
             for k, v in offsets.items()
-            if (k.startswith(prefix) if prefix else not _broadcast_split(spec.graph, k))
+            if (k.startswith(prefix) if prefix else not k.startswith(broadcast))
         }
         got: dict[str, int] = {}
         for _, st in sorted(opview.operator.items()):
-            fn = fresh(src.function)
-            fn.open(plain(st.get(SPLITS_STATE, ("", []))[1]), None)  # offsets only: no clock read
-            for n, off in fn.offsets().items():
+            for n, off in src.function.offsets_of(plain(st.get(SPLITS_STATE, ("", []))[1])).items():
                 if n in got:
                     found.problems.append(f"checkpoint {cid} {src.name}: split {n!r} is in two subtasks' state")
                 got[n] = int(off)
@@ -310,10 +318,10 @@ def _splits_at_cut(
                 )
 
 
-def _broadcast_split(graph: Any, key: str) -> bool:
-    """Whether a cut's offset ``key`` is a broadcast input's (``<input>/<split>``): a main source's
-    split name may itself hold a ``/`` (a file path)."""
-    return any(to is not None and key.startswith(f"{src.name}/") for src, to in graph.sources())
+def _broadcast_prefixes(graph: Any) -> tuple[str, ...]:
+    """The prefixes of a cut's offsets that are a broadcast input's (``<input>/<split>``): a main
+    source's split name may itself hold a ``/`` (a file path)."""
+    return tuple(f"{src.name}/" for src, to in graph.sources() if to is not None)
 
 
 class _Fresh:
@@ -498,8 +506,9 @@ class _WatermarkWatch:
     def _advance(self, offsets: dict[str, int]) -> None:
         assert self.strategy is not None
         fn, ts_of = self.graph.source.function, self.strategy.timestamp
+        broadcast = _broadcast_prefixes(self.graph)
         for split, hi in offsets.items():
-            if _broadcast_split(self.graph, split):  # no event time of its own
+            if split.startswith(broadcast):  # no event time of its own
                 continue
             lo = self.at.get(split, 0)
             if hi < lo:  # a later cut behind an earlier one (a restore from an older checkpoint)
@@ -540,9 +549,8 @@ class _WatermarkWatch:
         if opview is None or not opview.operator:
             return False
         for _, st in sorted(opview.operator.items()):
-            fn = self.fresh(spec.function)
-            fn.open(plain(st.get(SPLITS_STATE, ("", []))[1]), None)  # offsets only: no clock read
-            if not any(int(off) > int(cut.get(n, 0)) for n, off in fn.offsets().items()):
+            got = spec.function.offsets_of(plain(st.get(SPLITS_STATE, ("", []))[1]))
+            if not any(int(off) > int(cut.get(n, 0)) for n, off in got.items()):
                 return False
         return True
 
