@@ -107,7 +107,7 @@ def check_checkpoint_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
 
     for e in completed:  # one checkpoint in memory at a time, read without a restore's validation
         cid = e.checkpoint_id
-        view = inspect_checkpoint(kept / f"chk-{cid}", validate=False, states=wanted)
+        view = inspect_checkpoint(kept / f"chk-{cid}", validate=False, states=wanted if no_model or skipped else None)
         held.add(cid, view)
         _broadcast_diverges(cid, view, broadcast)
         marks.add(cid, view, e.source_offsets or {})
