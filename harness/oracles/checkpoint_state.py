@@ -9,8 +9,10 @@ the checkpoint's state and the reference's are compared as a whole first; only a
 differs is diffed state by state and key by key. TTL state is compared as ``restored_state`` does
 (values without timestamps; an entry the reference holds may be missing once a TTL has passed on
 the run's clock). States the job says depend on interleaving are skipped (all of them, and then the
-check is unknown, when it names none). Needs a copy of every completed checkpoint: sim keeps one
-when this check is requested."""
+check is unknown, when it names none). Needs a copy of every completed checkpoint: the job master
+keeps one (on sim and Spark) whenever this check is among the run's checks, as it is by default.
+Passes only when something was judged: no completed checkpoint, or checkpoints holding no job state
+at all, is unknown."""
 
 from __future__ import annotations
 
