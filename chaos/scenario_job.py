@@ -14,7 +14,9 @@ from harness.jobs import JobSpec, UnknownJobError, load_job
 
 __all__ = ["scenario_job", "job_problems", "default_checks", "checks_for", "DEFAULT_CHECKS"]
 
-DEFAULT_CHECKS = ("exactly_once", "sequence", "restored_state", "checkpoint_integrity", "liveness")
+DEFAULT_CHECKS = (
+    "exactly_once", "sequence", "restored_state", "checkpoint_state", "checkpoint_integrity", "liveness",
+)  # fmt: skip
 
 
 def _load(sc: Any, base_dir: Path | None, parallelism: bool) -> JobSpec:
@@ -46,9 +48,18 @@ def scenario_job(sc: Any, base_dir: Path | None = None) -> JobSpec:
 
 
 def default_checks(graph: JobGraph) -> list[str]:
-    """The default checks, without ``sequence`` for a job that declares no per-key sequence number."""
+    """The default checks, without those the job gives nothing to judge: ``sequence`` for a job that
+    declares no per-key sequence number, ``checkpoint_state`` for one whose whole state depends on
+    interleaving (no model to compare) with neither event time nor a broadcast input (its verdict
+    would be ``unknown`` on every run; asked for by name, it says so)."""
     c = graph.contract
-    return [n for n in DEFAULT_CHECKS if n != "sequence" or (c.key is not None and c.seq is not None)]
+    no_seq = c.key is None or c.seq is None
+    no_model = c.interleaving is not None and c.interleaving_states is None
+    nothing_at_cuts = no_model and graph.source.watermarks is None and not any(s.broadcast for s in graph.stages)
+    return [
+        n for n in DEFAULT_CHECKS
+        if not (n == "sequence" and no_seq) and not (n == "checkpoint_state" and nothing_at_cuts)
+    ]  # fmt: skip
 
 
 def checks_for(sc: Any, graph: JobGraph) -> list[str]:

@@ -5,6 +5,7 @@ current key, operator state, timers, processing time), :class:`KeyedProcessFunct
 
 from __future__ import annotations
 
+import copy
 import functools
 import operator
 from collections.abc import Iterable
@@ -207,6 +208,14 @@ class SourceFunction:
     def offsets(self) -> dict[str, int]:
         """Records emitted so far per split name: stored in ``_metadata`` as ``source_offsets``."""
         raise NotImplementedError
+
+    def offsets_of(self, splits: list[Any]) -> dict[str, int]:
+        """What :meth:`offsets` says once opened on ``splits`` (a checkpoint's split state), this
+        source left as it is: the default opens a copy; a source that can read its own splits
+        directly overrides it (an oracle asks this of every source subtask at every checkpoint)."""
+        fresh = copy.deepcopy(self)
+        fresh.open(splits, None)  # type: ignore[arg-type]  # offsets only: no context read
+        return fresh.offsets()
 
     def between(self, lo: dict[str, int], hi: dict[str, int]) -> Iterable[Any]:
         """The input records after offsets ``lo`` up to offsets ``hi`` (per split, in split order):

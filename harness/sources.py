@@ -113,6 +113,9 @@ class SequenceSource(SourceFunction):
     def offsets(self) -> dict[str, int]:
         return {key_name(k): n for k, n in self._splits}
 
+    def offsets_of(self, splits: list[Any]) -> dict[str, int]:
+        return {key_name(int(k)): int(n) for k, n in splits}
+
     def between(self, lo: dict[str, int], hi: dict[str, int]) -> Iterator[Any]:
         """Records after ``lo`` up to ``hi`` (per key), key by key."""
         for i in range(self.keys):
@@ -184,6 +187,9 @@ class _FilesSource(SourceFunction):
 
     def offsets(self) -> dict[str, int]:
         return {p: n for p, n in self._splits}
+
+    def offsets_of(self, splits: list[Any]) -> dict[str, int]:
+        return {str(p): int(n) for p, n in splits}
 
     def between(self, lo: dict[str, int], hi: dict[str, int]) -> Iterator[Any]:
         for p in self.paths:
@@ -307,6 +313,9 @@ class GeneratorSource(SourceFunction):
 
     def offsets(self) -> dict[str, int]:
         return {self._name(i): n for i, n in self._splits}
+
+    def offsets_of(self, splits: list[Any]) -> dict[str, int]:
+        return {self._name(int(i)): int(n) for i, n in splits}
 
     def between(self, lo: dict[str, int], hi: dict[str, int]) -> Iterator[Any]:
         for i in range(self.splits):

@@ -9,8 +9,10 @@ the checkpoint's state and the reference's are compared as a whole first; only a
 differs is diffed state by state and key by key. TTL state is compared as ``restored_state`` does
 (values without timestamps; an entry the reference holds may be missing once a TTL has passed on
 the run's clock). States the job says depend on interleaving are skipped (all of them, and then the
-check is unknown, when it names none). Needs a copy of every completed checkpoint: sim keeps one
-when this check is requested."""
+check is unknown, when it names none). Needs a copy of every completed checkpoint: the job master
+keeps one (on sim and Spark) whenever this check is among the run's checks, as it is by default.
+Passes only when something was judged: no completed checkpoint, or checkpoints holding no job state
+at all, is unknown."""
 
 from __future__ import annotations
 
@@ -107,11 +109,11 @@ def check_checkpoint_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
 
     for e in completed:  # one checkpoint in memory at a time, read without a restore's validation
         cid = e.checkpoint_id
-        view = inspect_checkpoint(kept / f"chk-{cid}", validate=False, states=wanted)
+        view = inspect_checkpoint(kept / f"chk-{cid}", validate=False, states=wanted if no_model or skipped else None)
         held.add(cid, view)
         _broadcast_diverges(cid, view, broadcast)
         marks.add(cid, view, e.source_offsets or {})
-        _splits_at_cut(cid, view, e.source_offsets or {}, spec, splits, fresh)
+        _splits_at_cut(cid, view, e.source_offsets or {}, spec, splits)
         if no_model:
             continue
         ref = ref.advance(e.source_offsets or {})
@@ -140,6 +142,15 @@ def check_checkpoint_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
             f"skipped: the job's state depends on interleaving ({c.interleaving})",
             "{n} problems in completed checkpoints",
             model_skipped=c.interleaving,
+            **data,
+        )
+    if not (groups or opstates or judged or problems):  # a pass must have judged something
+        return Verdict.unknown(
+            "checkpoint_state",
+            f"the {len(completed)} completed checkpoints hold no job state to compare (no keyed or operator "
+            "state, timers, broadcast state or watermarks, here or in the fault-free reference at their cuts)",
+            key_groups=0,
+            operator_states_compared=0,
             **data,
         )
     partly = f" (skipped: {', '.join(sorted(skipped))} and timers: {c.interleaving})" if skipped else ""
@@ -279,29 +290,38 @@ def _compare_operator_state(
 
 
 def _splits_at_cut(
-    cid: int, view: CheckpointView, offsets: dict[str, int], spec: JobSpec, found: _Found, fresh: _Fresh
+    cid: int, view: CheckpointView, offsets: dict[str, int], spec: JobSpec, found: _Found
 ) -> None:
     """Each source's checkpointed splits (split-distribute list state) hold every split exactly once,
     at the offset the cut names for it."""
+    broadcast = _broadcast_prefixes(spec.graph)
     for src, to in spec.graph.sources():
         opview = view.operators.get(src.name)
         if opview is None:
             continue
         prefix = "" if to is None else f"{src.name}/"
-        want = {
-            k[len(prefix) :]: int(v)
-            for k, v in offsets.items()
-            if (k.startswith(prefix) if prefix else not _broadcast_split(spec.graph, k))
-        }
+        if prefix or broadcast:
+            want = {
+                k[len(prefix) :]: int(v)
+                for k, v in offsets.items()
+                if (k.startswith(prefix) if prefix else not k.startswith(broadcast))
+            }
+        else:
+            want = {k: int(v) for k, v in offsets.items()}
         got: dict[str, int] = {}
         for _, st in sorted(opview.operator.items()):
-            fn = fresh(src.function)
-            fn.open(plain(st.get(SPLITS_STATE, ("", []))[1]), None)  # offsets only: no clock read
-            for n, off in fn.offsets().items():
+            # the split state as a restore hands it to the source's open()
+            mine = src.function.offsets_of(st.get(SPLITS_STATE, ("", []))[1])
+            if not got:
+                got = {n: int(off) for n, off in mine.items()}
+                continue
+            for n, off in mine.items():
                 if n in got:
                     found.problems.append(f"checkpoint {cid} {src.name}: split {n!r} is in two subtasks' state")
                 got[n] = int(off)
         found.judged += len(want)
+        if got == want:
+            continue
         for n in sorted(set(want) | set(got)):
             if want.get(n, 0) != got.get(n, 0):
                 found.problems.append(
@@ -310,10 +330,10 @@ def _splits_at_cut(
                 )
 
 
-def _broadcast_split(graph: Any, key: str) -> bool:
-    """Whether a cut's offset ``key`` is a broadcast input's (``<input>/<split>``): a main source's
-    split name may itself hold a ``/`` (a file path)."""
-    return any(to is not None and key.startswith(f"{src.name}/") for src, to in graph.sources())
+def _broadcast_prefixes(graph: Any) -> tuple[str, ...]:
+    """The prefixes of a cut's offsets that are a broadcast input's (``<input>/<split>``): a main
+    source's split name may itself hold a ``/`` (a file path)."""
+    return tuple(f"{src.name}/" for src, to in graph.sources() if to is not None)
 
 
 class _Fresh:
@@ -498,8 +518,9 @@ class _WatermarkWatch:
     def _advance(self, offsets: dict[str, int]) -> None:
         assert self.strategy is not None
         fn, ts_of = self.graph.source.function, self.strategy.timestamp
+        broadcast = _broadcast_prefixes(self.graph)
         for split, hi in offsets.items():
-            if _broadcast_split(self.graph, split):  # no event time of its own
+            if split.startswith(broadcast):  # no event time of its own
                 continue
             lo = self.at.get(split, 0)
             if hi < lo:  # a later cut behind an earlier one (a restore from an older checkpoint)
@@ -540,9 +561,8 @@ class _WatermarkWatch:
         if opview is None or not opview.operator:
             return False
         for _, st in sorted(opview.operator.items()):
-            fn = self.fresh(spec.function)
-            fn.open(plain(st.get(SPLITS_STATE, ("", []))[1]), None)  # offsets only: no clock read
-            if not any(int(off) > int(cut.get(n, 0)) for n, off in fn.offsets().items()):
+            got = spec.function.offsets_of(plain(st.get(SPLITS_STATE, ("", []))[1]))
+            if not any(int(off) > int(cut.get(n, 0)) for n, off in got.items()):
                 return False
         return True
 

@@ -207,6 +207,7 @@ def test_user_job_survives_an_executor_kill_on_local_cluster(project, tmp_path, 
     assert {v["oracle"] for v in verdicts} - {"adaptive_recovery"} == {
         "exactly_once",
         "restored_state",
+        "checkpoint_state",
         "checkpoint_integrity",
         "liveness",
         "fault_schedule",

@@ -8,13 +8,17 @@ from typing import Any
 
 import allure
 
+from chaos.runner import run_scenario
+from chaos.scenario import Scenario
+from chaos.scenario_job import default_checks
 from harness import KeyedProcessFunction, RuntimeContext
 from harness.barriers import BarrierAligner
 from harness.jobs import register_job
 from harness.jobs.keyed_count import KeyedCount, keyed_count
 from harness.jobs.registry import JOBS
 from reference_impl.operator_state import OperatorStateBackend
-from suites.runtime.conftest import caught_when_broken, failed, fails
+from suites.runtime.conftest import BASE, caught_when_broken, failed, fails
+from suites.runtime.test_planted_bugs import _alignment_releases_the_first_channel
 
 pytestmark = [allure.epic("runtime"), allure.feature("oracles catch broken runtimes")]
 
@@ -40,6 +44,49 @@ def test_a_checkpoint_missing_in_flight_records_is_caught_although_never_restore
     assert fails(out) == {"checkpoint_state"}, out.verdicts
     (v,) = [v for v in out.verdicts if v["oracle"] == "checkpoint_state"]
     assert "the fault-free reference at the checkpoint's offsets has" in v["details"][0]
+
+
+def test_the_alignment_off_by_one_is_caught_by_the_default_checks(tmp_path, monkeypatch):
+    """The issue's barrier-alignment off-by-one (the channel whose barrier came first is not held
+    back): its checkpoints miss in-flight records, and no restore reads one. A scenario that names
+    no checks gets ``checkpoint_state``, and only it sees the bug."""
+    _alignment_releases_the_first_channel(monkeypatch)
+    sc = {k: v for k, v in BASE.items() if k != "checks"} | {"faults": DELAYED["faults"]}
+    out = run_scenario(Scenario.model_validate(sc), tmp_path / "run")
+    assert "checkpoint_state" in {v["oracle"] for v in out.verdicts}
+    assert fails(out) == {"checkpoint_state"}, out.verdicts
+
+
+def test_default_checks_leave_out_checkpoint_state_only_when_the_job_gives_it_nothing_to_judge():
+    keyed = JOBS["keyed_count"](records=100, keys=4)
+    assert "checkpoint_state" in default_checks(keyed)
+    keyed.contract.interleaving, keyed.contract.interleaving_states = "planted for the test", None
+    assert "checkpoint_state" not in default_checks(keyed)  # no model, no event time, no broadcast input
+    allround = JOBS["allround"](records=100)  # no model either, but timers, watermarks, broadcast state
+    assert "checkpoint_state" in default_checks(allround)
+
+
+class _Stateless(KeyedProcessFunction):
+    def process_element(self, value: Any, ctx: RuntimeContext) -> None:
+        ctx.collect([value[0], value[1], value[1]])
+
+
+def _stateless_job(records: int = 3000, keys: int = 40, seed: int = 0, parallelism: int = 1) -> Any:
+    g = keyed_count(records, keys, seed, parallelism)
+    g.stages[0].function = _Stateless()
+    return g
+
+
+if "test_stateless" not in JOBS:
+    register_job("test_stateless", _stateless_job)
+
+
+def test_checkpoints_that_hold_no_job_state_are_unknown_not_a_pass(sim_run):
+    out = sim_run(job="test_stateless", checks=["exactly_once", "checkpoint_state"])
+    assert failed(out) == {"checkpoint_state"}, out.verdicts  # exactly_once holds: the run is sound
+    (v,) = [v for v in out.verdicts if v["oracle"] == "checkpoint_state"]
+    assert v["status"] == "unknown" and "hold no job state to compare" in v["summary"], v
+    assert v["data"]["checkpoints"] > 0
 
 
 def test_a_job_whose_state_depends_on_interleaving_has_its_timers_and_broadcast_state_judged(sim_run):
