@@ -8,7 +8,7 @@ from typing import Any
 
 import allure
 
-from chaos.runner import run_scenario
+from chaos.report.runner import run_scenario
 from chaos.scenario import Scenario
 from chaos.scenario_job import default_checks
 from harness import KeyedProcessFunction, RuntimeContext
