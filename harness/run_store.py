@@ -122,6 +122,10 @@ class RunStore:
     def driver_starts(self) -> Path:
         return self.root / "starts"
 
+    def driver_tasks(self, start: int) -> Path:
+        """How many Spark tasks driver start ``start`` has seen finish: progress inside a micro-batch."""
+        return self.driver_starts / f"{start}.tasks"
+
     @property
     def state_reads(self) -> Path:
         return self.root / "state"

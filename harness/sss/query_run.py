@@ -9,8 +9,9 @@ A driver's ``WORKDIR`` holds ``run.json`` (the query, master, trigger, the clust
 the user's ``sink`` if any, the ``python_fault_file``), ``input/``, ``checkpoint/``, ``output/``
 (statechaos's sink: batch N's rows in ``batch-N.json``, by rename, so a replayed batch replaces its
 own file), ``sink/`` (the user's sink's folder), ``starts/`` (``N`` holds the pid of start N,
-``N.spark`` appears once its Spark session is up, ``N.ready`` once its query runs: the orchestrator
-counts each as progress, so a start slowed by a loaded machine is not taken for a stall). A file
+``N.spark`` appears once its Spark session is up, ``N.ready`` once its query runs, ``N.tasks`` counts
+the Spark tasks it saw finish: the orchestrator counts each as progress, so a start or a first
+micro-batch slowed by a loaded machine is not taken for a stall). A file
 ``stop`` asks the driver to stop the query and exit 0; a query that fails writes ``failure.txt`` and
 exits 3, also when Spark's stream execution thread ended without an error in ``query.exception()``
 (:func:`query_death`); exit 4: Spark cannot start here. The driver's stdout and stderr are
@@ -154,6 +155,36 @@ def _stop_between_batches(query: Any, limit_s: float = 900.0) -> None:
     query.stop()
 
 
+class FinishedTasks:
+    """The Spark tasks a driver start has seen finish, written to ``N.tasks`` (by rename, so a reader
+    never sees half a number) at most once a second: a micro-batch whose tasks keep finishing is slow,
+    not stuck (a first batch that starts Python workers in containers took over 120 s at load 35).
+    Spark's status tracker lists only active stages: the count keeps each stage's highest."""
+
+    def __init__(self, spark: Any, path: Path) -> None:
+        self._tracker = spark.sparkContext.statusTracker()
+        self._path = path
+        self._done: dict[int, int] = {}
+        self._written = -1
+        self._next = 0.0
+
+    def poll(self) -> None:
+        now = time.monotonic()
+        if now < self._next:
+            return
+        self._next = now + 1.0
+        for sid in self._tracker.getActiveStageIds():
+            info = self._tracker.getStageInfo(sid)
+            if info is not None:
+                self._done[sid] = max(self._done.get(sid, 0), int(info.numCompletedTasks))
+        total = sum(self._done.values())
+        if total != self._written:
+            tmp = self._path.with_name(self._path.name + ".part")
+            tmp.write_text(str(total))
+            os.replace(tmp, self._path)
+            self._written = total
+
+
 def run_query(workdir: Path, make_writer: Callable[[Any, dict[str, Any]], Any],
               on_start: Hook | None = None, on_stop: Hook | None = None) -> int:  # fmt: skip
     """One driver start in ``workdir``: start Spark, ``on_start(spark, start_no)``, start the query
@@ -193,7 +224,9 @@ def run_query(workdir: Path, make_writer: Callable[[Any, dict[str, Any]], Any],
 
         query, attempts = start(), 1
         (starts / f"{start_no}.ready").write_text(str(query.id))
+        tasks = FinishedTasks(spark, store.driver_tasks(start_no))
         while not store.stop_request.exists():
+            tasks.poll()
             if (death := query_death(query, workdir / DRIVER_LOG)) is not None:
                 if transient(death) and attempts < QUERY_STARTS:
                     print(f"query start {attempts} failed for the machine's sake, again: {death}"[:400], flush=True)

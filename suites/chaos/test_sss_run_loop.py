@@ -16,6 +16,7 @@ import pytest
 import chaos.sss.run as run_mod
 from chaos.sss.run import SssFault, SssRun, run_sss
 from harness.events import FaultStart, JobRestart, read_events
+from harness.run_store import RunStore
 from harness.sss.model import ProcessorModel
 from harness.sss.oracles import batch_inputs
 from harness.sss.spec import SssSpec
@@ -276,3 +277,64 @@ def test_a_sink_window_fault_is_armed_then_fired_by_the_nemesis_where_the_sink_r
         assert executor.wait(30) == -9 and out.starts == 1
     finally:
         executor.kill()
+
+
+def test_a_batch_whose_spark_tasks_keep_finishing_is_slow_not_stuck(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver counts the Spark tasks it saw finish (``starts/N.tasks``): a long micro-batch (the
+    first one starting Python workers on a loaded machine) is progress while they finish, and stuck
+    only once they stop, the stall naming them."""
+    monkeypatch.setattr(run_mod, "DriverProcess", fake_driver(commit_at_most=1))
+    finished = threading.Event()
+
+    def tasks() -> None:  # a batch's tasks finishing for well over the stall bound, then nothing
+        store = RunStore(tmp_path)
+        while not store.driver_starts.exists():
+            time.sleep(0.01)
+        for n in range(1, 81):
+            part = store.driver_tasks(0).with_suffix(".part")
+            part.write_text(str(n))
+            part.replace(store.driver_tasks(0))
+            time.sleep(0.1)
+        finished.set()
+
+    threading.Thread(target=tasks, daemon=True).start()
+    out = run_sss(SssRun(SPEC, INPUTS, tmp_path, [], stall_s=3.0))
+    assert out.verdict == "stuck", out.summary()
+    assert finished.is_set(), "the run was called stuck while its tasks were still finishing"
+    assert "spark_tasks_finished (80) unchanged for" in out.stuck_reason, out.stuck_reason
+
+
+class _Stage:
+    def __init__(self, done: int) -> None:
+        self.numCompletedTasks = done
+
+
+class _Tracker:
+    def __init__(self) -> None:
+        self.active: dict[int, int] = {}
+
+    def getActiveStageIds(self) -> list[int]:  # noqa: N802 (Spark's name)
+        return list(self.active)
+
+    def getStageInfo(self, sid: int) -> _Stage | None:  # noqa: N802
+        return _Stage(self.active[sid]) if sid in self.active else None
+
+
+def test_finished_tasks_keep_each_stages_count_after_it_leaves_the_active_list(tmp_path: Path) -> None:
+    from harness.sss.query_run import FinishedTasks
+
+    tracker = _Tracker()
+    spark = type("S", (), {"sparkContext": type("C", (), {"statusTracker": lambda self: tracker})()})()
+    store = RunStore(tmp_path)
+    store.driver_starts.mkdir()
+    count = FinishedTasks(spark, store.driver_tasks(1))
+    tracker.active = {3: 2, 4: 1}
+    count.poll()
+    assert store.driver_tasks(1).read_text() == "3"
+    tracker.active = {4: 5}  # stage 3 finished and left the list: its 2 tasks still count
+    count._next = 0.0
+    count.poll()
+    assert store.driver_tasks(1).read_text() == "7"
+    assert run_mod._tasks_finished(tmp_path) == 7
