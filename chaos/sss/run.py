@@ -276,7 +276,8 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
         return run.time_limit_s is not None and time.monotonic() - t0 > run.time_limit_s
 
     stalled: list[str] = []
-    sink_armed: list[SssFault] = []  # armed in the sink's wrapper, not yet reached
+    sink_armed: list[SssFault] = []  # armed in the sink's wrapper, not yet reached (one at a time)
+    sink_file = -1  # the input file whose batch the armed sink fault waits for
     # with no timers, Spark runs no batch without input: there is no tail to wait for
     # a builder's query may hold event-time state: its tail (and the idle end below) closes windows
     tail_ms = run.tail_ms if isinstance(run.spec, QuerySpec) or run.spec.timers_on else 0
@@ -302,13 +303,16 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
             consumed = _consumed(checkpoint, run.spec)
             # a due fault strikes before the next batch gets input, so batch ``after_batches`` runs
             # under it however fast the machine finished the ones before (``seen[0]``: newest planned)
+            # (but the file an armed sink fault waits for is written, or neither could strike)
             held = bool(pending) and seen[0] + 1 >= pending[0].after_batches
+            held = held and not (sink_armed and written <= sink_file)
             if not held and written < len(run.inputs) and consumed >= written:
                 _write_input(w, run.spec, written, run.inputs[written])
                 written += 1
-            if pending and pending[0].at and len(done) >= pending[0].after_batches:
+            if pending and pending[0].at and not sink_armed and len(done) >= pending[0].after_batches:
                 fault = pending.pop(0)  # placed by the sink's wrapper in the batch that reads the next file
                 arm_sink(w, fault.at, written)  # the batch that reads the next file (held until now)
+                sink_file = written
                 sink_armed.append(fault)
                 emit(FaultArmed(kind=fault.kind, at=fault.at, batch=_next_batch(checkpoint),
                                 trigger=f"{fault.after_batches} batches committed"))  # fmt: skip
@@ -323,7 +327,8 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
                                         trigger=trigger)  # fmt: skip
                     (w / SINK_RELEASE).write_text("")
                 continue
-            if pending and len(done) >= pending[0].after_batches and _can_strike(pending[0], checkpoint):
+            due = bool(pending) and not pending[0].at and len(done) >= pending[0].after_batches
+            if due and _can_strike(pending[0], checkpoint):
                 fault = pending.pop(0)
                 driver, struck = _inject(
                     fault, driver, checkpoint, scope, rng, emit, start, heals, docker, link
