@@ -327,8 +327,8 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
                                         trigger=trigger)  # fmt: skip
                     (w / SINK_RELEASE).write_text("")
                 continue
-            due = bool(pending) and not pending[0].at and len(done) >= pending[0].after_batches
-            if due and _can_strike(pending[0], checkpoint):
+            now_due = bool(pending) and not pending[0].at and len(done) >= pending[0].after_batches
+            if now_due and _can_strike(pending[0], checkpoint):
                 fault = pending.pop(0)
                 driver, struck = _inject(
                     fault, driver, checkpoint, scope, rng, emit, start, heals, docker, link

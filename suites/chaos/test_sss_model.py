@@ -447,7 +447,15 @@ def test_values_are_compared_as_spark_stores_them_by_the_declared_types() -> Non
 
 
 def test_spark_types_parse_from_ddl_and_simple_strings() -> None:
-    from pyspark.sql.types import ArrayType, DateType, DecimalType, MapType, StringType, StructField, StructType
+    from pyspark.sql.types import (
+        ArrayType,
+        DateType,
+        DecimalType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+    )
 
     from harness.sss.values import parse_type, schema_fields
 
