@@ -253,3 +253,33 @@ def test_two_sink_faults_strike_one_after_the_other_each_at_its_point(
     assert out.verdict == "pass", out.summary()
     struck = [(e.kind, e.trigger) for e in out.events if isinstance(e, FaultStart)]
     assert struck == [("kill_executor", "during_sink_write of batch 2"), ("kill_executor", "after_sink_write of batch 3")]
+
+
+def test_a_run_whose_first_offsets_spark_purged_is_unknown_not_caught(tmp_path: Path) -> None:
+    """Spark keeps the last ``minBatchesToRetain`` offset log entries (100 by default): a run whose
+    timers ran over 100 batches lost the first ones, and every input file was then taken as read by
+    the first batch left, whose empty output was reported as a difference. Nothing can be judged:
+    unknown, with the reason; and statechaos's own settings keep every entry."""
+    from harness.sss.oracles import check_run
+    from harness.sss.query_run import spark_conf
+    from harness.sss.verdicts import check_exactly_once
+
+    cp = tmp_path / "checkpoint"
+    for d in ("offsets", "commits", "sources/0"):
+        (cp / d).mkdir(parents=True)
+    (tmp_path / "input").mkdir()
+    (tmp_path / "output").mkdir()
+    for f, rows in enumerate(INPUTS):
+        (tmp_path / "input" / f"part-{f:05d}.csv").write_text("".join(f"{r['user']},{r['item']},{r['qty']}\n" for r in rows))
+        (cp / "sources" / "0" / str(f)).write_text(f'v1\n{{"path":"file:///x/part-{f:05d}.csv","timestamp":1,"batchId":{f}}}')
+    for b in (100, 101):  # batches 0-99 purged; these read no new file
+        (cp / "offsets" / str(b)).write_text(
+            f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":{1000 * b},"conf":{{}}}}\n{{"logOffset":2}}')  # fmt: skip
+        (cp / "commits" / str(b)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+        (tmp_path / "output" / f"batch-{b}.json").write_text("[]")
+    check = check_run(tmp_path, SPEC, len(INPUTS))
+    assert not check.violations and check.unknown and "purged the offset log before batch 100" in check.unknown[0]
+    out = run_mod.SssOutcome("unknown", check, [], 1, [], [], "", "4.3.0")
+    verdict = check_exactly_once(None, None, out, "", 0)  # type: ignore[arg-type]
+    assert verdict.status.value == "unknown" and "purged" in verdict.summary, verdict
+    assert int(spark_conf()["spark.sql.streaming.minBatchesToRetain"]) >= 10_000
