@@ -412,7 +412,8 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
         for kind, watch_kind in watched:
             watch_kind(kind, target, final)
 
-    sink_armed: list[PlannedFault] = []  # armed in the sink's wrapper, not yet reached
+    sink_armed: list[PlannedFault] = []  # armed in the sink's wrapper, not yet reached (one at a time)
+    sink_file = -1  # the input file whose batch the armed sink fault waits for
     # with no timers, Spark runs no batch without input: there is no tail to wait for
     # a builder's query may hold event-time state: its tail (and the idle end below) closes windows
     tail_ms = run.tail_ms if isinstance(run.spec, QuerySpec) or run.spec.timers_on else 0
@@ -438,13 +439,16 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
             consumed = _consumed(checkpoint, run.spec)
             # a due fault strikes before the next batch gets input, so batch ``after_batches`` runs
             # under it however fast the machine finished the ones before (``seen[0]``: newest planned)
+            # (but the file an armed sink fault waits for is written, or neither could strike)
             held = bool(pending) and seen[0] + 1 >= pending[0][0]
+            held = held and not (sink_armed and written <= sink_file)
             if not held and written < len(run.inputs) and consumed >= written:
                 _write_input(w, run.spec, written, run.inputs[written])
                 written += 1
-            if pending and _sink_window(pending[0][1]) and len(done) >= pending[0][0]:
+            if pending and _sink_window(pending[0][1]) and not sink_armed and len(done) >= pending[0][0]:
                 after, p = pending.pop(0)  # placed by the sink's wrapper in the batch that reads the next file
                 arm_sink(w, _sink_window(p), written)  # the batch that reads the next file (held until now)
+                sink_file = written
                 sink_armed.append(p)
                 emit(FaultArmed(kind=p.fault.kind, at=_sink_window(p), batch=_next_batch(checkpoint),
                                 trigger=f"{after} batches committed", fault_id=p.fault_id))  # fmt: skip
@@ -454,7 +458,7 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
                 if not restarted:  # the driver lives on: its sink goes on writing
                     (w / SINK_RELEASE).write_text("")
                 continue
-            if pending and len(done) >= pending[0][0]:
+            if pending and not _sink_window(pending[0][1]) and len(done) >= pending[0][0]:
                 after, p = pending[0]
                 struck, restarted = fire(p, f"{after} batches committed")
                 if struck:

@@ -15,7 +15,7 @@ from pathlib import Path
 from harness.sss.query import QuerySpec, build_query
 from harness.sss.spec import SpecError
 
-__all__ = ["analyse", "main"]
+__all__ = ["analyse", "import_problem", "main"]
 
 
 def analyse(spec: QuerySpec) -> dict[str, str]:
@@ -32,6 +32,8 @@ def analyse(spec: QuerySpec) -> dict[str, str]:
             except SpecError as e:
                 field, _, problem = str(e).partition(": ")
                 return {"field": field, "problem": problem}
+            except ImportError as e:  # the builder's module needs what this pyspark lacks
+                return {"field": "builder", "problem": import_problem(e)}
             except Exception as e:  # the schema does not parse, a column is unknown, ...
                 return {"field": "input_schema", "problem": spark_error_gist(f"{type(e).__name__}: {e}")}
             try:
@@ -44,6 +46,20 @@ def analyse(spec: QuerySpec) -> dict[str, str]:
         return {}
     finally:
         cluster.stop()
+
+
+def import_problem(e: ImportError) -> str:
+    """The builder's module failing to import on this pyspark, naming the version, and the feature
+    it lacks where the missing name says which (``StatefulProcessor``: transformWithStateInPandas)."""
+    import pyspark
+
+    from harness.sss.pyspark_env import missing_feature
+
+    version = pyspark.__version__
+    lacks = None
+    if "StatefulProcessor" in str(e):
+        lacks = missing_feature(version.split("+")[0].split(".dev")[0], "transformWithStateInPandas")
+    return f"its module cannot be imported on pyspark {version}: {type(e).__name__}: {e}" + (f" ({lacks})" if lacks else "")
 
 
 def main(argv: list[str] | None = None) -> int:

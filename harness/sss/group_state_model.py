@@ -24,7 +24,7 @@ from typing import Any
 
 from harness.sss.model import MAX_PARALLELISM, StateImage, frame, rows_of
 from harness.sss.spec import SssSpec, load_function
-from harness.sss.values import freeze
+from harness.sss.values import conform_row, conform_struct, freeze, schema_fields
 from reference_impl.keygroups import KeyGroupRange
 from reference_impl.state.descriptors import ValueStateDescriptor
 from reference_impl.state.handles import VOID_NAMESPACE
@@ -54,6 +54,7 @@ class GroupStateModel:
         self.func = load_function(spec.processor)
         self.vars: dict[str, Any] = {}  # no declared state variables (state-metadata lists none)
         self._state = self.backend.get_state(ValueStateDescriptor(GROUP_STATE))
+        self._fields = schema_fields(spec.state_schema)
 
     def _call(
         self, key: tuple[Any, ...], rows: list[dict[str, Any]], ts: int, timed_out: bool
@@ -72,11 +73,13 @@ class GroupStateModel:
         )  # fmt: skip
         pdfs = iter([frame(self.spec, rows)])
         out = rows_of(self.func(key, pdfs, state))  # consumed in full before the state is written
+        out = [conform_row(r, self.spec.output_schema) for r in out]  # what Spark makes of them
         timeout = state._timeout_timestamp  # pyspark keeps what setTimeoutDuration set here
         if state._removed and timeout == NO_TIMESTAMP:
             self._state.clear()
         elif state._updated or state._removed or timeout != old_timeout:
-            self._state.update((tuple(state._value) if state.exists else None, int(timeout)))
+            value = conform_struct(tuple(state._value), self._fields) if state.exists else None
+            self._state.update((value, int(timeout)))  # as Spark stores it under state_schema
         return out
 
     def run_batch(self, timestamp_ms: int, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -24,6 +24,7 @@ from typing import Any
 
 from harness.sss.spec import SssSpec
 from harness.sss.state_vars import StateVar
+from harness.sss.values import Type, conform_row, conform_struct, schema_fields
 from reference_impl.keygroups import KeyGroupRange
 from reference_impl.snapshot import TtlValue
 from reference_impl.state.descriptors import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
@@ -56,9 +57,23 @@ def _ttl(ms: int | None) -> StateTtlConfig | None:
     )
 
 
+def _struct_of(schema: Any) -> tuple[tuple[str, Type], ...] | None:
+    """A state variable's declared fields, or None where the schema cannot be read (kept as given)."""
+    try:
+        return schema_fields(schema)
+    except (ValueError, TypeError):
+        return None
+
+
+def _conformed(value: Iterable[Any], fields: tuple[tuple[str, Type], ...] | None) -> tuple[Any, ...]:
+    """A state row as Spark stores it under its declared schema (harness.sss.values.conform)."""
+    row = tuple(value)
+    return row if fields is None else tuple(conform_struct(row, fields))
+
+
 class _ValueState:
-    def __init__(self, h: Any) -> None:
-        self._h = h
+    def __init__(self, h: Any, schema: Any) -> None:
+        self._h, self._t = h, _struct_of(schema)
 
     def exists(self) -> bool:
         return self._h.value() is not None
@@ -67,15 +82,15 @@ class _ValueState:
         return self._h.value()
 
     def update(self, value: Iterable[Any]) -> None:
-        self._h.update(tuple(value))
+        self._h.update(_conformed(value, self._t))
 
     def clear(self) -> None:
         self._h.clear()
 
 
 class _ListState:
-    def __init__(self, h: Any) -> None:
-        self._h = h
+    def __init__(self, h: Any, schema: Any) -> None:
+        self._h, self._t = h, _struct_of(schema)
 
     def exists(self) -> bool:
         return bool(self._h.get())
@@ -84,33 +99,33 @@ class _ListState:
         return iter(self._h.get() or [])
 
     def put(self, values: Iterable[Iterable[Any]]) -> None:
-        self._h.update([tuple(v) for v in values])
+        self._h.update([_conformed(v, self._t) for v in values])
 
     def appendValue(self, value: Iterable[Any]) -> None:  # noqa: N802
-        self._h.add(tuple(value))
+        self._h.add(_conformed(value, self._t))
 
     def appendList(self, values: Iterable[Iterable[Any]]) -> None:  # noqa: N802
-        self._h.add_all([tuple(v) for v in values])
+        self._h.add_all([_conformed(v, self._t) for v in values])
 
     def clear(self) -> None:
         self._h.clear()
 
 
 class _MapState:
-    def __init__(self, h: Any) -> None:
-        self._h = h
+    def __init__(self, h: Any, key_schema: Any, schema: Any) -> None:
+        self._h, self._k, self._t = h, _struct_of(key_schema), _struct_of(schema)
 
     def exists(self) -> bool:
         return bool(self._h.items())
 
     def getValue(self, key: Iterable[Any]) -> tuple[Any, ...] | None:  # noqa: N802
-        return self._h.get(tuple(key))
+        return self._h.get(_conformed(key, self._k))
 
     def containsKey(self, key: Iterable[Any]) -> bool:  # noqa: N802
-        return self._h.contains(tuple(key))
+        return self._h.contains(_conformed(key, self._k))
 
     def updateValue(self, key: Iterable[Any], value: Iterable[Any]) -> None:  # noqa: N802
-        self._h.put(tuple(key), tuple(value))
+        self._h.put(_conformed(key, self._k), _conformed(value, self._t))
 
     def iterator(self) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...]]]:
         return iter(self._h.items())
@@ -122,7 +137,7 @@ class _MapState:
         return iter(self._h.values())
 
     def removeKey(self, key: Iterable[Any]) -> None:  # noqa: N802
-        self._h.remove(tuple(key))
+        self._h.remove(_conformed(key, self._k))
 
     def clear(self) -> None:
         self._h.clear()
@@ -144,19 +159,20 @@ class _Handle:
 
     def getValueState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> _ValueState:  # noqa: N802, N803
         return _ValueState(
-            self._declare(StateVar(stateName, "value", ttlDurationMs), ValueStateDescriptor(stateName))
+            self._declare(StateVar(stateName, "value", ttlDurationMs), ValueStateDescriptor(stateName)), schema
         )
 
     def getListState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> _ListState:  # noqa: N802, N803
         return _ListState(
-            self._declare(StateVar(stateName, "list", ttlDurationMs), ListStateDescriptor(stateName))
+            self._declare(StateVar(stateName, "list", ttlDurationMs), ListStateDescriptor(stateName)), schema
         )
 
     def getMapState(
         self, stateName: str, userKeySchema: Any, valueSchema: Any, ttlDurationMs: int | None = None
     ) -> _MapState:  # noqa: N802, N803
         return _MapState(
-            self._declare(StateVar(stateName, "map", ttlDurationMs), MapStateDescriptor(stateName))
+            self._declare(StateVar(stateName, "map", ttlDurationMs), MapStateDescriptor(stateName)),
+            userKeySchema, valueSchema,
         )
 
     def registerTimer(self, expiryTimestampMs: int) -> None:  # noqa: N802, N803
@@ -214,7 +230,7 @@ class ProcessorModel:
                 out += rows_of(self.processor.handleExpiredTimer(key, tv, ExpiredTimerInfo(t)))
                 self.timers[key].discard(t)
         self._clear_expired(timestamp_ms)
-        return out
+        return [conform_row(r, self.spec.output_schema) for r in out]  # what Spark makes of them
 
     def _tables(self) -> Iterator[tuple[StateVar, dict[Any, Any]]]:
         snap = self.backend.snapshot()

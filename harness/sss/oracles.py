@@ -47,6 +47,7 @@ class SssCheck:
     states_checked: int = 0
     metadata_checked: int = 0  # state reads whose state-metadata named the query's operator
     state_unknown: list[str] = field(default_factory=list)  # state reads no Spark could make (deferred_state)
+    unknown: list[str] = field(default_factory=list)  # why nothing could be judged (the logs it needs are gone)
 
     @property
     def ok(self) -> bool:
@@ -201,6 +202,12 @@ def check_run(workdir: Path, spec: SssSpec, files_written: int) -> SssCheck:
         result.processor_errors.append(f"in the model's fault-free run, building it: {where}")
         return result
     committed = set(committed_batches(RunStore(workdir).query_checkpoint))
+    first = next(iter(read_offsets(RunStore(workdir).query_checkpoint)), None)
+    if first is not None and first.batch > 0:  # which input each batch read is gone: nothing to judge
+        result.unknown.append(f"Spark purged the offset log before batch {first.batch} (a spark_conf "
+                              "spark.sql.streaming.minBatchesToRetain below the run's batches): which input "
+                              "each batch read is unknown")  # fmt: skip
+        return result
     dumps: dict[int, list[tuple[str, dict[str, Any]]]] = {}
     for path in sorted(RunStore(workdir).state_reads.glob("*.json")):
         d = json.loads(path.read_text())

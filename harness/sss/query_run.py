@@ -49,7 +49,8 @@ QUERY_STARTS = 4  # attempts per driver start (and per replay batch) when the fa
 def spark_conf() -> dict[str, str]:
     """The state store settings every run uses: RocksDB (transformWithState requires it), changelog
     checkpointing on, and snapshots every 2 versions uploaded by a 1 s maintenance task, so a short run
-    has snapshot (``N.zip``) and changelog (``N.changelog``) files for damage to hit."""
+    has snapshot (``N.zip``) and changelog (``N.changelog``) files for damage to hit; and every
+    batch's logs kept."""
     return {
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
@@ -57,6 +58,9 @@ def spark_conf() -> dict[str, str]:
         "spark.sql.streaming.stateStore.maintenanceInterval": "1s",
         "spark.sql.shuffle.partitions": "2",
         "spark.sql.session.timeZone": "UTC",
+        # the oracles read every batch's offset log entry (which input it read); Spark's default of 100
+        # purged the first ones of a run whose timers ran a batch every trigger while it stopped
+        "spark.sql.streaming.minBatchesToRetain": "100000",
     }
 
 

@@ -396,3 +396,73 @@ def test_a_processor_in_another_module_than_the_builder_raising_is_the_users(tmp
     # only installed libraries and statechaos's own code in the traceback: not the user's
     lib_only = spark.replace(f'  File "{helper}", line 167, in handleExpiredTimer\n', "")
     assert raised_in_spark(lib_only, builder) is None
+
+
+class Coerced(StatefulProcessor):  # stores values that Spark converts by the declared types
+    def init(self, handle: object) -> None:
+        self.v = handle.getValueState(  # type: ignore[attr-defined]
+            "v", "day date, price decimal(10,2), ratio float, prices array<decimal(10,2)>, days map<string,date>")
+        self.m = handle.getMapState("m", "day date", "n long")  # type: ignore[attr-defined]
+
+    def handleInputRows(self, key, rows, timerValues):  # noqa: ANN001, ANN201, N802, N803
+        import datetime as dt
+        from decimal import Decimal
+
+        import pandas as pd
+
+        at = dt.datetime(2026, 1, 2, 13, 5)
+        self.v.update((at, Decimal("0.125"), 0.1, [Decimal("1.005")], {"a": at}))
+        self.m.updateValue((at,), (1,))
+        assert self.m.containsKey((at.date(),))  # Spark's key is the day
+        yield pd.DataFrame({"user": [key[0]], "ratio": [0.1]})
+
+
+def test_values_are_compared_as_spark_stores_them_by_the_declared_types() -> None:
+    """A datetime in a date field keeps its day, a decimal is rounded half up to the field's scale,
+    a float field holds a 32-bit float, in nested arrays and maps too; the output likewise by the
+    output schema. The model used to keep the processor's own values: a false alarm."""
+    import datetime as dt
+    from decimal import Decimal
+
+    from pyspark.sql import Row
+
+    from harness.sss.driver import _state_row
+    from harness.sss.oracles import canonical_image
+    from harness.sss.values import canon_row
+
+    spec = SssSpec("suites.chaos.test_sss_model:Coerced", "user", CART.input_schema, "user string, ratio float",
+                   time_mode="None")  # fmt: skip
+    m = ProcessorModel(spec)
+    out = m.run_batch(1_000, [_row("a", "x", 1)])
+    f32 = 0.10000000149011612  # what Spark's collect gives for a float column holding 0.1
+    assert [canon_row(r) for r in out] == [{"user": "a", "ratio": f32}]
+    day = dt.date(2026, 1, 2)
+    raw = {  # what the state data source's collect() returns for the same state
+        "v": [Row(key=Row(user="a"), value=Row(day=day, price=Decimal("0.13"), ratio=f32, prices=[Decimal("1.01")],
+                                                days={"a": day}), partition_id=0)],
+        "m": [Row(key=Row(user="a"), user_map_key=Row(day=day), user_map_value=Row(n=1), partition_id=0)],
+    }  # fmt: skip
+    dump = json.loads(json.dumps({"vars": {n: [_state_row(r) for r in rows] for n, rows in raw.items()}}))
+    assert spark_state_image(dump, m) == canonical_image(m.state())
+
+
+def test_spark_types_parse_from_ddl_and_simple_strings() -> None:
+    from pyspark.sql.types import (
+        ArrayType,
+        DateType,
+        DecimalType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+    )
+
+    from harness.sss.values import parse_type, schema_fields
+
+    assert schema_fields("a INT NOT NULL, `b` decimal(5, 1) COMMENT 'x', c map<string, array<date>>") == (
+        ("a", ("int",)), ("b", ("decimal", 5, 1)), ("c", ("map", ("string",), ("array", ("date",)))))  # fmt: skip
+    st = StructType([StructField("s", StructType([StructField("d", DecimalType(4, 2))])),
+                     StructField("m", MapType(StringType(), ArrayType(DateType())))])  # fmt: skip
+    assert schema_fields(st) == (("s", ("struct", (("d", ("decimal", 4, 2)),))),
+                                 ("m", ("map", ("string",), ("array", ("date",)))))  # fmt: skip
+    assert parse_type("BIGINT") == ("long",)

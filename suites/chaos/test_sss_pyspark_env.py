@@ -271,3 +271,32 @@ def test_the_driver_and_the_replay_import_nothing_a_users_pyspark_venv_lacks() -
     blocked = ("msgpack", "pydantic", "mmh3", "rich", "yaml", "docker", "hypothesis", "rocksdict", "allure")
     r = subprocess.run([sys.executable, "-c", _LIGHT.format(blocked=blocked)], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_a_builder_module_that_cannot_import_on_the_version_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A builder whose module imports StatefulProcessor, planned on pyspark 3.5.3: the problem is the
+    builder's, naming the version and the feature (it was reported as ``query.input_schema``)."""
+    import pyspark
+
+    import harness.spark.cluster as cluster_mod
+    import harness.sss.analyse as analyse_mod
+    from harness.sss.query import QuerySpec
+
+    class NoSpark:
+        def __init__(self, *a: object, **k: object) -> None:
+            self.spark = None
+
+        def start(self) -> None: ...
+
+        def stop(self) -> None: ...
+
+    def fails(*a: object) -> None:
+        raise ImportError("cannot import name 'StatefulProcessor' from 'pyspark.sql.streaming'")
+
+    monkeypatch.setattr(cluster_mod, "SparkCluster", NoSpark)
+    monkeypatch.setattr(analyse_mod, "build_query", fails)
+    monkeypatch.setattr(pyspark, "__version__", "3.5.3")
+    got = analyse_mod.analyse(QuerySpec("examples.sss.stateful_apis:apply_proctime", {"events": "user string"}))
+    assert got["field"] == "builder", got
+    assert got["problem"].startswith("its module cannot be imported on pyspark 3.5.3: ImportError: cannot import")
+    assert "transformWithStateInPandas needs pyspark 4.0.0 or later" in got["problem"]

@@ -40,10 +40,12 @@ class _Proc:
 
 
 def fake_driver(
-    commit_at_most: int = 99, seen_history: list[str] | None = None, on_batch: Any = None
+    commit_at_most: int = 99, seen_history: list[str] | None = None, on_batch: Any = None, plan_s: float = 0.0
 ) -> Any:
     """A DriverProcess stand-in: one batch per input file (the model computes its output), up to
-    ``commit_at_most`` batches in the whole run; it records the history file's text at each batch."""
+    ``commit_at_most`` batches in the whole run; it records the history file's text at each batch.
+    ``plan_s``: the time between a batch's file source log entry and its offset log entry (Spark
+    writes them in that order)."""
     model: list[ProcessorModel] = []
 
     class FakeDriver:
@@ -71,6 +73,7 @@ def fake_driver(
                     b = done
                     (cp / "sources" / "0" / str(b)).write_text(
                         f'v1\n{{"path":"file:///x/{files[b]}","timestamp":1,"batchId":{b}}}')  # fmt: skip
+                    time.sleep(plan_s)
                     (cp / "offsets" / str(b)).write_text(
                         f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":{1000 * (b + 1)},"conf":{{}}}}\n{{"logOffset":{b}}}')  # fmt: skip
                     if not model:
@@ -338,3 +341,79 @@ def test_finished_tasks_keep_each_stages_count_after_it_leaves_the_active_list(t
     count.poll()
     assert store.driver_tasks(1).read_text() == "7"
     assert run_mod._tasks_finished(tmp_path) == 7
+
+
+class FakeFrame:
+    """What the sink's wrapper watches for a DataFrame action, in place of pyspark's DataFrame."""
+
+    def collect(self) -> list[Any]:
+        return []
+
+
+def test_two_sink_faults_strike_one_after_the_other_each_at_its_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two faults placed in the sink window: the second is armed only once the first struck (it
+    used to replace the first's armed file, which then struck at the second's point and the second
+    never did), and the file the first waits for is written though the second is already due. The
+    file source's log ahead of the offset log lets a second file in before the first fault is due."""
+    import subprocess
+    import sys
+
+    import harness.sss.sink as sink_mod
+    from harness.sss.sink import chaos_sink
+
+    monkeypatch.setattr(sink_mod, "_ACTIONS", {__name__: ("FakeFrame", ("collect",))})
+
+    def sink(df: Any, batch_id: int) -> None:
+        df.collect()  # during_sink_write strikes when this returns
+
+    executors = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"]) for _ in range(2)]
+    try:
+        base = fake_driver(on_batch=lambda w, b: chaos_sink(sink, w)(FakeFrame(), b), plan_s=0.5)
+
+        class WithExecutors(base):  # type: ignore[misc,valid-type]
+            def executor_pids(self) -> list[int]:
+                return [e.pid for e in executors if e.poll() is None]
+
+        monkeypatch.setattr(run_mod, "DriverProcess", WithExecutors)
+        faults = [SssFault("kill_executor", 1, at="during_sink_write"), SssFault("kill_executor", 2, at="after_sink_write")]
+        inputs = [*INPUTS, INPUTS[0]]
+        out = run_sss(SssRun(SPEC, inputs, tmp_path, faults, stall_s=30))
+    finally:
+        for e in executors:
+            e.kill()
+            e.wait()
+    assert out.verdict == "pass", out.summary()
+    struck = [(e.kind, e.trigger) for e in out.events if isinstance(e, FaultStart)]
+    assert struck == [("kill_executor", "during_sink_write of batch 2"), ("kill_executor", "after_sink_write of batch 3")]
+
+
+def test_a_run_whose_first_offsets_spark_purged_is_unknown_not_caught(tmp_path: Path) -> None:
+    """Spark keeps the last ``minBatchesToRetain`` offset log entries (100 by default): a run whose
+    timers ran over 100 batches lost the first ones, and every input file was then taken as read by
+    the first batch left, whose empty output was reported as a difference. Nothing can be judged:
+    unknown, with the reason; and statechaos's own settings keep every entry."""
+    from harness.sss.oracles import check_run
+    from harness.sss.query_run import spark_conf
+    from harness.sss.verdicts import check_exactly_once
+
+    cp = tmp_path / "checkpoint"
+    for d in ("offsets", "commits", "sources/0"):
+        (cp / d).mkdir(parents=True)
+    (tmp_path / "input").mkdir()
+    (tmp_path / "output").mkdir()
+    for f, rows in enumerate(INPUTS):
+        (tmp_path / "input" / f"part-{f:05d}.csv").write_text("".join(f"{r['user']},{r['item']},{r['qty']}\n" for r in rows))
+        (cp / "sources" / "0" / str(f)).write_text(f'v1\n{{"path":"file:///x/part-{f:05d}.csv","timestamp":1,"batchId":{f}}}')
+    for b in (100, 101):  # batches 0-99 purged; these read no new file
+        (cp / "offsets" / str(b)).write_text(
+            f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":{1000 * b},"conf":{{}}}}\n{{"logOffset":2}}')  # fmt: skip
+        (cp / "commits" / str(b)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+        (tmp_path / "output" / f"batch-{b}.json").write_text("[]")
+    check = check_run(tmp_path, SPEC, len(INPUTS))
+    assert not check.violations and check.unknown and "purged the offset log before batch 100" in check.unknown[0]
+    out = run_mod.SssOutcome("unknown", check, [], 1, [], [], "", "4.3.0")
+    verdict = check_exactly_once(None, None, out, "")  # type: ignore[arg-type]
+    assert verdict.status.value == "unknown" and "purged" in verdict.summary, verdict
+    assert int(spark_conf()["spark.sql.streaming.minBatchesToRetain"]) >= 10_000

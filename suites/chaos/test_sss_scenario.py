@@ -244,7 +244,8 @@ def test_scenario_folder_of_csv_files_is_an_input(tmp_path: Path) -> None:
 
 def test_sss_run_goes_through_the_runner_summary_and_allure(tmp_path: Path, monkeypatch: Any) -> None:
     """``statechaos run``'s path for an sss scenario (the query itself replaced by a recorded outcome):
-    outcome.json with the verdicts, the story from the history's fault windows, Allure steps."""
+    outcome.json with the verdicts and the query's pyspark, the story from the history's fault
+    windows, Allure steps, and the version as an Allure tag and parameter."""
     import json
 
     import chaos.sss.execute as ex
@@ -261,7 +262,7 @@ def test_sss_run_goes_through_the_runner_summary_and_allure(tmp_path: Path, monk
              "checkpoint_id": None, "t": 1500, "seq": 2},
         ]  # fmt: skip
         history.write_text("".join(json.dumps(e) + "\n" for e in events))
-        return verdicts_of(sc, _outcome("pass")), {"verdict": "pass"}
+        return verdicts_of(sc, _outcome("pass")), {"verdict": "pass", "pyspark": "3.5.3"}
 
     monkeypatch.setattr(ex, "execute_sss", fake)
     outcome = run_scenario(load_scenario(LOCAL), tmp_path / "run", source=str(LOCAL))
@@ -277,6 +278,9 @@ def test_sss_run_goes_through_the_runner_summary_and_allure(tmp_path: Path, monk
     write_allure_results([outcome], tmp_path / "allure")
     result = json.loads(next((tmp_path / "allure").glob("*-result.json")).read_text())
     assert result["status"] == "passed" and result["name"] == "cart-sss-local"
+    assert saved["stats"]["pyspark"] == "3.5.3"
+    assert {"name": "tag", "value": "pyspark 3.5.3"} in result["labels"]
+    assert {"name": "pyspark", "value": "3.5.3"} in result["parameters"]
 
 
 def test_processor_args_and_time_mode_from_a_scenario_and_the_command_line(

@@ -55,13 +55,16 @@ def _window(events: list[dict[str, Any]], kind: str) -> tuple[int, int]:
     return int(start["t"]), int(end["t"])
 
 
-def _sss_evidence(events: list[dict[str, Any]]) -> None:
-    """A Structured Streaming scenario: the worker kill hit a worker container of this run, and the
+def _sss_evidence(events: list[dict[str, Any]], run_dir: Path) -> None:
+    """A Structured Streaming scenario: a task's Python worker in a worker container killed itself (in
+    band) and Spark retried the task, the worker kill hit a worker container of this run, and the
     driver-link latency delayed the micro-batches. A batch planned inside the toxic's window at least
     the latency before it healed takes at least the latency, whatever the machine's speed: its task
     launches cross the proxy either while the toxic holds them back, or after the heal, which is that
     long after the planning. A toxic that missed the traffic lets a quick machine's batch finish sooner."""
     faults = {e["kind"]: e for e in events if e["type"] == "fault_start"}
+    assert faults["kill_python_worker"]["target"].startswith("python worker pid "), faults
+    assert "Python worker exited unexpectedly" in (run_dir / "driver.log").read_text()  # a task retry
     assert "spark-worker" in faults["kill_worker"]["target"], faults
     toxic = faults["network"]
     latency = toxic["attributes"]["latency"]
@@ -82,7 +85,7 @@ def _evidence(name: str, outcome: Any) -> None:
     """What each scenario's fault must visibly have done to the job."""
     events = _events(outcome)
     if name == "cart-sss-docker":
-        _sss_evidence(events)
+        _sss_evidence(events, Path(outcome.run_dir))
         return
     faults = [e for e in events if e["type"] == "fault_start"]
     for f in faults:

@@ -18,6 +18,7 @@ import pytest
 
 from chaos.sss.run import SssFault, SssRun, run_sss
 from harness.events import FaultStart, JobRestart
+from harness.history import read_history
 from harness.spark.cluster import SparkEnvironmentError, check_java
 from harness.sss.spec import SssSpec
 
@@ -163,8 +164,10 @@ def test_a_processor_that_raises_is_reported_as_yours(tmp_path: Path, monkeypatc
 
 
 def test_own_sink_idempotent_passes_and_plain_append_is_caught(tmp_path: Path) -> None:
-    """The user's foreachBatch through a driver kill after its write of batch 2 and before Spark's
-    commit: the idempotent sink passes, the plain append is caught with batch 2's rows twice."""
+    """The user's foreachBatch through an executor kill inside its write of one batch (after its
+    collect, before its file) and a driver kill after its write of a later batch and before Spark's
+    commit: the idempotent sink passes, the plain append is caught with that batch's rows twice. Both
+    faults are placed by the sink's wrapper, in the sink window of the batch reading the next file."""
     from chaos.scenario import load_scenario
     from chaos.sss.execute import execute_sss
 
@@ -174,3 +177,7 @@ def test_own_sink_idempotent_passes_and_plain_append_is_caught(tmp_path: Path) -
     bad, stats = execute_sss(load_scenario(root / "sink-append-local.yaml"), tmp_path / "bad")
     assert stats["verdict"] == "caught" and all(v["passed"] for v in bad), bad
     assert "rows too many (of them written again" in json.dumps([v.to_dict() for v in bad])
+    for run in ("good", "bad"):
+        struck = [(e["kind"], e["trigger"].split(" of batch ")[0]) for e in read_history(tmp_path / run / "history.jsonl")
+                  if e["type"] == "fault_start"]  # fmt: skip
+        assert struck == [("kill_executor", "during_sink_write"), ("kill_driver", "after_sink_write")], struck
