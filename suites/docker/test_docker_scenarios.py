@@ -61,7 +61,8 @@ def _sss_evidence(events: list[dict[str, Any]], run_dir: Path) -> None:
     driver-link latency delayed the micro-batches. A batch planned inside the toxic's window at least
     the latency before it healed takes at least the latency, whatever the machine's speed: its task
     launches cross the proxy either while the toxic holds them back, or after the heal, which is that
-    long after the planning. A toxic that missed the traffic lets a quick machine's batch finish sooner."""
+    long after the planning. A toxic that missed the traffic lets a quick machine's batch finish sooner.
+    On a machine so loaded that no batch was planned in the window, one batch ran across all of it."""
     faults = {e["kind"]: e for e in events if e["type"] == "fault_start"}
     assert faults["kill_python_worker"]["target"].startswith("python worker pid "), faults
     assert "Python worker exited unexpectedly" in (run_dir / "driver.log").read_text()  # a task retry
@@ -76,9 +77,11 @@ def _sss_evidence(events: list[dict[str, Any]], run_dir: Path) -> None:
         for b, t in planned.items()
         if b in committed and toxic["t"] <= t <= healed["t"] - latency
     }  # fmt: skip
-    assert took and min(took.values()) >= latency, (
-        f"batches planned under the {latency} ms latency took {took} ms"
-    )
+    if not took:  # a loaded machine: one batch (a timer's, planned as the toxic came) ran across all of it
+        across = [b for b, t in planned.items() if t <= toxic["t"] and committed.get(b, healed["t"]) >= healed["t"]]
+        assert across, f"no batch was planned or running under the {latency} ms latency: planned {planned}"
+        return
+    assert min(took.values()) >= latency, f"batches planned under the {latency} ms latency took {took} ms"
 
 
 def _evidence(name: str, outcome: Any) -> None:
