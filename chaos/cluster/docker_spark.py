@@ -65,6 +65,14 @@ SPARK_CONF = {
 }
 
 
+# the Python workers a worker container's pyspark daemons forked (zombies not yet reaped excluded)
+_FORKED_WORKERS = (
+    "for d in $(pgrep -f '[p]yspark.daemon'); do for w in $(pgrep -P $d); do "
+    "case \"$(ps -o stat= -p $w)\" in Z*) ;; *) echo $w ;; esac; done; done; true"
+)
+_FORKED_WORKERS_KILL = "for d in $(pgrep -f '[p]yspark.daemon'); do pkill -KILL -P $d; done; true"
+
+
 def workers_for(slots: int, cores: int = CORES_PER_WORKER) -> int:
     """Workers for a barrier stage of ``slots`` tasks, plus one to spare: a killed, frozen or cut
     worker must not leave the relaunched stage without enough free slots."""
@@ -125,6 +133,7 @@ class DockerSparkCluster:
         self.driver_host = ""
         self.proxy_url = ""
         self.startup_s = 0.0
+        self.in_session = False  # a docker_session's stack, serving more runs than this one
 
     # ---- lifecycle -------------------------------------------------------------------------------
     def start(self) -> DockerSparkCluster:
@@ -175,9 +184,14 @@ class DockerSparkCluster:
         return self
 
     def stop(self) -> None:
-        """Remove the stack (containers, network, volumes); idempotent."""
+        """Remove the stack (containers, network, volumes), after the session's Spark application on
+        it (``harness.spark.shared_cluster``), which would otherwise outlive its master; idempotent."""
+        from harness.spark.shared_cluster import discard_master
+
         stack, self.stack = self.stack, None
         if stack is not None:
+            if self.master_url:
+                discard_master(self.master_url, f"its docker stack {stack.project} is removed")
             stack.__exit__(None, None, None)
 
     def __enter__(self) -> DockerSparkCluster:
@@ -207,6 +221,30 @@ class DockerSparkCluster:
             if net.name not in (c.attrs["NetworkSettings"]["Networks"] or {}):
                 net.connect(c)
         self.stack.wait_healthy(timeout)
+
+    def kill_python_workers(self, stall_s: float = 30.0) -> str | None:
+        """Kill the Python workers the workers' pyspark daemons forked and pooled for reuse (the
+        daemons stay), so a fault of the next run on a shared application finds only that run's
+        workers; None when none is left, else why not."""
+        import time
+
+        from harness.progress import ProgressWatch
+
+        assert self.stack is not None
+        watch = ProgressWatch(stall_s, clock=time.monotonic)
+        while True:
+            left: dict[str, str] = {}
+            for c in self.worker_containers():
+                res = c.exec_run(["sh", "-c", f"{_FORKED_WORKERS_KILL}; {_FORKED_WORKERS}"])
+                out = (res.output or b"").decode("utf-8", "replace").strip()
+                if res.exit_code != 0 or out:
+                    left[c.name] = out or f"exit {res.exit_code}"
+            if not left:
+                return None
+            watch.observe(left=tuple(sorted(left.items())))
+            if (stalled := watch.stalled()) is not None:
+                return f"Python workers left in the worker containers: {left}: {stalled}"
+            time.sleep(0.2)
 
     # ---- what a driver needs ----------------------------------------------------------------------
     def spark_kwargs(self) -> dict[str, Any]:
@@ -339,9 +377,11 @@ def docker_session(mount_root: Path, workers: int | None = None) -> Iterator[Non
 
 
 @contextlib.contextmanager
-def docker_cluster_for(run_dir: Path, slots: int) -> Iterator[DockerSparkCluster]:
+def docker_cluster_for(run_dir: Path, slots: int, *, shared_app: bool = False) -> Iterator[DockerSparkCluster]:
     """The docker cluster for one run: the session's (repaired) when there is one that fits, else a
-    stack for this run alone, removed when the run ends."""
+    stack for this run alone, removed when the run ends. A run that does not use the session's shared
+    Spark application (``shared_app``; a Structured Streaming driver process, another master's
+    arguments) first has it stopped: an idle application still holds every worker's cores."""
     need = workers_for(slots)
     session = _SESSION
     inside = session is not None and (
@@ -351,6 +391,10 @@ def docker_cluster_for(run_dir: Path, slots: int) -> Iterator[DockerSparkCluster
         with DockerSparkCluster(Path(run_dir), need) as dc:
             yield dc
         return
+    if session.cluster is not None and not shared_app:
+        from harness.spark.shared_cluster import discard_master
+
+        discard_master(session.cluster.master_url, "a run on the stack with its own Spark application")
     if session.cluster is not None and not session.cluster.covers(run_dir, need):
         session.cluster.stop()
         session.cluster = None
@@ -362,4 +406,5 @@ def docker_cluster_for(run_dir: Path, slots: int) -> Iterator[DockerSparkCluster
         except Exception:  # beyond repair (a container gone, an API error): start afresh
             session.cluster.stop()
             session.cluster = DockerSparkCluster(session.mount_root, max(need, session.workers or 0)).start()
+    session.cluster.in_session = True
     yield session.cluster
