@@ -46,8 +46,10 @@ from chaos.scope import RunScope
 __all__ = [
     "DockerSparkCluster",
     "ExecSignal",
+    "forked_python_workers",
     "docker_cluster_for",
     "docker_session",
+    "session_stack",
     "workers_for",
 ]
 
@@ -68,7 +70,7 @@ SPARK_CONF = {
 # the Python workers a worker container's pyspark daemons forked (zombies not yet reaped excluded)
 _FORKED_WORKERS = (
     "for d in $(pgrep -f '[p]yspark.daemon'); do for w in $(pgrep -P $d); do "
-    "case \"$(ps -o stat= -p $w)\" in Z*) ;; *) echo $w ;; esac; done; done; true"
+    'case "$(ps -o stat= -p $w)" in Z*) ;; *) echo $w ;; esac; done; done; true'
 )
 _FORKED_WORKERS_KILL = "for d in $(pgrep -f '[p]yspark.daemon'); do pkill -KILL -P $d; done; true"
 
@@ -376,8 +378,21 @@ def docker_session(mount_root: Path, workers: int | None = None) -> Iterator[Non
             session.cluster.stop()
 
 
+def session_stack() -> DockerSparkCluster | None:
+    """The current :func:`docker_session`'s stack, None outside one or before its first run."""
+    return None if _SESSION is None else _SESSION.cluster
+
+
+def forked_python_workers(container: Any) -> list[int]:
+    """Pids of the Python workers the pyspark daemons in ``container`` forked (live, not zombies)."""
+    res = container.exec_run(["sh", "-c", _FORKED_WORKERS])
+    return [int(x) for x in (res.output or b"").decode("utf-8", "replace").split() if x.isdigit()]
+
+
 @contextlib.contextmanager
-def docker_cluster_for(run_dir: Path, slots: int, *, shared_app: bool = False) -> Iterator[DockerSparkCluster]:
+def docker_cluster_for(
+    run_dir: Path, slots: int, *, shared_app: bool = False
+) -> Iterator[DockerSparkCluster]:
     """The docker cluster for one run: the session's (repaired) when there is one that fits, else a
     stack for this run alone, removed when the run ends. A run that does not use the session's shared
     Spark application (``shared_app``; a Structured Streaming driver process, another master's

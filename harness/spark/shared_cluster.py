@@ -238,7 +238,9 @@ def reset(
     if remote is not None:
         remote.repair()
     tracker = cluster.sc.statusTracker()
-    workers = remote.executors if remote is not None else cluster.local_cluster[0] if cluster.local_cluster else 0
+    workers = (
+        remote.executors if remote is not None else cluster.local_cluster[0] if cluster.local_cluster else 0
+    )
     watch = ProgressWatch(stall_s, clock=time.monotonic)
     while True:
         jobs, stages = len(tracker.getActiveJobsIds()), len(tracker.getActiveStageIds())
