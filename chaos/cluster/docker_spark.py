@@ -13,7 +13,9 @@ project code: the stack mounts this checkout's packages (compose/docker-compose.
 One stack serves one run, or every run of a :func:`docker_session` (``statechaos run`` over several
 docker scenarios, the docker test suite): starting the stack is the slow part. Between runs the
 session repairs what faults left (a killed worker is started again, a paused one resumed, a cut one
-reconnected). Stacks carry their owner's pid in a label; each new session first removes the stacks
+reconnected). On a session's stack the runtime's runs also share one Spark application (its
+executors' JVMs in the containers took 29-46 s to start per run), handed back reset by
+:mod:`harness.spark.shared_cluster`; a run that brings its own application has it stopped first. Stacks carry their owner's pid in a label; each new session first removes the stacks
 of owners that died without cleaning up (SIGKILL).
 """
 
