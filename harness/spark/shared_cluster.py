@@ -88,6 +88,9 @@ class RemoteExecutors:
     executors: int
     repair: Callable[[], None]
     kill_python_workers: Callable[[], str | None]
+    # executors elsewhere show no progress until they register (no JVM of theirs is visible here): a
+    # relaunched one gets the bound a run gives its executors to come (chaos.spark_run), not 30 s
+    stall_s: float = 120.0
 
 
 class _Session:
@@ -209,7 +212,8 @@ def hand_back(cluster: SparkCluster) -> None:
     cluster.keep_executor_logs()
     t0 = time.monotonic()
     try:
-        problem = reset(cluster, remote=session.remote)
+        remote = session.remote
+        problem = reset(cluster, remote.stall_s if remote else RESET_STALL_S, remote=remote)
     except Exception as e:  # the driver is gone, py4j broke: not reusable
         problem = f"reset failed: {type(e).__name__}: {e}"
     session.stats.reset_s += time.monotonic() - t0
