@@ -23,9 +23,10 @@ class DockerCluster:
     def run(self, sc: Scenario, spec: JobSpec, run_dir: Path, resume: bool = False) -> dict[str, Any]:
         from chaos.cluster.docker_spark import docker_cluster_for
         from harness.spark.network import OWN_ADDRESS
+        from harness.spark.shared_cluster import RemoteExecutors
 
         with contextlib.ExitStack() as stack:
-            docker = stack.enter_context(docker_cluster_for(run_dir, spark_slots(sc, spec)))
+            docker = stack.enter_context(docker_cluster_for(run_dir, spark_slots(sc, spec), shared_app=True))
             place = SparkPlace(
                 docker.master_url,
                 spark_kwargs=docker.spark_kwargs(),
@@ -34,5 +35,9 @@ class DockerCluster:
                 executors=docker.workers,
                 docker=docker,
                 stats={"docker_startup_s": round(docker.startup_s, 1)},
+                # a session's stack shares its Spark application too (reset between runs)
+                remote=RemoteExecutors(docker.workers, docker.repair, docker.kill_python_workers)
+                if docker.in_session
+                else None,
             )
             return run_on_spark(sc, spec, run_dir, stack, resume, place)

@@ -13,7 +13,9 @@ project code: the stack mounts this checkout's packages (compose/docker-compose.
 One stack serves one run, or every run of a :func:`docker_session` (``statechaos run`` over several
 docker scenarios, the docker test suite): starting the stack is the slow part. Between runs the
 session repairs what faults left (a killed worker is started again, a paused one resumed, a cut one
-reconnected). Stacks carry their owner's pid in a label; each new session first removes the stacks
+reconnected). On a session's stack the runtime's runs also share one Spark application (its
+executors' JVMs in the containers took 29-46 s to start per run), handed back reset by
+:mod:`harness.spark.shared_cluster`; a run that brings its own application has it stopped first. Stacks carry their owner's pid in a label; each new session first removes the stacks
 of owners that died without cleaning up (SIGKILL).
 """
 
@@ -46,8 +48,10 @@ from chaos.scope import RunScope
 __all__ = [
     "DockerSparkCluster",
     "ExecSignal",
+    "forked_python_workers",
     "docker_cluster_for",
     "docker_session",
+    "session_stack",
     "workers_for",
 ]
 
@@ -63,6 +67,14 @@ SPARK_CONF = {
     "spark.scheduler.minRegisteredResourcesRatio": "1.0",
     "spark.scheduler.maxRegisteredResourcesWaitingTime": "60s",
 }
+
+
+# the Python workers a worker container's pyspark daemons forked (zombies not yet reaped excluded)
+_FORKED_WORKERS = (
+    "for d in $(pgrep -f '[p]yspark.daemon'); do for w in $(pgrep -P $d); do "
+    'case "$(ps -o stat= -p $w)" in Z*) ;; *) echo $w ;; esac; done; done; true'
+)
+_FORKED_WORKERS_KILL = "for d in $(pgrep -f '[p]yspark.daemon'); do pkill -KILL -P $d; done; true"
 
 
 def workers_for(slots: int, cores: int = CORES_PER_WORKER) -> int:
@@ -125,6 +137,7 @@ class DockerSparkCluster:
         self.driver_host = ""
         self.proxy_url = ""
         self.startup_s = 0.0
+        self.in_session = False  # a docker_session's stack, serving more runs than this one
 
     # ---- lifecycle -------------------------------------------------------------------------------
     def start(self) -> DockerSparkCluster:
@@ -175,9 +188,14 @@ class DockerSparkCluster:
         return self
 
     def stop(self) -> None:
-        """Remove the stack (containers, network, volumes); idempotent."""
+        """Remove the stack (containers, network, volumes), after the session's Spark application on
+        it (``harness.spark.shared_cluster``), which would otherwise outlive its master; idempotent."""
+        from harness.spark.shared_cluster import discard_master
+
         stack, self.stack = self.stack, None
         if stack is not None:
+            if self.master_url:
+                discard_master(self.master_url, f"its docker stack {stack.project} is removed")
             stack.__exit__(None, None, None)
 
     def __enter__(self) -> DockerSparkCluster:
@@ -207,6 +225,30 @@ class DockerSparkCluster:
             if net.name not in (c.attrs["NetworkSettings"]["Networks"] or {}):
                 net.connect(c)
         self.stack.wait_healthy(timeout)
+
+    def kill_python_workers(self, stall_s: float = 30.0) -> str | None:
+        """Kill the Python workers the workers' pyspark daemons forked and pooled for reuse (the
+        daemons stay), so a fault of the next run on a shared application finds only that run's
+        workers; None when none is left, else why not."""
+        import time
+
+        from harness.progress import ProgressWatch
+
+        assert self.stack is not None
+        watch = ProgressWatch(stall_s, clock=time.monotonic)
+        while True:
+            left: dict[str, str] = {}
+            for c in self.worker_containers():
+                res = c.exec_run(["sh", "-c", f"{_FORKED_WORKERS_KILL}; {_FORKED_WORKERS}"])
+                out = (res.output or b"").decode("utf-8", "replace").strip()
+                if res.exit_code != 0 or out:
+                    left[c.name] = out or f"exit {res.exit_code}"
+            if not left:
+                return None
+            watch.observe(left=tuple(sorted(left.items())))
+            if (stalled := watch.stalled()) is not None:
+                return f"Python workers left in the worker containers: {left}: {stalled}"
+            time.sleep(0.2)
 
     # ---- what a driver needs ----------------------------------------------------------------------
     def spark_kwargs(self) -> dict[str, Any]:
@@ -338,10 +380,25 @@ def docker_session(mount_root: Path, workers: int | None = None) -> Iterator[Non
             session.cluster.stop()
 
 
+def session_stack() -> DockerSparkCluster | None:
+    """The current :func:`docker_session`'s stack, None outside one or before its first run."""
+    return None if _SESSION is None else _SESSION.cluster
+
+
+def forked_python_workers(container: Any) -> list[int]:
+    """Pids of the Python workers the pyspark daemons in ``container`` forked (live, not zombies)."""
+    res = container.exec_run(["sh", "-c", _FORKED_WORKERS])
+    return [int(x) for x in (res.output or b"").decode("utf-8", "replace").split() if x.isdigit()]
+
+
 @contextlib.contextmanager
-def docker_cluster_for(run_dir: Path, slots: int) -> Iterator[DockerSparkCluster]:
+def docker_cluster_for(
+    run_dir: Path, slots: int, *, shared_app: bool = False
+) -> Iterator[DockerSparkCluster]:
     """The docker cluster for one run: the session's (repaired) when there is one that fits, else a
-    stack for this run alone, removed when the run ends."""
+    stack for this run alone, removed when the run ends. A run that does not use the session's shared
+    Spark application (``shared_app``; a Structured Streaming driver process, another master's
+    arguments) first has it stopped: an idle application still holds every worker's cores."""
     need = workers_for(slots)
     session = _SESSION
     inside = session is not None and (
@@ -351,6 +408,10 @@ def docker_cluster_for(run_dir: Path, slots: int) -> Iterator[DockerSparkCluster
         with DockerSparkCluster(Path(run_dir), need) as dc:
             yield dc
         return
+    if session.cluster is not None and not shared_app:
+        from harness.spark.shared_cluster import discard_master
+
+        discard_master(session.cluster.master_url, "a run on the stack with its own Spark application")
     if session.cluster is not None and not session.cluster.covers(run_dir, need):
         session.cluster.stop()
         session.cluster = None
@@ -362,4 +423,5 @@ def docker_cluster_for(run_dir: Path, slots: int) -> Iterator[DockerSparkCluster
         except Exception:  # beyond repair (a container gone, an API error): start afresh
             session.cluster.stop()
             session.cluster = DockerSparkCluster(session.mount_root, max(need, session.workers or 0)).start()
+    session.cluster.in_session = True
     yield session.cluster

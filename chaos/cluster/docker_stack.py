@@ -345,9 +345,10 @@ class DockerStack:
     def wait_healthy(self, timeout: float = 180) -> float:
         """Wait until every container of the stack reports healthy and ``workers`` workers run.
 
-        Returns the seconds waited. Fails only when no container's state or health changed for
-        ``timeout`` seconds (a loaded host starts them slowly, not never), or fast, with the container's
-        last log lines, when one exits."""
+        Returns the seconds waited. Fails only when no container's state or health changed, and no
+        container not yet healthy wrote a log line, for ``timeout`` seconds (a loaded host starts
+        them slowly, not never: a worker JVM logging its start-up is progressing, though its health
+        stays "starting" for minutes), or fast, with the container's last log lines, when one exits."""
         from harness.progress import ProgressWatch
 
         start = time.monotonic()
@@ -356,6 +357,7 @@ class DockerStack:
         status: dict[str, str] = {}
         while True:
             status = {}
+            logged: dict[str, int] = {}  # bytes logged by each container not healthy yet
             counts = dict.fromkeys(expected, 0)
             for c in self.containers(all=True):
                 role = c.labels.get(ROLE_LABEL, "?")
@@ -369,9 +371,12 @@ class DockerStack:
                     )
                 if state.get("Status") == "running" and health == "healthy" and role in counts:
                     counts[role] += 1
+                elif state.get("Status") == "running":
+                    with contextlib.suppress(Exception):  # gone meanwhile: its state says so next time
+                        logged[c.name] = len(c.logs())
             if all(counts[r] >= n for r, n in expected.items()):
                 return time.monotonic() - start
-            watch.observe(states=tuple(sorted(status.items())))
+            watch.observe(states=tuple(sorted(status.items())), logged=tuple(sorted(logged.items())))
             if (stalled := watch.stalled()) is not None:
                 unhealthy = [
                     c for c in self.containers() if "healthy" not in status.get(c.name, "/").split("/")[1:]

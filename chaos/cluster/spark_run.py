@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chaos.cluster.base import nemesis_for
 from chaos.cluster.remote_spark import remote_executors
@@ -24,6 +24,9 @@ from chaos.schedule import plan
 from chaos.scope import RunScope
 from harness.jobs import JobSpec
 from harness.run_store import RunStore
+
+if TYPE_CHECKING:
+    from harness.spark.shared_cluster import RemoteExecutors
 
 __all__ = ["SparkRun", "SparkPlace", "run_on_spark", "spark_master", "spark_slots"]
 
@@ -103,6 +106,8 @@ class SparkPlace:
     executors: int = 0  # wait for this many executors before the job starts
     docker: Any = None  # chaos.cluster.docker_spark.DockerSparkCluster, for container faults
     stats: dict[str, Any] = field(default_factory=dict)  # added to the run's statistics
+    # executors elsewhere, and how a session's application shared by such runs is handed back
+    remote: RemoteExecutors | None = None
 
 
 class SparkRun:
@@ -166,6 +171,7 @@ def run_on_spark(
                 master,
                 app_name=f"statechaos-{sc.name}-{sc.seed}",
                 logs_dir=RunStore(run_dir).logs,
+                remote=place.remote,
                 **place.spark_kwargs,
             )
         )

@@ -468,6 +468,11 @@ class SparkCluster:
     def __enter__(self) -> SparkCluster:
         return self.start()
 
+    @property
+    def stopped(self) -> bool:
+        """Whether :meth:`stop` has run (or is running): the application is gone or going."""
+        return self._state in ("stopping", "stopped")
+
     def __exit__(self, *exc: object) -> None:
         self.stop()
 

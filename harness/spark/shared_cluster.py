@@ -17,6 +17,12 @@ A cluster that cannot be reset is stopped, and the next run starts a new one. Ru
 each run's own as before; the driver's log lines go to the current run's ``logs/driver.log`` and
 its executors' output is copied to its ``logs/executors/`` (the executors' files then hold every run
 they served).
+
+A run whose executors are not processes of this host (the docker stack's worker containers) shares
+the application too when it says how to hand it back (:class:`RemoteExecutors`): the stack's
+repair first (a killed worker started again, a paused one resumed), then the same wait for an idle
+application with one executor per worker, and the pooled Python workers killed in the containers.
+Its Spark arguments are part of the shape: a run with other ones gets a new application.
 """
 
 from __future__ import annotations
@@ -26,7 +32,8 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +46,8 @@ from harness.spark.cluster import NO_SPARK, SparkCluster, SparkRefused
 __all__ = [
     "local_cluster_session",
     "cluster_for_run",
+    "discard_master",
+    "RemoteExecutors",
     "hand_back",
     "reset",
     "SharedStats",
@@ -69,16 +78,33 @@ class SharedStats:
         }
 
 
+@dataclass(frozen=True)
+class RemoteExecutors:
+    """How a shared application whose executors run elsewhere is handed back: ``executors`` is how
+    many it has when idle (one per worker); ``repair`` undoes what the run's faults left on the
+    workers; ``kill_python_workers`` kills the idle pooled Python workers and returns None, or why it
+    could not."""
+
+    executors: int
+    repair: Callable[[], None]
+    kill_python_workers: Callable[[], str | None]
+    # executors elsewhere show no progress until they register (no JVM of theirs is visible here): a
+    # relaunched one gets the bound a run gives its executors to come (chaos.spark_run), not 30 s
+    stall_s: float = 120.0
+
+
 class _Session:
     def __init__(self) -> None:
         self.cluster: SparkCluster | None = None
+        self.shape: str = ""  # the master and Spark arguments the cluster was started with
+        self.remote: RemoteExecutors | None = None
         self.stats = SharedStats()
         self.logs = Path(tempfile.mkdtemp(prefix="statechaos-shared-spark-"))
 
     def discard(self, why: str | None = None) -> None:
         if why:
             self.stats.discarded.append(why)
-        c, self.cluster = self.cluster, None
+        c, self.cluster, self.remote = self.cluster, None, None
         cluster_mod.set_idle_shared(None)
         if c is not None:
             c.stop()
@@ -117,14 +143,20 @@ def session_cluster() -> SparkCluster | None:
 
 @contextlib.contextmanager
 def cluster_for_run(
-    master: str, *, logs_dir: Path | None, app_name: str, **spark_kwargs: Any
+    master: str,
+    *,
+    logs_dir: Path | None,
+    app_name: str,
+    remote: RemoteExecutors | None = None,
+    **spark_kwargs: Any,
 ) -> Iterator[tuple[SparkCluster, bool]]:
     """The cluster for one run, and whether it was reused. Inside a session, a local-cluster master
-    with no other arguments gets the session's cluster (started now if there is none, or if the one
-    there has another master); the run hands it back reset. Anywhere else: a cluster for this run
-    alone, stopped when the run ends."""
+    with no other arguments, or a run whose executors are ``remote``, gets the session's cluster
+    (started now if there is none, or if the one there has another master or other arguments); the
+    run hands it back reset. Anywhere else: a cluster for this run alone, stopped when the run ends."""
     session = _SESSION
-    if session is None or spark_kwargs or cluster_mod.parse_local_cluster(master) is None:
+    local = cluster_mod.parse_local_cluster(master) is not None and not spark_kwargs
+    if session is None or not (local or remote is not None):
         c = SparkCluster(master, app_name=app_name, logs_dir=logs_dir, **spark_kwargs).start()
         try:
             yield c, False
@@ -134,13 +166,20 @@ def cluster_for_run(
     refused = os.environ.get(NO_SPARK)
     if refused:  # also a cluster already up: a test not marked spark may not use Spark at all
         raise SparkRefused(f"Spark may not run here ({NO_SPARK} is set): {refused}")
-    if session.cluster is not None and session.cluster.master != master:
+    shape = f"{master} {sorted(spark_kwargs.items())!r}"
+    if session.cluster is not None and session.cluster.stopped:
+        session.discard(f"{session.cluster.master}: stopped while idle (another application started)")
+    if session.cluster is not None and session.shape != shape:
         session.discard(f"{session.cluster.master} -> {master}: another cluster shape")
     reused = session.cluster is not None
     if session.cluster is None:
-        session.cluster = SparkCluster(master, app_name="statechaos-shared", logs_dir=session.logs).start()
+        session.cluster = SparkCluster(
+            master, app_name="statechaos-shared", logs_dir=session.logs, **spark_kwargs
+        ).start()
+        session.shape = shape
         session.stats.starts += 1
         session.stats.start_s += session.cluster.startup_s or 0.0
+    session.remote = remote
     cluster = session.cluster
     cluster_mod.set_idle_shared(None)  # in use: nothing may stop it under the run
     cluster.attach_logs(logs_dir)
@@ -156,6 +195,13 @@ def cluster_for_run(
     hand_back(cluster)
 
 
+def discard_master(master: str, why: str) -> None:
+    """Stop the session's cluster if it runs on ``master`` (whose stack is about to go away)."""
+    session = _SESSION
+    if session is not None and session.cluster is not None and session.cluster.master == master:
+        session.discard(why)
+
+
 def hand_back(cluster: SparkCluster) -> None:
     """A run is done with the session's ``cluster``: reset it for the next run, or stop it (the next
     run starts a new one) when it cannot be reset, recording why in the session's stats."""
@@ -166,7 +212,8 @@ def hand_back(cluster: SparkCluster) -> None:
     cluster.keep_executor_logs()
     t0 = time.monotonic()
     try:
-        problem = reset(cluster)
+        remote = session.remote
+        problem = reset(cluster, remote.stall_s if remote else RESET_STALL_S, remote=remote)
     except Exception as e:  # the driver is gone, py4j broke: not reusable
         problem = f"reset failed: {type(e).__name__}: {e}"
     session.stats.reset_s += time.monotonic() - t0
@@ -183,34 +230,47 @@ def _running_tasks(cluster: SparkCluster) -> int:
     return sum(int(i.numRunningTasks()) for i in infos)
 
 
-def reset(cluster: SparkCluster, stall_s: float = RESET_STALL_S) -> str | None:
+def reset(
+    cluster: SparkCluster, stall_s: float = RESET_STALL_S, remote: RemoteExecutors | None = None
+) -> str | None:
     """Make ``cluster`` look freshly started to the next run (see the module's docstring); None when
     it does, else why it cannot be reused. Waits follow progress: a wait fails only when nothing it
     waits for changed for ``stall_s``."""
     if cluster.sc is None or cluster.sc._jsc.sc().isStopped():
         return "the SparkContext is stopped"
     cluster.sc.cancelAllJobs()
+    if remote is not None:
+        remote.repair()
     tracker = cluster.sc.statusTracker()
-    workers = cluster.local_cluster[0] if cluster.local_cluster else 0
+    workers = (
+        remote.executors if remote is not None else cluster.local_cluster[0] if cluster.local_cluster else 0
+    )
     watch = ProgressWatch(stall_s, clock=time.monotonic)
     while True:
         jobs, stages = len(tracker.getActiveJobsIds()), len(tracker.getActiveStageIds())
         tasks = _running_tasks(cluster)
         registered = set(cluster.registered_executors())
-        pids = cluster.executor_pids()
-        stopped = [e for e, pid in pids.items() if _is_stopped(pid)]
-        if stopped:
-            return f"executor(s) {sorted(stopped)} stopped (SIGSTOP) after the run"
-        if not (jobs or stages or tasks) and registered == set(pids) and len(pids) == workers:
+        if remote is None:
+            pids = cluster.executor_pids()
+            stopped = [e for e, pid in pids.items() if _is_stopped(pid)]
+            if stopped:
+                return f"executor(s) {sorted(stopped)} stopped (SIGSTOP) after the run"
+            back = registered == set(pids) and len(pids) == workers
+        else:  # executors elsewhere: as many registered as there are workers (one each)
+            pids = {}
+            back = len(registered) == workers
+        if not (jobs or stages or tasks) and back:
             break
         watch.observe(jobs=jobs, stages=stages, tasks=tasks, executors=len(pids), registered=len(registered))
         stalled = watch.stalled()
         if stalled is not None:
             return (
                 f"not idle after the run: {jobs} job(s), {stages} stage(s), {tasks} task(s) running, "
-                f"executors {sorted(pids)} of {workers}, registered {sorted(registered)}: {stalled}"
+                f"executors {sorted(pids or registered)} of {workers}, registered {sorted(registered)}: {stalled}"
             )
         time.sleep(0.1)
+    if remote is not None:
+        return remote.kill_python_workers()
     workers_left = [p for ps in cluster.python_worker_pids().values() for p in ps]
     procs = []
     for pid in workers_left:

@@ -1,8 +1,8 @@
 """The ready-made scenarios of ``scenarios/`` pass through the command line, as a user runs them: all
 sim scenarios in one ``statechaos run``, and all local-cluster ones (executor kill, Python worker
 kill, executor pause, network toxics on data channels and coordinator links) in another, every check
-holding. A scenario another test runs end to end from the same file is left to that test; the
-docker scenarios run in the docker suite."""
+holding. A scenario another test runs end to end from the same file, or as it is, is left to that
+test; the docker scenarios run in the docker suite."""
 
 from __future__ import annotations
 
@@ -18,9 +18,16 @@ from chaos.scenario import load_scenarios
 pytestmark = [allure.epic("chaos"), allure.feature("scenarios")]
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
-# scenarios a test of their own runs end to end from the same file, with more checks than this one
-# (a Spark run each: running them twice would only cost CI time)
-RUN_BY_THEIR_OWN_TEST = {"network-inband-local": "suites/chaos/test_network_inband.py"}
+# scenarios a test of their own runs end to end from the same file, with more checks than this one,
+# or whose job, fault and checks another Spark test runs as they are (a Spark run each: running them
+# twice would only cost CI time; the files are still loaded and validated by test_scenario_validation)
+RUN_BY_THEIR_OWN_TEST = {
+    "network-inband-local": "suites/chaos/test_network_inband.py",
+    # keyed_count, executor:0 SIGKILLed at a checkpoint, restored state judged
+    "smoke-local": "suites/spark/test_spark_executor.py::test_reference_job_on_local_cluster[executor-sigkill]",
+    # keyed_count, an executor SIGSTOPped 5 s past a 3 s checkpoint timeout, then resumed
+    "pause-executor-local": "suites/spark/test_spark_executor.py::test_reference_job_on_local_cluster[sigstop-past-timeout]",
+}
 
 
 # the allround scenarios (22 crashes and 3 rescales each) take most of the sim scenarios' time: they
@@ -33,7 +40,7 @@ HEAVY = ("allround-",)
     [
         pytest.param("sim", False, 6, id="sim"),
         pytest.param("sim", True, 2, marks=pytest.mark.slow, id="sim-allround"),
-        pytest.param("local", None, 4, marks=[pytest.mark.spark, pytest.mark.slow], id="local"),
+        pytest.param("local", None, 3, marks=[pytest.mark.spark, pytest.mark.slow], id="local"),
     ],
 )
 def test_every_scenario_of_a_cluster_kind_passes_from_the_command_line(tmp_path, kind, heavy, at_least):

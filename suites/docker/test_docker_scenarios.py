@@ -13,14 +13,21 @@ from typing import Any
 
 import pytest
 
-from chaos.cluster.docker_spark import docker_session
+from chaos.cluster.docker_spark import docker_session, forked_python_workers, session_stack
 from chaos.cluster.docker_stack import OWNER_LABEL, docker_client, owner_token
 from chaos.scenario import load_scenario
 from harness.history import read_history
+from harness.spark import shared_cluster
 
 pytestmark = [pytest.mark.docker, pytest.mark.spark, pytest.mark.slow]
 
-SCENARIOS = sorted((Path(__file__).resolve().parents[2] / "scenarios").glob("*docker*.yaml"))
+# the Structured Streaming scenarios last: their driver process brings its own Spark application,
+# so the runtime scenarios before them share one (the session's, reset between runs)
+SCENARIOS = sorted(
+    (Path(__file__).resolve().parents[2] / "scenarios").glob("*docker*.yaml"),
+    key=lambda p: ("sss" in p.stem, p.stem),
+)
+_HANDED_BACK: list[str] = []  # the shared application's id after the last runtime scenario, if reset
 
 
 def _owned_by_me() -> dict[str, list[str]]:
@@ -146,10 +153,30 @@ def _evidence(name: str, outcome: Any) -> None:
 def test_docker_scenario_passes_every_check(shared_stack: None, run_scenario: Any, path: Path) -> None:
     sc = load_scenario(path)
     assert sc.cluster == "docker"
+    previous = _HANDED_BACK[:]
+    _HANDED_BACK.clear()
     outcome = run_scenario(path)
     failed = [(v["oracle"], v["summary"], v.get("details", [])[:5]) for v in outcome.failed_checks]
     assert outcome.passed, failed
     _evidence(sc.name, outcome)
+    if "spark_app_id" in outcome.stats:  # a runtime scenario: on the session's shared application
+        _shared_application(outcome, previous)
+
+
+def _shared_application(outcome: Any, previous: list[str]) -> None:
+    """The run used the application the previous runtime scenario handed back, if it did; and it
+    handed the application back as a new one looks (one executor per worker, no Python worker left
+    in any container), or the session discarded it (then the next run starts its own)."""
+    if previous:
+        reused = outcome.stats["spark_cluster_reused"] and outcome.stats["spark_app_id"] == previous[0]
+        assert reused, (outcome.stats, previous)
+    app, stack = shared_cluster.session_cluster(), session_stack()
+    if app is None or stack is None:
+        return  # discarded: shared_cluster.session_stats().discarded says why
+    assert len(app.registered_executors()) == stack.workers, app.registered_executors()
+    left = {c.name: forked_python_workers(c) for c in stack.worker_containers()}
+    assert not any(left.values()), f"Python workers left after the run: {left}"
+    _HANDED_BACK.append(str(app.app_id))
 
 
 def test_every_docker_fault_kind_has_a_scenario() -> None:
