@@ -89,7 +89,7 @@ class RemoteExecutors:
     repair: Callable[[], None]
     kill_python_workers: Callable[[], str | None]
     # executors elsewhere show no progress until they register (no JVM of theirs is visible here): a
-    # relaunched one gets the bound a run gives its executors to come (chaos.spark_run), not 30 s
+    # relaunched one gets the bound a run gives its executors to come (chaos.cluster.spark_run), not 30 s
     stall_s: float = 120.0
 
 
