@@ -36,9 +36,20 @@ class _Rows:
         return self.rows
 
 
+class _Tracker:
+    def getActiveStageIds(self) -> list[int]:  # noqa: N802 - pyspark's name
+        return []
+
+
+class _Context:
+    def statusTracker(self) -> _Tracker:  # noqa: N802 - pyspark's name
+        return _Tracker()
+
+
 class _Spark:
     def __init__(self) -> None:
         self.read = self
+        self.sparkContext = _Context()
 
     def parquet(self, *folders: str) -> _Rows:
         return _Rows([r for f in folders for r in json.loads((Path(f) / "part-0.parquet").read_text())])
