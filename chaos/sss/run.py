@@ -490,7 +490,8 @@ def _run(run: SssRun, docker: Any, link: Any, python: Path | None = None) -> Sss
                      or _settled(checkpoint))
             ):
                 break
-            watch.observe(spark_tasks_finished=_tasks_finished(w))  # a long batch whose tasks finish is slow
+            tasks, stages = _spark_work(w)  # a long batch whose Spark work goes on is slow, not stuck
+            watch.observe(spark_tasks_finished=tasks, spark_stages_seen=stages)
             # a planned pause (a paused executor or worker, a cut link) holds the query: its time does not count
             watch.hold([_paused(p.injector) for p in nemesis.active if p.injector is not None])
             if (why := watch.stalled()) is not None or over_time():
@@ -590,14 +591,16 @@ def _paused(inj: Injector) -> str:
     return f"{d.get('kind', type(inj).__name__)} on {d.get('target', '?')}"
 
 
-def _tasks_finished(w: Path) -> int:
-    """The Spark tasks the query's driver starts saw finish (:class:`harness.sss.query_run.FinishedTasks`)."""
+def _spark_work(w: Path) -> tuple[int, int]:
+    """The Spark tasks the query's driver starts saw finish and the stages they saw run, summed over
+    the starts (:class:`harness.sss.query_run.FinishedTasks`)."""
     starts = RunStore(w).driver_starts
-    total = 0
+    tasks = stages = 0
     for path in starts.glob("*.tasks") if starts.exists() else ():
         with contextlib.suppress(OSError, ValueError):
-            total += int(path.read_text())
-    return total
+            t, s = (int(x) for x in path.read_text().split())
+            tasks, stages = tasks + t, stages + s
+    return tasks, stages
 
 
 def _stall(checkpoint: Path, written: int, files: int, tail_ms: int, bound_s: float, capped: bool) -> str:

@@ -10,7 +10,7 @@ the user's ``sink`` if any, the ``python_fault_file``), ``input/``, ``checkpoint
 (statechaos's sink: batch N's rows in ``batch-N.json``, by rename, so a replayed batch replaces its
 own file), ``sink/`` (the user's sink's folder), ``starts/`` (``N`` holds the pid of start N,
 ``N.spark`` appears once its Spark session is up, ``N.ready`` once its query runs, ``N.tasks`` counts
-the Spark tasks it saw finish: the orchestrator counts each as progress, so a start or a first
+the Spark tasks it saw finish and the stages it saw run: the orchestrator counts each as progress, so a start or a first
 micro-batch slowed by a loaded machine is not taken for a stall). A file
 ``stop`` asks the driver to stop the query and exit 0; a query that fails writes ``failure.txt`` and
 exits 3, also when Spark's stream execution thread ended without an error in ``query.exception()``
@@ -160,16 +160,18 @@ def _stop_between_batches(query: Any, limit_s: float = 900.0) -> None:
 
 
 class FinishedTasks:
-    """The Spark tasks a driver start has seen finish, written to ``N.tasks`` (by rename, so a reader
-    never sees half a number) at most once a second: a micro-batch whose tasks keep finishing is slow,
-    not stuck (a first batch that starts Python workers in containers took over 120 s at load 35).
-    Spark's status tracker lists only active stages: the count keeps each stage's highest."""
+    """The Spark tasks a driver start has seen finish and the stages it has seen run, written to
+    ``N.tasks`` as ``tasks stages`` (by rename, so a reader never sees half of it) at most once a
+    second: a micro-batch whose work goes on is slow, not stuck (a first batch starting Python workers
+    in containers took over 120 s at load 35). Spark's status tracker lists only active stages, so a
+    stage's count is its highest seen; a stage shorter than a poll may go unseen, which only matters
+    for batches that are quick anyway."""
 
     def __init__(self, spark: Any, path: Path) -> None:
         self._tracker = spark.sparkContext.statusTracker()
         self._path = path
         self._done: dict[int, int] = {}
-        self._written = -1
+        self._written = ""
         self._next = 0.0
 
     def poll(self) -> None:
@@ -181,12 +183,12 @@ class FinishedTasks:
             info = self._tracker.getStageInfo(sid)
             if info is not None:
                 self._done[sid] = max(self._done.get(sid, 0), int(info.numCompletedTasks))
-        total = sum(self._done.values())
-        if total != self._written:
+        text = f"{sum(self._done.values())} {len(self._done)}"
+        if text != self._written:
             tmp = self._path.with_name(self._path.name + ".part")
-            tmp.write_text(str(total))
+            tmp.write_text(text)
             os.replace(tmp, self._path)
-            self._written = total
+            self._written = text
 
 
 def run_query(workdir: Path, make_writer: Callable[[Any, dict[str, Any]], Any],

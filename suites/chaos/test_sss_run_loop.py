@@ -297,7 +297,7 @@ def test_a_batch_whose_spark_tasks_keep_finishing_is_slow_not_stuck(
             time.sleep(0.01)
         for n in range(1, 81):
             part = store.driver_tasks(0).with_suffix(".part")
-            part.write_text(str(n))
+            part.write_text(f"{n} 1")
             part.replace(store.driver_tasks(0))
             time.sleep(0.1)
         finished.set()
@@ -335,12 +335,16 @@ def test_finished_tasks_keep_each_stages_count_after_it_leaves_the_active_list(t
     count = FinishedTasks(spark, store.driver_tasks(1))
     tracker.active = {3: 2, 4: 1}
     count.poll()
-    assert store.driver_tasks(1).read_text() == "3"
+    assert store.driver_tasks(1).read_text() == "3 2"
     tracker.active = {4: 5}  # stage 3 finished and left the list: its 2 tasks still count
     count._next = 0.0
     count.poll()
-    assert store.driver_tasks(1).read_text() == "7"
-    assert run_mod._tasks_finished(tmp_path) == 7
+    assert store.driver_tasks(1).read_text() == "7 2"
+    tracker.active = {5: 0}  # a new stage with nothing finished yet is progress too
+    count._next = 0.0
+    count.poll()
+    assert store.driver_tasks(1).read_text() == "7 3"
+    assert run_mod._spark_work(tmp_path) == (7, 3)
 
 
 class FakeFrame:
