@@ -14,6 +14,7 @@ from chaos.cluster.registry import cluster_for
 from chaos.errors import InfrastructureError, InputError
 from chaos.scenario import Scenario
 from chaos.schedule import plan
+from harness.collector import fewer_collections
 from harness.jobs import JobSpec
 from harness.run_store import RunStore
 
@@ -76,6 +77,11 @@ def execute_scenario(
 ) -> tuple[list[Verdict], dict[str, Any]]:
     """Run the runtime scenario ``sc`` in ``run_dir`` (``resume``: take over a dead driver's run);
     return (verdicts, run statistics). Every engine's run: :func:`chaos.engines.engine_of`."""
+    with fewer_collections():  # the run and its oracles allocate much and make few cycles
+        return _execute(sc, run_dir, resume)
+
+
+def _execute(sc: Scenario, run_dir: Path, resume: bool) -> tuple[list[Verdict], dict[str, Any]]:
     from chaos.scenario_job import checks_for
     from harness.oracles import IntegrityConfig, LivenessConfig, check_all
 

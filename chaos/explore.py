@@ -10,6 +10,7 @@ The minimal failing scenario is written as a file ``statechaos run`` replays.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import multiprocessing
 import os
@@ -309,19 +310,25 @@ def _parallel(
     stop, progress = ctx.Event(), ctx.Queue()
     procs = []
     simplest = _simplest(search.space, search.max_faults)  # every search tries it first: one runs it
-    for i in range(workers):
-        share = None if max_runs is None else max_runs // workers + (i < max_runs % workers)
-        if share == 0:
-            continue
-        w = _Search(
-            search.sc, search.space, search.max_faults, search.work, f"w{i}", search.t0, search.budget_s
-        )
-        if i > 0:
-            w.skip = simplest
-            share = None if share is None else share + 1  # the skipped example counts for Hypothesis
-        p = ctx.Process(target=_worker, args=(w, share or 1_000_000, db_dir, stop, progress), daemon=False)
-        p.start()
-        procs.append((f"w{i}", p))
+    # what the workers inherit (modules, the calibrated reference) is left out of their collections:
+    # never walked again, and its pages stay shared instead of copied when the collector touches them
+    gc.freeze()
+    try:
+        for i in range(workers):
+            share = None if max_runs is None else max_runs // workers + (i < max_runs % workers)
+            if share == 0:
+                continue
+            w = _Search(
+                search.sc, search.space, search.max_faults, search.work, f"w{i}", search.t0, search.budget_s
+            )
+            if i > 0:
+                w.skip = simplest
+                share = None if share is None else share + 1  # the skipped example counts for Hypothesis
+            p = ctx.Process(target=_worker, args=(w, share or 1_000_000, db_dir, stop, progress), daemon=False)
+            p.start()
+            procs.append((f"w{i}", p))
+    finally:
+        gc.unfreeze()  # this process keeps collecting everything; the workers have their own copy
     counts: dict[str, tuple[int, int, bool]] = {}
     outcomes: dict[str, _Found] = {}
     error: tuple[BaseException, str] | None = None

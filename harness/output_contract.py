@@ -10,8 +10,21 @@ from typing import Any
 __all__ = ["OutputContract"]
 
 
+_SCALARS = frozenset((int, float, str, bytes, bool, type(None)))
+
+
 def _whole(record: Any) -> Any:
-    """A record as a hashable value: lists become tuples, dicts sorted item tuples."""
+    """A record as a hashable value: lists become tuples, dicts sorted item tuples. (A flat list or
+    dict, the usual record, is converted in one C call: its scalars stay as they are.)"""
+    t = type(record)
+    if t is dict:
+        if set(map(type, record.values())) <= _SCALARS:
+            return tuple(sorted(record.items()))
+        return tuple(sorted((k, _whole(v)) for k, v in record.items()))
+    if t is list or t is tuple:
+        if set(map(type, record)) <= _SCALARS:
+            return tuple(record)
+        return tuple(_whole(x) for x in record)
     if isinstance(record, list | tuple):
         return tuple(_whole(x) for x in record)
     if isinstance(record, dict):

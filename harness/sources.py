@@ -253,7 +253,8 @@ class GeneratorSource(SourceFunction):
     ``fn(i, n)``, so the input is a pure function of (split, offset) and replays exactly. ``fn`` must
     be deterministic and picklable (a module-level function). ``interleave=True`` reads the splits
     side by side (a share of each poll from every unfinished split, as a reader with many splits
-    assigned does) instead of one after another, so per-split watermarks all move."""
+    assigned does, the splits furthest behind served first) instead of one after another, so per-split
+    watermarks all move, together."""
 
     def __init__(
         self, fn: Callable[[int, int], Any], splits: int, records_per_split: int, interleave: bool = False
@@ -279,7 +280,10 @@ class GeneratorSource(SourceFunction):
     def poll_splits(self, max_records: int) -> list[tuple[str, list[Any]]]:
         if not self.interleave:
             return super().poll_splits(max_records)
-        live = [s for s in self._splits if s[1] < self.per_split]
+        # the splits furthest behind first: each poll's remainder (a poll of 2 records over 3 splits)
+        # goes to them, so the splits stay within a poll of each other; always the first splits would
+        # leave the last ones ever further behind, and with them the watermark (their minimum)
+        live = sorted((s for s in self._splits if s[1] < self.per_split), key=lambda s: s[1])
         out: list[tuple[str, list[Any]]] = []
         left = max_records
         for k, s in enumerate(live):

@@ -65,9 +65,28 @@ _new_tuple = tuple.__new__  # builds an ExtType without its Python-level __new__
 # that are constant here): 40% of packing a tuple, once per namespace and map key of a checkpoint
 
 
+_IMMUTABLE_ITEMS = frozenset((int, float, str, bytes, bool, type(None)))
+_MEMO_MAX = 1 << 16
+# a tuple's extension by the tuple's identity: a checkpoint packs the same namespace and map-key
+# tuples (a session window's) once per state and again at every checkpoint while they live. Keyed
+# by id() with the tuple itself kept, so a hit is the very object (never an equal one of other
+# types, 1 == 1.0 == True); only tuples of immutable built-ins, whose encoding cannot change.
+_PACKED: dict[int, tuple[tuple[Any, ...], msgpack.ExtType]] = {}
+# a tuple decoded from its extension's bytes (the same bytes are the same tuple of immutables)
+_UNPACKED: dict[bytes, tuple[Any, ...]] = {}
+
+
 def _default(obj: Any) -> Any:
     if type(obj) is tuple:
-        return _new_tuple(msgpack.ExtType, (_TUPLE_EXT, _packb(list(obj))))
+        hit = _PACKED.get(id(obj))
+        if hit is not None and hit[0] is obj:
+            return hit[1]
+        ext = _new_tuple(msgpack.ExtType, (_TUPLE_EXT, _packb(list(obj))))
+        if set(map(type, obj)) <= _IMMUTABLE_ITEMS:
+            if len(_PACKED) >= _MEMO_MAX:
+                _PACKED.clear()
+            _PACKED[id(obj)] = (obj, ext)
+        return ext
     if isinstance(obj, tuple):
         return msgpack.ExtType(_TUPLE_EXT, _packb(list(obj)))
     if isinstance(obj, frozenset | set):
@@ -77,7 +96,15 @@ def _default(obj: Any) -> Any:
 
 def _ext_hook(code: int, data: bytes) -> Any:
     if code == _TUPLE_EXT:
-        return tuple(_unpackb(data))
+        hit = _UNPACKED.get(data)
+        if hit is not None:
+            return hit
+        t = tuple(_unpackb(data))
+        if set(map(type, t)) <= _IMMUTABLE_ITEMS:
+            if len(_UNPACKED) >= _MEMO_MAX:
+                _UNPACKED.clear()
+            _UNPACKED[data] = t
+        return t
     if code == _SET_EXT:
         return frozenset(_unpackb(data))
     return msgpack.ExtType(code, data)

@@ -3,10 +3,11 @@ from it on demand (or from the job's own ``expected`` function)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -16,6 +17,14 @@ from harness.reference_run import ReferenceRun, reference_output
 from harness.sources import SequenceSource, key_name
 
 __all__ = ["JobSpec", "KeySeqOutput"]
+
+T = TypeVar("T")
+
+# what oracles derive from a fault-free output alone, by that output's identity (the cached list is the
+# same object in every run of the job in this process: ``harness.reference_cache``); the list is kept
+# in the entry, so its id names it while the entry lives
+_DERIVED: dict[int, tuple[list[Any], dict[str, Any]]] = {}
+_DERIVED_ENTRIES = 4
 
 
 @dataclass(frozen=True)
@@ -77,6 +86,23 @@ class JobSpec:
         """The fault-free output: the job's ``expected(inputs)``, else the reference run's (kept per
         job, options and input across runs: ``harness.reference_cache``). A copy: callers may keep it."""
         return list(self._reference[1])
+
+    def from_reference(self, name: str, compute: Callable[[list[Any]], T]) -> T:
+        """``compute(expected output)``, once per reference and ``name``: what an oracle derives from
+        the fault-free output alone (its expected records indexed by identity, say) is kept beside the
+        cached reference, so later runs, seeds and ``explore`` iterations of the job reuse it. Shared:
+        callers read it and never change it."""
+        output = self._reference[1]
+        entry = _DERIVED.get(id(output))
+        if entry is None or entry[0] is not output:
+            if len(_DERIVED) >= _DERIVED_ENTRIES:
+                _DERIVED.clear()
+            entry = _DERIVED[id(output)] = (output, {})
+        memo = entry[1]
+        if name not in memo:
+            memo[name] = compute(output)
+        value: T = memo[name]
+        return value
 
     def expected_columns(self) -> KeySeqOutput | None:
         f = self.contract.expected_columns

@@ -255,11 +255,14 @@ def _order_problems_slow(cols: CommittedColumns) -> list[str]:
     return out
 
 
-def _check_per_record(art: RunArtifacts, spec: JobSpec) -> Verdict:
+def _expected(spec: JobSpec, reference: list[Any]) -> Counter[Any]:
+    """How often each identity is in the fault-free output."""
+    return Counter(spec.identity_of(r) for r in reference)
+
+
+def _positions(spec: JobSpec, reference: list[Any]) -> dict[Any, int]:
+    """Per-key order without a declared seq: each record's position among its key's records."""
     c = spec.contract
-    reference = spec.expected_output()
-    expected = Counter(spec.identity_of(r) for r in reference)
-    # per-key order: by the declared seq, else by each record's position in the reference's key
     position: dict[Any, int] = {}
     if c.key is not None and c.seq is None:
         seen: Counter[Any] = Counter()
@@ -267,13 +270,21 @@ def _check_per_record(art: RunArtifacts, spec: JobSpec) -> Verdict:
             k = c.key(r)
             position.setdefault(spec.identity_of(r), seen[k])
             seen[k] += 1
+    return position
+
+
+def _check_per_record(art: RunArtifacts, spec: JobSpec) -> Verdict:
+    c = spec.contract
+    # what depends on the reference alone is built once per reference (shared: read only)
+    expected = spec.from_reference("exactly_once.expected", lambda ref: _expected(spec, ref))
+    position = spec.from_reference("exactly_once.positions", lambda ref: _positions(spec, ref))
     name = c.identity_name
     label = "" if c.identity is None else f"{name} "  # whole records print as themselves
     actual: Counter[Any] = Counter()
     where: dict[Any, list[tuple[str, int]]] = defaultdict(list)
     last: dict[Any, tuple[int, Any]] = {}
     order_problems: list[str] = []
-    contents = _Contents(spec, reference) if c.content_beyond_identity else None
+    contents = _Contents(spec) if c.content_beyond_identity else None
     for rec in art.committed:
         ident = spec.identity_of(rec.record)
         actual[ident] += 1
@@ -353,24 +364,35 @@ class _Contents:
     committed contents that are not the reference's are paired with the reference's that were not
     committed, each pair naming the fields that differ."""
 
-    def __init__(self, spec: JobSpec, reference: list[Any]) -> None:
+    def __init__(self, spec: JobSpec) -> None:
         self.spec = spec
-        self.expected: dict[Any, Counter[Any]] = defaultdict(Counter)
-        self.raw: dict[Any, Any] = {}  # (identity, content) -> a record with that content
-        for r in reference:
-            ident, content = spec.identity_of(r), spec.contract.content_of(r)
-            self.expected[ident][content] += 1
-            self.raw.setdefault((ident, content), r)
+        # the reference's contents per identity and a record of each, once per reference (read only)
+        self.expected, self.expected_raw = spec.from_reference("exactly_once.contents", self._of_reference)
         self.actual: dict[Any, Counter[Any]] = defaultdict(Counter)
+        self.raw: dict[Any, Any] = {}  # (identity, content) -> a committed record with that content
         self.where: dict[Any, list[tuple[str, int]]] = defaultdict(list)
+
+    def _of_reference(self, reference: list[Any]) -> tuple[dict[Any, Counter[Any]], dict[Any, Any]]:
+        expected: dict[Any, Counter[Any]] = defaultdict(Counter)
+        raw: dict[Any, Any] = {}  # (identity, content) -> a reference record with that content
+        for r in reference:
+            ident, content = self.spec.identity_of(r), self.spec.contract.content_of(r)
+            expected[ident][content] += 1
+            raw.setdefault((ident, content), r)
+        return dict(expected), raw
 
     def add(self, ident: Any, record: Any, txn: str, checkpoint_id: int) -> None:
         if ident not in self.expected:
             return  # unexpected by identity: reported as such
         content = self.spec.contract.content_of(record)
         self.actual[ident][content] += 1
-        self.raw.setdefault((ident, content), record)
+        if (ident, content) not in self.expected_raw:
+            self.raw.setdefault((ident, content), record)
         self.where[(ident, content)].append((txn, checkpoint_id))
+
+    def _raw(self, ident: Any, content: Any) -> Any:
+        hit = self.expected_raw.get((ident, content), _ABSENT)
+        return self.raw[(ident, content)] if hit is _ABSENT else hit
 
     def _compared(self, record: Any) -> Any:
         compare = self.spec.contract.compare
@@ -385,7 +407,7 @@ class _Contents:
             wrong = sorted((got - want).elements(), key=repr)
             missing = sorted((want - got).elements(), key=repr)
             for g, w in zip(wrong, missing, strict=False):  # the rest is duplicated or lost
-                committed, reference = self.raw[(ident, g)], self.raw[(ident, w)]
+                committed, reference = self._raw(ident, g), self._raw(ident, w)
                 t, cp = self.where[(ident, g)][0]
                 out.append(
                     f"changed: {label}{_show(ident)} committed as {repr(committed)}, expected "
@@ -414,8 +436,8 @@ def _key_seq_identity(spec: JobSpec) -> bool:
     c = spec.contract
     if c.key is None or c.seq is None or c.identity is None:
         return False
-    ref = spec.expected_output()
-    return bool(ref) and c.identity_of(ref[0]) == (c.key(ref[0]), c.seq(ref[0]))
+    first = spec.from_reference("exactly_once.first", lambda ref: ref[:1])
+    return bool(first) and c.identity_of(first[0]) == (c.key(first[0]), c.seq(first[0]))
 
 
 def _show(ident: Any) -> str:

@@ -21,7 +21,7 @@ def check_sequence(art: RunArtifacts, spec: JobSpec) -> Verdict:
             f"job {spec.graph.name!r} declares no per-key sequence number (JobBuilder.output(key=..., seq=...))"
         )
     record_key, record_seq = c.key, c.seq
-    want = Counter(record_key(r) for r in spec.expected_output())
+    want = spec.from_reference("sequence.keys", lambda out: Counter(record_key(r) for r in out))
     last: dict[Any, int] = {}
     problems = []
     bad_keys: set[Any] = set()

@@ -172,3 +172,25 @@ def test_rescaled_restore_reads_only_owned_key_groups(tmp_path):
     for k in owned[:50]:
         r.set_current_key(k)
         assert cnt.value() == _keys(1000).index(k)
+
+
+def test_tuples_packed_again_are_the_same_bytes_and_never_another_equal_tuples():
+    """Tuples are packed once per identity and reused (a session window's namespace at every
+    checkpoint): an equal tuple of other types (1 == 1.0 == True) keeps its own bytes, a tuple
+    holding a list that changed is packed anew, and decoding shares only tuples of immutables."""
+    from reference_impl.serializers import MSGPACK
+
+    ints, floats, bools = (1, 2), (1.0, 2), (True, 2)
+    first = [MSGPACK.dumps(t) for t in (ints, floats, bools)]
+    assert len(set(first)) == 3
+    assert [MSGPACK.dumps(t) for t in (ints, floats, bools)] == first  # packed again: the same
+    assert [type(x) for x in MSGPACK.loads(first[1])] == [float, int]
+    assert [type(x) for x in MSGPACK.loads(first[2])] == [bool, int]
+    held = [1]
+    mutable = ("w", held)
+    before = MSGPACK.dumps(mutable)
+    held.append(2)
+    assert MSGPACK.loads(MSGPACK.dumps(mutable)) == ("w", [1, 2]) != MSGPACK.loads(before)
+    decoded = MSGPACK.loads(MSGPACK.dumps(mutable))
+    decoded[1].append(3)  # a decoded mutable tuple is the caller's own
+    assert MSGPACK.loads(MSGPACK.dumps(mutable)) == ("w", [1, 2])

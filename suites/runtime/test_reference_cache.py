@@ -93,3 +93,20 @@ def test_off_keeps_nothing_on_disk(tmp_path, monkeypatch):
     assert reference_cache.cache_dir() is None
     _allround().expected_output()
     reference_cache.clear_memory()
+
+
+def test_what_oracles_derive_from_the_reference_is_built_once_per_reference(cache):
+    """An oracle's index of the expected output (``JobSpec.from_reference``) is built once for every
+    run of the job in this process, and again for another reference."""
+    built: list[int] = []
+
+    def index(out: list) -> int:
+        built.append(1)
+        return len(out)
+
+    first = _allround(seed=1).from_reference("test.index", index)
+    assert _allround(seed=2).from_reference("test.index", index) == first
+    assert len(built) == 1
+    other = load_job("allround", {"splits": 2, "users": 5}, records=300)
+    assert other.from_reference("test.index", index) == len(other.expected_output()) != first
+    assert len(built) == 2
