@@ -10,6 +10,10 @@ import pytest
 
 from chaos.report.runner import ScenarioOutcome, run_scenario
 from chaos.scenario import Scenario
+from harness import KeyedProcessFunction
+from harness.jobs import register_job
+from harness.jobs.keyed_count import keyed_count
+from harness.jobs.registry import JOBS
 
 BASE: dict[str, Any] = {
     "name": "t",
@@ -23,6 +27,20 @@ BASE: dict[str, Any] = {
     "checks": ["exactly_once", "sequence", "restored_state", "rescale", "checkpoint_integrity", "liveness"],
     "seed": 1,
 }
+
+
+def keyed_count_with(name: str, function: type[KeyedProcessFunction]) -> str:
+    """Register, once, job ``name``: keyed_count whose counting stage runs a new ``function()`` (a test's
+    own stateful function, judged against keyed_count's input and reference). Returns ``name``."""
+
+    def build(records: int = 3000, keys: int = 40, seed: int = 0, parallelism: int = 1) -> Any:
+        g = keyed_count(records, keys, seed, parallelism)
+        g.stages[0].function = function()
+        return g
+
+    if name not in JOBS:
+        register_job(name, build)
+    return name
 
 
 def scenario(**overrides: Any) -> dict[str, Any]:

@@ -13,11 +13,10 @@ from chaos.scenario import Scenario
 from chaos.scenario_job import default_checks
 from harness import KeyedProcessFunction, RuntimeContext
 from harness.barriers import BarrierAligner
-from harness.jobs import register_job
-from harness.jobs.keyed_count import KeyedCount, keyed_count
+from harness.jobs.keyed_count import KeyedCount
 from harness.jobs.registry import JOBS
 from reference_impl.operator_state import OperatorStateBackend
-from suites.runtime.conftest import BASE, caught_when_broken, failed, fails
+from suites.runtime.conftest import BASE, caught_when_broken, failed, fails, keyed_count_with
 from suites.runtime.test_planted_bugs import _alignment_releases_the_first_channel
 
 pytestmark = [allure.epic("runtime"), allure.feature("oracles catch broken runtimes")]
@@ -71,14 +70,7 @@ class _Stateless(KeyedProcessFunction):
         ctx.collect([value[0], value[1], value[1]])
 
 
-def _stateless_job(records: int = 3000, keys: int = 40, seed: int = 0, parallelism: int = 1) -> Any:
-    g = keyed_count(records, keys, seed, parallelism)
-    g.stages[0].function = _Stateless()
-    return g
-
-
-if "test_stateless" not in JOBS:
-    register_job("test_stateless", _stateless_job)
+keyed_count_with("test_stateless", _Stateless)
 
 
 def test_checkpoints_that_hold_no_job_state_are_unknown_not_a_pass(sim_run):
@@ -133,14 +125,7 @@ class _CountingOperatorState(KeyedCount):
     process_elements = KeyedProcessFunction.process_elements
 
 
-def _oplist_job(records: int = 3000, keys: int = 40, seed: int = 0, parallelism: int = 1) -> Any:
-    g = keyed_count(records, keys, seed, parallelism)
-    g.stages[0].function = _CountingOperatorState()
-    return g
-
-
-if "test_oplist" not in JOBS:
-    register_job("test_oplist", _oplist_job)
+keyed_count_with("test_oplist", _CountingOperatorState)
 
 
 def _restored_operator_lists_snapshotted(mp):

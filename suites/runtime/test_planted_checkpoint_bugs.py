@@ -16,11 +16,9 @@ import harness.stream_task as stream_task
 import harness.task_base as task_base
 import reference_impl.timers as timers
 from harness import KeyedProcessFunction, RuntimeContext
-from harness.jobs import register_job
-from harness.jobs.keyed_count import KeyedCount, keyed_count
-from harness.jobs.registry import JOBS
+from harness.jobs.keyed_count import KeyedCount
 from reference_impl.operator_state import OperatorStateBackend
-from suites.runtime.conftest import caught_when_broken
+from suites.runtime.conftest import caught_when_broken, keyed_count_with
 
 pytestmark = [allure.epic("runtime"), allure.feature("oracles catch broken runtimes"), pytest.mark.slow]
 
@@ -143,14 +141,7 @@ class _FirstSightings(KeyedCount):
     process_elements = KeyedProcessFunction.process_elements
 
 
-def _first_sightings_job(records: int = 3000, keys: int = 40, seed: int = 0, parallelism: int = 1) -> Any:
-    g = keyed_count(records, keys, seed, parallelism)
-    g.stages[0].function = _FirstSightings()
-    return g
-
-
-if "test_first_sightings" not in JOBS:
-    register_job("test_first_sightings", _first_sightings_job)
+keyed_count_with("test_first_sightings", _FirstSightings)
 
 
 def _lists_snapshotted_as_restored(mp):
