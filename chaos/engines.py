@@ -1,7 +1,8 @@
 """What each engine does with a scenario (its ``engine`` field, :mod:`harness.engines`), so the front
-ends (``statechaos`` list / run, the runner, the pytest plugin) take one path for every scenario and ask
-its engine instead of branching on its kind: how its run is executed and judged, whether it runs a
-job, how a field override or another PySpark is applied, how ``list`` describes it.
+ends (``statechaos`` list / run, the runner, the pytest plugin) take one path for every scenario
+(:class:`chaos.scenario.Scenario`, one model whose ``part`` holds the engine's fields) and ask its
+engine instead of branching on its kind: how its run is executed and judged, whether it runs a job,
+how a field override or another PySpark is applied, how ``list`` describes it.
 
 ``runtime``: the job on its cluster (:mod:`chaos.execute`); ``structured_streaming``: the query under
 chaos (:mod:`chaos.sss.execute`). Each engine's modules load when a scenario of it is used."""
@@ -36,14 +37,15 @@ class ListRow:
 class Engine:
     name: str
     # run the scenario in the run directory (resume: take over a dead driver's run); (verdicts, statistics)
-    execute: Callable[[Any, Path, bool], tuple[list[Verdict], dict[str, Any]]]
+    execute: Callable[[Scenario, Path, bool], tuple[list[Verdict], dict[str, Any]]]
     # whether it runs a job (``job``: a registered name or ``module:factory``), whose module the run
     # directory keeps so ``replay`` runs the same code; a query is named by its module:function instead
     runs_job: bool
-    override: Callable[[Any, dict[str, Any], str], Any]  # the scenario with fields replaced, validated again
-    list_row: Callable[[Any], ListRow]
+    # the scenario with fields replaced, validated again (source: where the fields came from)
+    override: Callable[[Scenario, dict[str, Any], str], Scenario]
+    list_row: Callable[[Scenario], ListRow]
     # the scenario run under another PySpark; None: this engine runs on statechaos's own
-    on_pyspark: Callable[[Any, str], Any] | None = None
+    on_pyspark: Callable[[Scenario, str], Scenario] | None = None
 
 
 # ---------------------------------------------------------------------------------------------- runtime
@@ -56,12 +58,11 @@ def _runtime_execute(sc: Scenario, run_dir: Path, resume: bool) -> tuple[list[Ve
 
 
 def _runtime_override(sc: Scenario, fields: dict[str, Any], source: str) -> Scenario:
-    from chaos.scenario import Scenario, ScenarioError, _field_name
+    from chaos.scenario import ScenarioError, _field_name
     from chaos.scenario_job import job_problems
 
-    base_dir = sc.base_dir
-    out = Scenario.model_validate({**sc.model_dump(mode="json", exclude_unset=True), **fields}).located(base_dir)
-    problems = job_problems(out, base_dir)
+    out = sc.with_fields(fields)
+    problems = job_problems(out, sc.base_dir)
     if problems:
         raise ScenarioError(source, [(None, _field_name(loc), m) for loc, m in problems])
     return out
@@ -71,13 +72,13 @@ def _runtime_row(sc: Scenario) -> ListRow:
     from chaos.scenario_job import checks_for, scenario_job
 
     checks = checks_for(sc, scenario_job(sc, sc.base_dir).graph)  # validated: the job builds
-    return ListRow(sc.cluster, len(sc.rescale), len(checks))
+    return ListRow(sc.cluster, len(sc.runtime.rescale), len(checks))
 
 
 # --------------------------------------------------------------------------------- structured_streaming
 
 
-def _query_execute(sc: Any, run_dir: Path, resume: bool) -> tuple[list[Verdict], dict[str, Any]]:
+def _query_execute(sc: Scenario, run_dir: Path, resume: bool) -> tuple[list[Verdict], dict[str, Any]]:
     from chaos.sss.execute import execute_sss
 
     if resume:  # its driver restarts are the query's own, from its checkpoint location
@@ -88,19 +89,15 @@ def _query_execute(sc: Any, run_dir: Path, resume: bool) -> tuple[list[Verdict],
     return execute_sss(sc, run_dir)
 
 
-def _query_override(sc: Any, fields: dict[str, Any], source: str) -> Any:
-    from chaos.sss.scenario import SssScenario
-
-    return SssScenario.model_validate({**sc.model_dump(mode="json", exclude_unset=True), **fields}).located(
-        sc.base_dir
-    )
+def _query_override(sc: Scenario, fields: dict[str, Any], source: str) -> Scenario:
+    return sc.with_fields(fields)
 
 
-def _query_row(sc: Any) -> ListRow:
-    return ListRow(f"{sc.cluster} (sss)", 0, len(sc.checks()))  # a query has no rescale steps
+def _query_row(sc: Scenario) -> ListRow:
+    return ListRow(f"{sc.cluster} (sss)", 0, len(sc.sss.checks()))  # a query has no rescale steps
 
 
-def _query_on_pyspark(sc: Any, version: str) -> Any:
+def _query_on_pyspark(sc: Scenario, version: str) -> Scenario:
     return sc.with_overrides(spark=version)
 
 
@@ -111,6 +108,6 @@ _ENGINES = {
 }
 
 
-def engine_of(sc: Any) -> Engine:
-    """The engine a scenario (either model) runs on."""
+def engine_of(sc: Scenario) -> Engine:
+    """The engine a scenario runs on."""
     return _ENGINES[sc.engine]

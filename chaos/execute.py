@@ -37,9 +37,9 @@ def liveness_bound_ms(sc: Scenario) -> int:
     and its tasks' restore the history is quiet while Spark notices the loss, cancels the barrier
     job, relaunches an executor JVM or resubmits on the slots left, and starts the tasks' Python
     workers (22 s of silence measured for an adaptive redeploy on local-cluster at load 28 on 2 cores)."""
-    if sc.recovery_bound_ms is not None:
-        return int(sc.recovery_bound_ms)
-    return max(10_000 if sc.cluster_kind == "sim" else 60_000, 20 * sc.checkpoint.interval_ms)
+    if sc.runtime.recovery_bound_ms is not None:
+        return int(sc.runtime.recovery_bound_ms)
+    return max(10_000 if sc.cluster_kind == "sim" else 60_000, 20 * sc.runtime.checkpoint.interval_ms)
 
 
 def alignment_bound_ms(sc: Scenario) -> int:
@@ -48,8 +48,8 @@ def alignment_bound_ms(sc: Scenario) -> int:
     not wait for the next checkpoint's barrier instead), and at least 5 s on Spark (the abort travels
     to the executors over the network)."""
     if sc.cluster_kind == "sim":
-        return int(sc.checkpoint.interval_ms)
-    return max(5_000, 2 * sc.checkpoint.interval_ms)
+        return int(sc.runtime.checkpoint.interval_ms)
+    return max(5_000, 2 * sc.runtime.checkpoint.interval_ms)
 
 
 def scenario_spec(sc: Scenario) -> JobSpec:
@@ -90,7 +90,7 @@ def _execute(sc: Scenario, run_dir: Path, resume: bool) -> tuple[list[Verdict], 
     stats = cluster_for(sc).run(sc, spec, run_dir, resume=resume)
     stats["fault_phases"] = _fault_phases(run_dir)
     # the plan recorded at run_start against what happened; nothing planned: no claim
-    planned = sc.faults or sc.rescale
+    planned = sc.runtime.faults or sc.runtime.rescale
     schedule = list(check_all(run_dir, spec, ["fault_schedule"])) if planned else []
     if stats.get("status") == "failed" and _stalled(run_dir):  # a finding: liveness names what stopped
         return _stall_verdicts(sc, spec, run_dir) + schedule, stats
@@ -103,7 +103,7 @@ def _execute(sc: Scenario, run_dir: Path, resume: bool) -> tuple[list[Verdict], 
         )
     config = {
         "checkpoint_integrity": IntegrityConfig(
-            retained=sc.checkpoint.retained, max_concurrent=sc.checkpoint.max_concurrent
+            retained=sc.runtime.checkpoint.retained, max_concurrent=sc.runtime.checkpoint.max_concurrent
         ),
         "liveness": LivenessConfig(bound_ms=liveness_bound_ms(sc), alignment_bound_ms=alignment_bound_ms(sc)),
     }

@@ -120,7 +120,7 @@ def calibrate(sc: Scenario, work: Path) -> SearchSpace:
     from harness.job_graph import task_name
     from harness.run_store import RunStore
 
-    base = sc.model_copy(update={"faults": []})
+    base = sc.with_fields({"faults": []})
     run_dir = work / "calibration"
     failed, _ = _run(base, run_dir)
     if failed:
@@ -136,7 +136,7 @@ def calibrate(sc: Scenario, work: Path) -> SearchSpace:
     shutil.rmtree(run_dir, ignore_errors=True)
     if not tasks:
         raise ExploreError(f"scenario {sc.name!r}: the calibration run deployed no subtask")
-    return SearchSpace(checkpoints=max(1, checkpoints), records=sc.records, tasks=tuple(tasks))
+    return SearchSpace(checkpoints=max(1, checkpoints), records=sc.runtime.records, tasks=tuple(tasks))
 
 
 def schedules(space: SearchSpace, max_faults: int) -> st.SearchStrategy[tuple[int, list[dict[str, Any]]]]:

@@ -13,7 +13,7 @@ __all__ = ["adaptive_config", "checkpoint_config", "rescale_requests"]
 
 
 def checkpoint_config(sc: Scenario) -> CheckpointConfig:
-    c = sc.checkpoint
+    c = sc.runtime.checkpoint
     return CheckpointConfig(
         interval_ms=c.interval_ms,
         timeout_ms=c.timeout_ms,
@@ -25,13 +25,13 @@ def checkpoint_config(sc: Scenario) -> CheckpointConfig:
 
 
 def adaptive_config(sc: Scenario) -> AdaptiveConfig:
-    a = sc.adaptive_recovery
+    a = sc.runtime.adaptive_recovery
     return AdaptiveConfig(a.enabled, a.resource_stabilization_timeout_ms)
 
 
 def rescale_requests(sc: Scenario) -> list[RescaleRequest]:
     out = []
-    for i, step in enumerate(sc.rescale):
+    for i, step in enumerate(sc.runtime.rescale):
         kind = step.at.kind
         if kind not in ("checkpoint", "time_ms", "records"):
             raise InputError(

@@ -11,20 +11,30 @@ into ``file:line: field: problem`` are one concept; the fault kinds' own fields 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self, Union
 
 import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from chaos.errors import FieldProblems
 from chaos.faults import FAULT_KINDS, FaultParams
 from chaos.faults.delivery import cluster_problem
 from chaos.scenario_common import ScenarioCommon
 from chaos.scenario_job import DEFAULT_CHECKS
+from chaos.sss.scenario import SssPart
 from chaos.trigger import Duration, Strict, Trigger, coerce_trigger, parse_duration_ms
 from harness.adaptive import AdaptiveConfig  # the runtime owns the adaptive defaults
-from harness.engines import ALIASES, ENGINES, STRUCTURED_STREAMING, engine_in
+from harness.engines import ALIASES, ENGINES, RUNTIME, STRUCTURED_STREAMING, engine_in
 from harness.failpoints import FAILPOINTS  # the runtime owns its failpoint names
 from harness.oracles import ORACLES  # the oracle registry owns the check names
 from harness.sim import DEFAULT_TICK_MS  # the simulator owns its default pace
@@ -37,6 +47,9 @@ __all__ = [
     "ScenarioError",
     "Scenario",
     "ScenarioCommon",
+    "RuntimePart",
+    "SssPart",
+    "EnginePart",
     "Fault",
     "RescaleStep",
     "Trigger",
@@ -45,7 +58,7 @@ __all__ = [
     "load_scenario",
     "load_scenarios",
     "parse_scenario",
-    "scenario_model",
+    "validate_scenario",
 ]
 
 ORACLE_NAMES = tuple(ORACLES)
@@ -157,10 +170,12 @@ _CLUSTER = re.compile(
 )
 
 
-class Scenario(ScenarioCommon):
-    """A whole chaos experiment on statechaos's own runtime (``engine: runtime``)."""
+class RuntimePart(Strict):
+    """What a scenario on statechaos's own runtime (``engine: runtime``) adds to the common fields: its
+    job, parallelism, state, checkpoints, faults, rescale steps and checks. Its fields sit at the top
+    of the scenario file, as the common ones do (:class:`Scenario` files them here)."""
 
-    engine: Literal["runtime"] = "runtime"  # the other engine's scenarios: chaos.sss.scenario
+    engine: Literal["runtime"] = "runtime"  # the part's tag (the scenario's engine)
     # a registered job or "module:factory" (found next to the scenario file, in the working directory
     # or on PYTHONPATH); job_options are the factory's keyword arguments
     job: str = "keyed_count"
@@ -191,6 +206,8 @@ class Scenario(ScenarioCommon):
     # the handshake every link always has; for networks other hosts share. No effect on sim (no sockets)
     tls: bool = False
 
+    DEFAULT_CLUSTER: ClassVar[str] = "local"
+
     _check_p = field_validator("parallelism", mode="before")(
         classmethod(lambda cls, v: _check_parallelism(v))
     )
@@ -198,14 +215,11 @@ class Scenario(ScenarioCommon):
         classmethod(lambda cls, v: None if v is None else parse_duration_ms(v))
     )
 
-    @field_validator("cluster")
-    @classmethod
-    def _cluster(cls, v: str) -> str:
+    @staticmethod
+    def cluster_problem(v: str) -> str | None:
         if not _CLUSTER.match(v):
-            raise ValueError(
-                f"unknown cluster {v!r}; expected sim, local, docker, local-cluster[W,C,MEM] or a spark://host:port URL"
-            )
-        return v
+            return f"unknown cluster {v!r}; expected sim, local, docker, local-cluster[W,C,MEM] or a spark://host:port URL"
+        return None
 
     @field_validator("checks")
     @classmethod
@@ -215,34 +229,144 @@ class Scenario(ScenarioCommon):
                 raise ValueError(f"unknown check {name!r}; expected any of: {', '.join(ORACLE_NAMES)}")
         return v
 
+    def problems(self, sc: ScenarioCommon) -> list[tuple[tuple[Any, ...], str]]:
+        """Cross-field mistakes (with the common fields), each with its field path."""
+        return consistency_problems(self, sc.cluster, sc.cluster_kind)
+
+    def load_problems(self, sc: Scenario, base_dir: Path | None) -> list[tuple[tuple[Any, ...], str]]:
+        """What only loading its job finds: every name the scenario uses that the job does not have."""
+        from chaos.scenario_job import job_problems
+
+        return job_problems(sc, base_dir)
+
+
+# each engine's part of a scenario (its fields), the union discriminated by the part's ``engine`` tag
+_PARTS: dict[str, type[RuntimePart] | type[SssPart]] = {RUNTIME: RuntimePart, STRUCTURED_STREAMING: SssPart}
+EnginePart = Annotated[RuntimePart | SssPart, Field(discriminator="engine")]
+_COMMON = frozenset(ScenarioCommon.model_fields)
+
+
+class Scenario(ScenarioCommon):
+    """A whole chaos experiment: the fields every engine shares (:class:`ScenarioCommon`) and its
+    engine's own (``part``: :class:`RuntimePart`, or a Structured Streaming query's
+    :class:`chaos.sss.scenario.SssPart`). A file keeps every field at its top level; validation files
+    the engine's fields into its part, and a dump (``model_dump``) puts them back, so the scenario a
+    run directory keeps is a scenario file again."""
+
+    part: EnginePart
+
+    @model_validator(mode="before")
+    @classmethod
+    def _file_the_part(cls, data: Any) -> Any:
+        """A scenario mapping as the model holds it: the common fields, and the rest in the part of the
+        engine it names (:func:`harness.engines.engine_in`)."""
+        if not isinstance(data, dict) or "part" in data:
+            return data
+        engine = engine_in(data)
+        out = {k: v for k, v in data.items() if k in _COMMON}
+        if "engine" not in data and engine != RUNTIME:  # a query without ``engine``: its cluster's check needs it
+            out["engine"] = engine
+        out["part"] = {**{k: v for k, v in data.items() if k not in _COMMON}, "engine": engine}
+        return out
+
+    @field_validator("cluster")
+    @classmethod
+    def _cluster(cls, v: str, info: ValidationInfo) -> str:
+        part = _PARTS.get(info.data.get("engine", RUNTIME))
+        if part is not None and (problem := part.cluster_problem(v)) is not None:
+            raise ValueError(problem)
+        return v
+
     @model_validator(mode="after")
     def _consistency(self) -> Scenario:
-        problems = consistency_problems(self)
+        if "cluster" not in self.model_fields_set:  # the engine's default, left unset (dumps leave it out)
+            self.__dict__["cluster"] = self.part.DEFAULT_CLUSTER
+        problems = self.part.problems(self)
         if problems:
             raise FieldProblems(problems)  # each with its field path: parse_scenario names its line
         return self
 
-    def with_overrides(self, cluster: str | None = None, seed: int | None = None) -> Scenario:
-        data = self.model_dump()
+    @model_serializer(mode="wrap")
+    def _flat(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The scenario file's shape: the part's fields at the top level, without its tag."""
+        data = handler(self)
+        part = data.pop("part", None) or {}
+        part.pop("engine", None)
+        return {**data, **part}
+
+    if not TYPE_CHECKING:  # for users' tests written when the engine's fields were the scenario's own
+
+        def __getattr__(self, name: str) -> Any:
+            """A field of the engine's part read as the scenario's (``scenario.checks``), as a file
+            spells it; statechaos's own code reads ``sc.runtime`` / ``sc.sss``, which the checker sees."""
+            part = self.__dict__.get("part")
+            if part is not None and not name.startswith("_") and name in type(part).model_fields:
+                return getattr(part, name)
+            return super().__getattr__(name)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy with fields replaced, not validated (pydantic's), a part's field in the part: as a
+        file spells them (``update={"records": 2000}``)."""
+        if not update:
+            return super().model_copy(deep=deep)
+        fields = type(self.part).model_fields
+        own = {k: v for k, v in update.items() if k not in fields or k == "engine"}
+        if part := {k: v for k, v in update.items() if k in fields and k != "engine"}:
+            own["part"] = self.part.model_copy(update=part)
+        return super().model_copy(update=own, deep=deep)
+
+    # ---- the engine's part, typed, for the code of that engine ---------------------------------
+    @property
+    def runtime(self) -> RuntimePart:
+        """The runtime's fields; only a runtime scenario has them."""
+        if not isinstance(self.part, RuntimePart):
+            raise TypeError(f"scenario {self.name!r} runs on {self.engine}, not on the runtime")
+        return self.part
+
+    @property
+    def sss(self) -> SssPart:
+        """A Structured Streaming query's fields; only such a scenario has them."""
+        if not isinstance(self.part, SssPart):
+            raise TypeError(f"scenario {self.name!r} runs on {self.engine}, not on Structured Streaming")
+        return self.part
+
+    @property
+    def fault_kinds(self) -> list[str]:
+        """The kind of each fault entry, in order (every engine's scenario plans faults)."""
+        return [f.kind for f in self.part.faults]
+
+    def load_problems(self, base_dir: Path | None) -> list[tuple[tuple[Any, ...], str]]:
+        """What only loading the scenario's code finds (its job's names, its query's modules and
+        input), each with its field path."""
+        return self.part.load_problems(self, base_dir)
+
+    def with_fields(self, fields: dict[str, Any]) -> Scenario:
+        """This scenario with fields replaced (any engine's, at the file's top level), validated again;
+        a pydantic ``ValidationError`` when they do not fit (:func:`with_overrides` names them)."""
+        data = {**self.model_dump(mode="json", exclude_unset=True), **fields}
+        return Scenario.model_validate(data).located(self._base_dir)
+
+    def with_overrides(self, cluster: str | None = None, seed: int | None = None, **fields: Any) -> Scenario:
+        """This scenario on another cluster, seed (``run --cluster/--seed``) or other fields (``run
+        --pyspark``: a query's ``spark``); ScenarioError naming the fields that no longer fit."""
         if cluster is not None:
-            data["cluster"] = cluster
+            fields["cluster"] = cluster
         if seed is not None:
-            data["seed"] = seed
-        data = {k: v for k, v in data.items() if k in self.model_fields_set or k in ("cluster", "seed")}
+            fields["seed"] = seed
         try:
-            return Scenario.model_validate(data).located(self._base_dir)
+            return self.with_fields(fields)
         except ValidationError as e:  # e.g. docker-only faults with --cluster local: exit 2, no traceback
             problems: list[tuple[int | None, str, str]] = []
             for err in e.errors():
                 for loc, m in _located(err):
                     problems.append((None, _field_name(loc), m))
             raise ScenarioError(
-                f"scenario {self.name!r} with cluster {data['cluster']!r}", problems
+                f"scenario {self.name!r} with cluster {fields.get('cluster', self.cluster)!r}", problems
             ) from None
 
 
-def consistency_problems(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
-    """Cross-field mistakes, each with the field path it concerns."""
+def consistency_problems(s: RuntimePart, cluster: str, cluster_kind: str) -> list[tuple[tuple[Any, ...], str]]:
+    """Cross-field mistakes of a runtime scenario on ``cluster``, each with the field path it concerns."""
     from chaos.faults.network import NetworkFault
     from chaos.faults.network import delivery as network_delivery
 
@@ -264,26 +388,36 @@ def consistency_problems(s: Scenario) -> list[tuple[tuple[Any, ...], str]]:
     for i, step in enumerate(s.rescale):
         check_p(step.parallelism, ("rescale", i, "parallelism"))
     for i, f in enumerate(s.faults):
-        if isinstance(f, NetworkFault) and s.tls and network_delivery(f, s.cluster_kind) == "inband":
+        if isinstance(f, NetworkFault) and s.tls and network_delivery(f, cluster_kind) == "inband":
             out.append(
                 (("faults", i, "via"), "in-band network faults do not work with tls: true (use via: proxy)")
             )
         allowed = FAULT_KINDS[f.kind].clusters
-        if s.cluster_kind not in allowed:
+        if cluster_kind not in allowed:
             out.append(
                 (
                     ("faults", i, "kind"),
-                    f"fault kind {f.kind!r} needs cluster {' or '.join(allowed)}, but cluster is {s.cluster!r}",
+                    f"fault kind {f.kind!r} needs cluster {' or '.join(allowed)}, but cluster is {cluster!r}",
                 )
             )
-        elif (problem := cluster_problem(f, s.cluster_kind)) is not None:  # a process fault's delivery
+        elif (problem := cluster_problem(f, cluster_kind)) is not None:  # a process fault's delivery
             out.append((("faults", i, "delivery"), problem))
     return out
+
+
+def _unpart(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A field path as the file spells it: without the ``part`` the engine's fields are filed in, and
+    its tag (the union branch pydantic names)."""
+    loc = tuple(loc)
+    if loc[:1] == ("part",):
+        return loc[2:] if len(loc) > 1 and loc[1] in ENGINES else loc[1:]
+    return loc
 
 
 def _located(err: Any) -> list[tuple[tuple[Any, ...], str]]:
     """A pydantic error as (field path, message) pairs: a model validator's :class:`FieldProblems`
     give each problem its own path; any other error is one."""
+    err = {**err, "loc": _unpart(err["loc"])}
     fp = FieldProblems.of(err)
     if fp is not None:
         return [(tuple(err["loc"]) + loc, msg) for loc, msg in fp.problems]
@@ -293,7 +427,7 @@ def _located(err: Any) -> list[tuple[tuple[Any, ...], str]]:
 def _error(err: Any) -> tuple[tuple[Any, ...], str]:
     """A pydantic error as (field path, message) in the scenario's own terms: a fault's path without
     the union branch pydantic inserts, and an unknown or missing ``kind`` named as such."""
-    loc, msg = tuple(err["loc"]), err["msg"].removeprefix("Value error, ")
+    loc, msg = _unpart(err["loc"]), err["msg"].removeprefix("Value error, ")
     kinds = ", ".join(n for n, k in FAULT_KINDS.items() if k.clusters)
     if err["type"] == "union_tag_invalid":
         tag = err["ctx"]["tag"]
@@ -358,19 +492,10 @@ def _field_name(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def scenario_model(data: dict[str, Any]) -> type[Scenario]:
-    """The scenario model of a mapping's engine (:func:`harness.engines.engine_in`): the runtime's
-    :class:`Scenario`, or a Structured Streaming query's ``SssScenario`` (``chaos.sss.scenario``)."""
-    if engine_in(data) == STRUCTURED_STREAMING:
-        from chaos.sss.scenario import SssScenario
-
-        return SssScenario  # type: ignore[return-value]  # the front ends ask its engine (chaos.engines)
-    return Scenario
-
-
 def parse_scenario(text: str, path: str = "<string>", base_dir: Path | None = None) -> Scenario:
-    """Parse and validate scenario YAML, and the names it uses against its job (looked up in
-    ``base_dir`` first); raise :class:`ScenarioError` naming file, line and field."""
+    """Parse and validate scenario YAML (any engine's), and what only loading its code finds (its job's
+    names, its query's modules and input; looked up in ``base_dir`` first); raise
+    :class:`ScenarioError` naming file, line and field."""
     try:
         node = yaml.compose(text, Loader=_LineLoader)
         data = yaml.load(text, Loader=_LineLoader)
@@ -391,14 +516,16 @@ def parse_scenario(text: str, path: str = "<string>", base_dir: Path | None = No
     if engine not in ENGINES:
         raise ScenarioError(path, [(_line_for(("engine",), lines), "engine", f"unknown engine {engine!r}; expected "
                                     f"{' or '.join(ENGINES)} ({', '.join(f'{a}: {e}' for a, e in ALIASES.items())})")])  # fmt: skip
-    if scenario_model(data) is not Scenario:  # a query's model checks its query and input too
-        from chaos.sss.scenario import SssScenarioError, parse_sss_scenario
+    return validate_scenario(data, path, base_dir, lines)
 
-        try:
-            # an SssScenario: the front ends ask its engine (chaos.engines) what to do with it
-            return parse_sss_scenario(data, path, base_dir)  # type: ignore[return-value]
-        except SssScenarioError as e:
-            raise ScenarioError(path, [(_line_for(loc, lines), _field_name(loc), m) for loc, m in e.problems]) from None
+
+def validate_scenario(
+    data: dict[str, Any], path: str, base_dir: Path | None = None, lines: dict[tuple[Any, ...], int] | None = None
+) -> Scenario:
+    """Validate a scenario mapping (a file's, or one a command line built) and what only loading its
+    code finds; :class:`ScenarioError` naming ``path``, the line (from ``lines``, a field path's line,
+    when it came from a file) and the field of every problem."""
+    where = lines or {}
     try:
         sc = Scenario.model_validate(data).located(base_dir)
     except ValidationError as e:
@@ -408,7 +535,7 @@ def parse_scenario(text: str, path: str = "<string>", base_dir: Path | None = No
             fp = FieldProblems.of(err)
             if fp is not None:
                 for loc, m in _located(err):
-                    problems.append((_line_for(loc, lines), _field_name(loc), m))
+                    problems.append((_line_for(loc, where), _field_name(loc), m))
                 continue
             loc, msg = _error(err)
             # one message per field: unions report each branch; keep the first
@@ -416,13 +543,11 @@ def parse_scenario(text: str, path: str = "<string>", base_dir: Path | None = No
             if key in seen:
                 continue
             seen.add(key)
-            problems.append((_line_for(loc, lines), _field_name(loc), msg))
+            problems.append((_line_for(loc, where), _field_name(loc), msg))
         raise ScenarioError(path, problems) from None
-    from chaos.scenario_job import job_problems
-
-    job = job_problems(sc, base_dir)
-    if job:
-        raise ScenarioError(path, [(_line_for(loc, lines), _field_name(loc), m) for loc, m in job])
+    found = sc.load_problems(base_dir)
+    if found:
+        raise ScenarioError(path, [(_line_for(loc, where), _field_name(loc), m) for loc, m in found])
     return sc
 
 

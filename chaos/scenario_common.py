@@ -1,11 +1,12 @@
-"""The parts of a scenario every engine shares (:class:`ScenarioCommon`); each engine's model
-(:class:`chaos.scenario.Scenario`, ``chaos.sss.scenario.SssScenario``) adds its own. Its own module so
-that both models build on it without importing each other."""
+"""The parts of a scenario every engine shares (:class:`ScenarioCommon`), the base of the one scenario
+model :class:`chaos.scenario.Scenario`, whose engine's own fields are its ``part``
+(:class:`chaos.scenario.RuntimePart`, :class:`chaos.sss.scenario.SssPart`). Its own module so that an
+engine's part checks the common fields without importing the model that holds it."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, PrivateAttr, field_validator
 
@@ -17,14 +18,16 @@ __all__ = ["ScenarioCommon"]
 
 class ScenarioCommon(Strict):
     """What every scenario has, whatever its engine (``engine``): its name and description, the cluster
-    it runs on, its seed, its faults, and the limits of its run. Each engine's model adds its own
-    parts: the runtime's :class:`Scenario` (a job, parallelism, checkpoints, rescale steps), a
-    Structured Streaming query's ``chaos.sss.scenario.SssScenario`` (a query, its input, its sink); the
-    same file format, errors (``file:line: field: problem``) and front ends for both."""
+    it runs on, its seed, and the limits of its run. The engine's own fields are the scenario's part:
+    the runtime's (a job, parallelism, checkpoints, faults, rescale steps) or a Structured Streaming
+    query's (a query, its input, its faults, its sink); the same file format, errors
+    (``file:line: field: problem``) and front ends for both."""
 
+    # first: the cluster's check (each engine has its own clusters) reads it
+    engine: Literal["runtime", "structured_streaming"] = "runtime"
     name: Annotated[str, Field(min_length=1)]
     description: str = ""
-    cluster: str = "local"  # each engine checks its own clusters
+    cluster: str = "local"  # each engine checks its own clusters, and has its own default
     seed: int = 0
     # the run is stuck when nothing it waits for progressed for this long; slow is not stuck
     stall_limit_s: Annotated[float, Field(gt=0)] = 120
@@ -33,7 +36,7 @@ class ScenarioCommon(Strict):
     # where the scenario's own modules (a job's, a query's) are looked up first: the file's folder
     _base_dir: Path | None = PrivateAttr(default=None)
 
-    @field_validator("engine", mode="before", check_fields=False)
+    @field_validator("engine", mode="before")
     @classmethod
     def _engine_alias(cls, v: Any) -> Any:
         return ALIASES.get(v, v) if isinstance(v, str) else v

@@ -21,28 +21,31 @@ DEFAULT_CHECKS = (
 
 def _load(sc: Any, base_dir: Path | None, parallelism: bool) -> JobSpec:
     """The scenario's job with its options, max parallelism (when set) and, if asked, parallelism."""
-    fields = sc.model_fields_set
+    rt = sc.runtime
+    fields = rt.model_fields_set
     return load_job(
-        sc.job,
-        sc.job_options,
-        records=sc.records,
-        keys=sc.keys,
+        rt.job,
+        rt.job_options,
+        records=rt.records,
+        keys=rt.keys,
         seed=sc.seed,
-        parallelism=sc.parallelism if parallelism and "parallelism" in fields else None,
-        max_parallelism=sc.max_parallelism if "max_parallelism" in fields else None,
+        parallelism=rt.parallelism if parallelism and "parallelism" in fields else None,
+        max_parallelism=rt.max_parallelism if "max_parallelism" in fields else None,
         base_dir=base_dir,
     )
 
 
 def scenario_job(sc: Any, base_dir: Path | None = None) -> JobSpec:
-    """The scenario's job at its parallelism (when the scenario sets it) and max parallelism (idem)."""
-    fields = sc.model_fields_set
+    """The scenario's job (``sc``: a runtime :class:`chaos.scenario.Scenario`) at its parallelism (when
+    the scenario sets it) and max parallelism (idem)."""
+    rt = sc.runtime
+    fields = rt.model_fields_set
     spec = _load(sc, base_dir, parallelism=True)
     if fields & {"state_backend", "incremental"}:
         backend = spec.graph.state_backend
         spec.graph = spec.graph.with_state_backend(
-            sc.state_backend if "state_backend" in fields else backend.kind,
-            sc.incremental if "incremental" in fields else backend.incremental,
+            rt.state_backend if "state_backend" in fields else backend.kind,
+            rt.incremental if "incremental" in fields else backend.incremental,
         )
     return spec
 
@@ -63,7 +66,8 @@ def default_checks(graph: JobGraph) -> list[str]:
 
 
 def checks_for(sc: Any, graph: JobGraph) -> list[str]:
-    return list(sc.checks) if "checks" in sc.model_fields_set else default_checks(graph)
+    rt = sc.runtime
+    return list(rt.checks) if "checks" in rt.model_fields_set else default_checks(graph)
 
 
 def _known(graph: JobGraph) -> str:
@@ -78,6 +82,7 @@ def job_problems(sc: Any, base_dir: Path | None = None) -> list[tuple[tuple[Any,
         field = "job_options" if "job_options" in str(e) else "job"
         return [((field,), str(e))]
     out: list[tuple[tuple[Any, ...], str]] = []
+    rt = sc.runtime
     ops = set(base.operators())
 
     def names(p: Any, loc: tuple[Any, ...]) -> None:
@@ -91,14 +96,14 @@ def job_problems(sc: Any, base_dir: Path | None = None) -> list[tuple[tuple[Any,
                         )
                     )
 
-    names(sc.parallelism, ("parallelism",))
-    for i, step in enumerate(sc.rescale):
+    names(rt.parallelism, ("parallelism",))
+    for i, step in enumerate(rt.rescale):
         names(step.parallelism, ("rescale", i, "parallelism"))
     if out:
         return out
     # the most subtasks each operator ever has (initial deployment and every rescale)
-    graphs = [base.with_parallelism(sc.parallelism) if "parallelism" in sc.model_fields_set else base]
-    graphs += [graphs[0].with_parallelism(step.parallelism) for step in sc.rescale]
+    graphs = [base.with_parallelism(rt.parallelism) if "parallelism" in rt.model_fields_set else base]
+    graphs += [graphs[0].with_parallelism(step.parallelism) for step in rt.rescale]
     most = {op: max(g.parallelism()[op] for g in graphs) for op in ops}
 
     def task(name: str, loc: tuple[Any, ...]) -> None:
@@ -122,7 +127,7 @@ def job_problems(sc: Any, base_dir: Path | None = None) -> list[tuple[tuple[Any,
 
     from chaos.faults import FAULT_KINDS
 
-    for i, f in enumerate(sc.faults):
+    for i, f in enumerate(rt.faults):
         targets = FAULT_KINDS[f.kind].targets
         if targets == "task" and isinstance(f.target, str):
             task(f.target, ("faults", i, "target"))

@@ -78,7 +78,7 @@ def plan(scenario: Scenario) -> list[PlannedFault]:
     """Concrete firings for a scenario's faults; a ``random: N`` trigger becomes N seeded times."""
     rng = random.Random(f"statechaos-schedule-{scenario.seed}")
     out: list[PlannedFault] = []
-    for f in scenario.faults:
+    for f in scenario.runtime.faults:
         at = f.at
         if at.kind == "random":
             window = at.within_ms or DEFAULT_RANDOM_WINDOW_MS

@@ -34,15 +34,15 @@ class SimCluster:
             faults=nemesis_for(plan(sc), lambda controls: FaultTarget(controls, scope)),
             rescales=rescale_requests(sc),
             config=SimConfig(
-                tick_ms=sc.sim.tick_ms,
-                max_restarts=sc.max_restarts,
+                tick_ms=sc.runtime.sim.tick_ms,
+                max_restarts=sc.runtime.max_restarts,
                 time_limit_ms=int((sc.timeout_s or SIM_TIME_LIMIT_S) * 1000),
                 stall_limit_ms=int(sc.stall_limit_s * 1000),
             ),
             run_info={
                 "scenario": sc.name,
-                "records": sc.records,
-                "keys": sc.keys,
+                "records": sc.runtime.records,
+                "keys": sc.runtime.keys,
                 "checks": checks_for(sc, spec.graph),
             },
         )

@@ -34,7 +34,7 @@ __all__ = ["SparkRun", "SparkPlace", "run_on_spark", "spark_master", "spark_slot
 def spark_slots(sc: Scenario, spec: JobSpec) -> int:
     """Task slots the scenario's largest deployment needs (a barrier stage runs all its tasks at once)."""
     sizes = [sum(spec.graph.parallelism().values())]
-    for step in sc.rescale:
+    for step in sc.runtime.rescale:
         p = spec.graph.with_parallelism(step.parallelism).parallelism()
         sizes.append(sum(p.values()))
     return max(sizes)
@@ -142,8 +142,8 @@ def run_on_spark(
     master, docker = place.master, place.docker
     router: ProxyRouter | None = None
     network = TaskNetwork(**place.network)
-    net_faults = [f for f in sc.faults if isinstance(f, NetworkFault) and delivery(f, sc.cluster_kind) == "proxy"]
-    inband = any(isinstance(f, NetworkFault) and delivery(f, sc.cluster_kind) == "inband" for f in sc.faults)
+    net_faults = [f for f in sc.runtime.faults if isinstance(f, NetworkFault) and delivery(f, sc.cluster_kind) == "proxy"]
+    inband = any(isinstance(f, NetworkFault) and delivery(f, sc.cluster_kind) == "inband" for f in sc.runtime.faults)
     if inband:  # the run's toxics live in the driver's layer (tasks get them when deployed)
         from harness.toxics.inband import toxic_layer
 
@@ -208,19 +208,19 @@ def run_on_spark(
             seed=sc.seed,
             faults=nemesis,
             rescales=rescales,
-            max_restarts=sc.max_restarts,
+            max_restarts=sc.runtime.max_restarts,
             time_limit_s=sc.timeout_s,
             stall_limit_s=sc.stall_limit_s,
             run_info={
                 "scenario": sc.name,
-                "records": sc.records,
-                "keys": sc.keys,
+                "records": sc.runtime.records,
+                "keys": sc.runtime.keys,
                 "checks": checks_for(sc, graph),
             },
-            failpoints_on=any(f.kind == "failpoint" for f in sc.faults),
+            failpoints_on=any(f.kind == "failpoint" for f in sc.runtime.faults),
             network=network,
             resume=resume,
-            tls=sc.tls,
+            tls=sc.runtime.tls,
             adaptive=adaptive_config(sc),
         )
     except TransportError as e:  # tls: true without openssl

@@ -27,7 +27,7 @@ from chaos.errors import (
     classify,
     exit_code_for,
 )
-from chaos.scenario import ScenarioError, load_scenarios
+from chaos.scenario import Scenario, ScenarioError, load_scenarios
 from harness.run_store import RunStore
 
 console = Console(stderr=False, highlight=False)
@@ -40,16 +40,12 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     with plans_built():
         scenarios = load_scenarios(args.paths)
     for path, sc in scenarios:
-        console.print(f"[green]ok[/green] {path}: {sc.name} ({sc.cluster}, {len(sc.faults)} faults)")
+        console.print(f"[green]ok[/green] {path}: {sc.name} ({sc.cluster}, {len(sc.fault_kinds)} faults)")
     return EXIT_OK
 
 
-def _describe_faults(sc: Any) -> str:
-    kinds: list[str] = []
-    for f in sc.faults:
-        if f.kind not in kinds:
-            kinds.append(f.kind)
-    return ", ".join(kinds) or "-"
+def _describe_faults(sc: Scenario) -> str:
+    return ", ".join(dict.fromkeys(sc.fault_kinds)) or "-"
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -103,7 +99,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         )
 
 
-def _on_pyspark(sc: Any, version: str) -> Any:
+def _on_pyspark(sc: Scenario, version: str) -> Scenario:
     """``sc`` run under pyspark ``version`` (its engine takes another PySpark: checked by the caller)."""
     from chaos.engines import engine_of
 

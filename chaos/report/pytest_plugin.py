@@ -367,16 +367,15 @@ def _prepare(
     scenario: str | Path | Scenario | dict[str, Any], fields: dict[str, Any]
 ) -> tuple[Scenario, str]:
     from chaos.engines import engine_of
-    from chaos.scenario import load_scenario, parse_scenario, scenario_model
+    from chaos.scenario import Scenario, load_scenario, parse_scenario
 
-    sc: Any
     if isinstance(scenario, dict):
-        sc, source = scenario_model(scenario).model_validate(scenario), "<dict>"
+        sc, source = Scenario.model_validate(scenario), "<dict>"
     elif isinstance(scenario, Path) or (isinstance(scenario, str) and "\n" not in scenario):
         sc, source = load_scenario(scenario), str(scenario)
     elif isinstance(scenario, str):
         sc, source = parse_scenario(scenario), "<yaml>"
-    else:  # a scenario model already (either engine's)
+    else:  # a scenario model already
         sc, source = scenario, "<Scenario>"
     if "job" in fields:
         fields = {**fields, "job": job_reference(fields["job"])}
@@ -419,7 +418,7 @@ def run_scenario(
         runs_dir = request.config.getoption("--runs-dir")
         base = Path(runs_dir) if runs_dir else tmp_path_factory.mktemp("runs")
 
-        def run_once(sc: Any) -> Any:
+        def run_once(sc: Scenario) -> Any:
             run_dir = base / f"{sc.name}-seed{sc.seed}"
             n = 1
             while run_dir.exists():
@@ -444,7 +443,7 @@ def run_scenario(
     return run
 
 
-def _repeated(sc: Any, n: int, run_once: Callable[[Any], Any]) -> Any:
+def _repeated(sc: Scenario, n: int, run_once: Callable[[Scenario], Any]) -> Any:
     """``--statechaos-repeat N``: the scenario N times with its seed and once with each of N other
     seeds, the table attached to Allure; fails the test as flaky when the same seed gave different
     verdicts, else returns the first run's outcome."""

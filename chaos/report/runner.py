@@ -152,12 +152,12 @@ def _keep_job_module(sc: Scenario, run_dir: Path) -> None:
     ``replay`` runs the very code this run ran, even after the file changes or moves."""
     import shutil
 
-    if ":" not in sc.job:
+    if ":" not in sc.runtime.job:
         return
     from harness.jobs.registry import UnknownJobError, resolve_factory
 
     try:
-        _, module = resolve_factory(sc.job, sc.base_dir)
+        _, module = resolve_factory(sc.runtime.job, sc.base_dir)
     except UnknownJobError:
         return  # the run itself reports it
     if module is None or not getattr(module, "__file__", None):

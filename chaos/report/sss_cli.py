@@ -113,18 +113,18 @@ def _cmd_sss(args: argparse.Namespace) -> int:
     (:func:`chaos.report.runner.run_scenario`: ``scenario.yaml``, ``outcome.json``, the timeline)."""
     from chaos.errors import exit_code_for
     from chaos.report.runner import run_scenario
-    from chaos.sss.scenario import SssScenarioError, parse_sss_scenario
+    from chaos.scenario import ScenarioError, validate_scenario
 
     try:
-        sc = parse_sss_scenario(_scenario_data(args), "statechaos sss", Path.cwd())
+        sc = validate_scenario(_scenario_data(args), "statechaos sss", Path.cwd())
         workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="statechaos-sss-"))
         if workdir.exists() and any(workdir.iterdir()):
             raise _BadInput(f"--workdir {workdir}: not empty (a query's checkpoint must start fresh)")
-    except (_BadInput, SssScenarioError) as e:
+    except (_BadInput, ScenarioError) as e:
         print(f"error: {e}")
         return 2
-    # the runner takes either engine's model and asks its engine (chaos.engines), as for scenario files
-    outcome = run_scenario(sc, workdir, source="statechaos sss")  # type: ignore[arg-type]
+    # the one run path every scenario takes: the runner asks its engine (chaos.engines)
+    outcome = run_scenario(sc, workdir, source="statechaos sss")
     if outcome.error is not None:
         print(f"error: {outcome.error}")
         return exit_code_for(outcome.error_kind or "bug")

@@ -11,8 +11,9 @@ from typing import Any
 
 import chaos.sss.run as sss_run
 from chaos.errors import InputError
+from chaos.scenario import Scenario
 from chaos.sss.run import SssFault, SssOutcome, SssRun
-from chaos.sss.scenario import SssScenario, load_inputs
+from chaos.sss.scenario import load_inputs, master_of
 from harness.oracles import RunArtifacts, Verdict, check_all
 from harness.sss.spec import SpecError
 from harness.sss.verdicts import ENGINE, QueryRun
@@ -20,18 +21,19 @@ from harness.sss.verdicts import ENGINE, QueryRun
 __all__ = ["execute_sss", "verdicts_of"]
 
 
-def execute_sss(sc: SssScenario, run_dir: Path) -> tuple[list[Verdict], dict[str, Any]]:
-    """Run ``sc`` in ``run_dir``; (verdicts, run statistics)."""
+def execute_sss(sc: Scenario, run_dir: Path) -> tuple[list[Verdict], dict[str, Any]]:
+    """Run ``sc`` (a Structured Streaming query's scenario) in ``run_dir``; (verdicts, run statistics)."""
+    q = sc.sss
     try:  # bad input is the scenario's; a ValueError later in the run is not (it is not caught here)
-        inputs = load_inputs(sc)
+        inputs = load_inputs(q, sc.base_dir)
         run = SssRun(
-            sc.spec(), inputs, run_dir,
+            q.spec(), inputs, run_dir,
             [SssFault(f.kind, f.after_batches, f.duration / 1000, f.toxic or "", dict(f.attributes), f.stream,
                       f.process, f.at or "")
-             for f in sc.faults],
-            master=sc.master, trigger_ms=sc.trigger, tail_ms=sc.tail, time_limit_s=sc.timeout_s, seed=sc.seed,
-            stall_s=sc.stall_limit_s, sink=sc.sink.model_dump() if sc.sink else None,
-            differential=sc.differential, pyspark=sc.spark, spark_conf=dict(sc.spark_conf),
+             for f in q.faults],
+            master=master_of(sc.cluster), trigger_ms=q.trigger, tail_ms=q.tail, time_limit_s=sc.timeout_s,
+            seed=sc.seed, stall_s=sc.stall_limit_s, sink=q.sink.model_dump() if q.sink else None,
+            differential=q.differential, pyspark=q.spark, spark_conf=dict(q.spark_conf),
         )  # fmt: skip
     except (SpecError, ValueError) as e:
         raise InputError(f"scenario {sc.name!r}: {e}") from None
@@ -47,10 +49,10 @@ def execute_sss(sc: SssScenario, run_dir: Path) -> tuple[list[Verdict], dict[str
     return verdicts_of(sc, out, run_dir), stats
 
 
-def verdicts_of(sc: SssScenario, out: SssOutcome, run_dir: Path | None = None) -> list[Verdict]:
-    """The scenario's checks (``sc.checks()``), the query's registered oracles, over the run's history
-    (``fault_schedule``: against the plan its ``run_start`` records)."""
+def verdicts_of(sc: Scenario, out: SssOutcome, run_dir: Path | None = None) -> list[Verdict]:
+    """The scenario's checks (``sc.sss.checks()``), the query's registered oracles, over the run's
+    history (``fault_schedule``: against the plan its ``run_start`` records)."""
     art = RunArtifacts(Path(run_dir or "."), list(out.events))
-    judged = QueryRun(out, sc.expect)
-    checks = sc.checks()
+    judged = QueryRun(out, sc.sss.expect)
+    checks = sc.sss.checks()
     return check_all(art, None, checks, dict.fromkeys(checks, judged), engine=ENGINE)

@@ -31,11 +31,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from chaos.errors import FieldProblems, InputError
+from chaos.errors import FieldProblems
 from chaos.faults import FAULT_KINDS
 from chaos.faults.registry import SssFacts, kinds_where
 from chaos.scenario_common import ScenarioCommon
@@ -45,37 +45,12 @@ from harness.sss.query import DEFAULT_INPUT, QuerySpec
 from harness.sss.spec import APPLY, DEFAULT_MASTER, SpecError, SssSpec, load_function
 
 __all__ = [
-    "SssScenario",
-    "SssScenarioError",
+    "SssPart",
     "SSS_FAULT_KINDS",
-    "parse_sss_scenario",
+    "master_of",
     "plans_built",
     "load_inputs",
 ]
-
-
-class SssScenarioError(InputError, ValueError):
-    """An sss scenario is malformed; ``problems`` holds (field path, message) pairs, which
-    :func:`chaos.scenario.parse_scenario` turns into ``file:line: field: problem``."""
-
-    def __init__(self, where: str, problems: list[tuple[tuple[Any, ...], str]]) -> None:
-        self.problems = problems
-        super().__init__(f"invalid scenario {where}\n  " + "\n  ".join(
-            f"{'.'.join(map(str, loc))}: {msg}" if loc else msg for loc, msg in problems))  # fmt: skip
-
-
-def _problems(e: ValidationError) -> list[tuple[tuple[Any, ...], str]]:
-    """Pydantic's errors as (field path, message); a model validator's :class:`FieldProblems` name their fields."""
-    out = []
-    for err in e.errors():
-        msg = err["msg"].removeprefix("Value error, ")
-        loc = tuple(err["loc"])
-        fp = FieldProblems.of(err)
-        if fp is not None:
-            out += [((*loc, *where), m) for where, m in fp.problems]
-            continue
-        out.append((loc, "unknown field" if err["type"] == "extra_forbidden" else msg))
-    return out
 
 
 # every kind that applies to a query, from the kinds' own modules (chaos.faults: their ``sss`` facts)
@@ -205,12 +180,12 @@ class SssSink(Strict):
     read: str
 
 
-class SssScenario(ScenarioCommon):
-    """A Structured Streaming query under chaos (``engine: structured_streaming``): the common parts of
-    every scenario (:class:`chaos.scenario.ScenarioCommon`), and its query, input, sink and trigger."""
+class SssPart(Strict):
+    """What a Structured Streaming query's scenario (``engine: structured_streaming``) adds to the common
+    fields (:class:`chaos.scenario_common.ScenarioCommon`): its query, input, faults, sink and trigger.
+    Its fields sit at the top of the scenario file; :class:`chaos.scenario.Scenario` files them here."""
 
-    engine: Literal["structured_streaming"] = "structured_streaming"
-    cluster: str = DEFAULT_LOCAL
+    engine: Literal["structured_streaming"] = "structured_streaming"  # the part's tag (the scenario's engine)
     query: SssQuery
     input: SssInput
     faults: list[SssFaultEntry] = Field(default_factory=list)
@@ -227,6 +202,8 @@ class SssScenario(ScenarioCommon):
     # e.g. the state store provider or changelog checkpointing a deployment runs with
     spark_conf: dict[str, str] = Field(default_factory=dict)
 
+    DEFAULT_CLUSTER: ClassVar[str] = DEFAULT_LOCAL
+
     @field_validator("spark_conf", mode="before")
     @classmethod
     def _spark_conf(cls, v: Any) -> Any:
@@ -242,14 +219,11 @@ class SssScenario(ScenarioCommon):
     def _ms(cls, v: Any) -> Any:
         return parse_duration_ms(v)
 
-    @field_validator("cluster")
-    @classmethod
-    def _cluster(cls, v: str) -> str:
+    @staticmethod
+    def cluster_problem(v: str) -> str | None:
         if v in ("local", "docker") or v.startswith(("local-cluster[", "spark://")):
-            return v
-        raise ValueError(
-            f"unknown cluster {v!r} for an sss scenario; expected local, local-cluster[W,C,MEM], docker or spark://host:port"
-        )
+            return None
+        return f"unknown cluster {v!r} for an sss scenario; expected local, local-cluster[W,C,MEM], docker or spark://host:port"
 
     @field_validator("spark", mode="before")
     @classmethod
@@ -262,41 +236,45 @@ class SssScenario(ScenarioCommon):
             raise ValueError(str(e)) from None
         return str(v)
 
-    @model_validator(mode="after")
-    def _spark_has_features(self) -> SssScenario:
-        if self.spark is not None and (problem := pyspark_problem(self.spark, self.query.spec(), self.cluster_kind)):
-            raise FieldProblems.at(tuple(problem[0].split(".")), problem[1])
-        return self
-
-    @model_validator(mode="after")
-    def _faults_fit_cluster(self) -> SssScenario:
+    def problems(self, sc: ScenarioCommon) -> list[tuple[tuple[Any, ...], str]]:
+        """The first cross-field mistake (with the common fields): a pyspark the query cannot run
+        under here, a fault kind the cluster does not take."""
+        if self.spark is not None and (problem := pyspark_problem(self.spark, self.query.spec(), sc.cluster_kind)):
+            return [(tuple(problem[0].split(".")), problem[1])]
         for i, f in enumerate(self.faults):
             clusters = _facts(f.kind).clusters
-            if self.cluster_kind not in clusters:
-                raise FieldProblems.at(("faults", i, "kind"), f"fault kind {f.kind!r} needs cluster "
-                                       f"{' or '.join(clusters)}, but cluster is {self.cluster!r}")  # fmt: skip
-        return self
+            if sc.cluster_kind not in clusters:
+                return [(("faults", i, "kind"), f"fault kind {f.kind!r} needs cluster "
+                         f"{' or '.join(clusters)}, but cluster is {sc.cluster!r}")]  # fmt: skip
+        return []
 
-    # ---- what the CLI, the runner and the plugin ask of every scenario -------------------------------
-    @property
-    def master(self) -> str:
-        return DEFAULT_LOCAL if self.cluster == "local" else self.cluster
-
-    def with_overrides(self, cluster: str | None = None, seed: int | None = None,
-                       spark: str | None = None) -> SssScenario:  # fmt: skip
-        data = self.model_dump(exclude_unset=True)
-        if spark is not None:
-            data["spark"] = spark
-        if cluster is not None:
-            data["cluster"] = cluster
-        if seed is not None:
-            data["seed"] = seed
+    def load_problems(self, sc: ScenarioCommon, base_dir: Path | None) -> list[tuple[tuple[Any, ...], str]]:
+        """What only loading the query finds: its processor or function loads, its sink's functions,
+        its input can be had, and (``statechaos validate`` and ``run``) a builder's plan builds."""
+        _on_path(base_dir)
         try:
-            return SssScenario.model_validate(data).located(self._base_dir)
-        except ValidationError as e:
-            raise SssScenarioError(
-                f"{self.name!r} with cluster {data.get('cluster')!r}", _problems(e)
-            ) from None
+            self.spec().validate()
+        except SpecError as e:
+            field, _, msg = str(e).partition(": ")
+            return [(("query", field), msg)]
+        for field_name in ("foreach_batch", "read") if self.sink else ():
+            try:
+                fn = load_function(getattr(self.sink, field_name))
+            except SpecError as e:
+                return [(("sink", field_name), str(e).partition(": ")[2])]
+            if not callable(fn):
+                return [(("sink", field_name), "is not a function")]
+        try:
+            load_inputs(self, base_dir)
+        except ValueError as e:
+            field, _, msg = str(e).partition(": ")
+            return [(tuple(field.split(".")), msg)]
+        spec = self.spec()
+        if isinstance(spec, QuerySpec) and ANALYSE_PLANS.get():
+            problem = _analysis_problem(spec, _PLAN_PYSPARK.get() or self.spark)
+            if problem is not None:
+                return [(("query", problem[0]), problem[1])]
+        return []
 
     def spec(self) -> SssSpec | QuerySpec:
         return self.query.spec()
@@ -318,6 +296,11 @@ class SssScenario(ScenarioCommon):
         return ["exactly_once", "restored_state", *metadata, "liveness", "query_ran", "fault_schedule"]
 
 
+def master_of(cluster: str) -> str:
+    """The Spark master a query's scenario on ``cluster`` runs against."""
+    return DEFAULT_LOCAL if cluster == "local" else cluster
+
+
 def pyspark_problem(version: str, spec: SssSpec | QuerySpec, cluster_kind: str) -> tuple[str, str] | None:
     """(field, problem) when the query cannot run on pyspark ``version`` here: a feature that version
     lacks, named with the version (a builder's query: what ``validate`` finds building its plan on that
@@ -337,17 +320,18 @@ def _on_path(base_dir: Path | None) -> None:
             sys.path.insert(0, p)
 
 
-def load_inputs(sc: SssScenario) -> list[list[dict[str, Any]]] | list[dict[str, list[dict[str, Any]]]]:
-    """One list of rows per micro-batch file, from the generator or the CSV folder. ValueError naming
-    the field when they cannot be had."""
+def load_inputs(sc: SssPart, base_dir: Path | None) -> list[list[dict[str, Any]]] | list[dict[str, list[dict[str, Any]]]]:
+    """One list of rows per micro-batch file, from the generator or the CSV folder (a relative folder,
+    and the generator's module, looked up in ``base_dir`` first). ValueError naming the field when
+    they cannot be had."""
     spec = sc.spec()
     if isinstance(spec, QuerySpec) and spec.several:
         if sc.input.generator is None:
             raise ValueError("input.folder: several inputs need a generator (one {name: rows} per micro-batch)")
-        return _several_inputs(sc, spec)
+        return _several_inputs(sc, spec, base_dir)
     columns = spec.input_columns()
     if sc.input.generator is not None:
-        _on_path(sc.base_dir)
+        _on_path(base_dir)
         module, _, name = sc.input.generator.partition(":")
         try:
             fn = getattr(importlib.import_module(module), name)
@@ -364,8 +348,8 @@ def load_inputs(sc: SssScenario) -> list[list[dict[str, Any]]] | list[dict[str, 
                     )
         return [list(rows) for rows in files]
     folder = Path(sc.input.folder or "")
-    if not folder.is_absolute() and sc.base_dir is not None:
-        folder = sc.base_dir / folder
+    if not folder.is_absolute() and base_dir is not None:
+        folder = base_dir / folder
     paths = sorted(folder.glob("*.csv"))
     if not paths:
         raise ValueError(f"input.folder: {folder} holds no *.csv files (one file per micro-batch, no header)")
@@ -382,8 +366,8 @@ def load_inputs(sc: SssScenario) -> list[list[dict[str, Any]]] | list[dict[str, 
     return out
 
 
-def _several_inputs(sc: SssScenario, spec: QuerySpec) -> list[dict[str, list[dict[str, Any]]]]:
-    _on_path(sc.base_dir)
+def _several_inputs(sc: SssPart, spec: QuerySpec, base_dir: Path | None) -> list[dict[str, list[dict[str, Any]]]]:
+    _on_path(base_dir)
     module, _, name = (sc.input.generator or "").partition(":")
     try:
         files = getattr(importlib.import_module(module), name)(**sc.input.options)
@@ -450,36 +434,3 @@ def _analysis_problem(spec: QuerySpec, version: str | None = None) -> tuple[str,
         return "builder", f"the plan could not be built on a local Spark session: {tail[0]}"
     found = json.loads(line[len("ANALYSIS "):])
     return (found["field"], found["problem"]) if found else None
-
-
-def parse_sss_scenario(data: dict[str, Any], path: str, base_dir: Path | None) -> SssScenario:
-    """Validate a Structured Streaming query's scenario mapping: the schema, the query (its processor or function loads) and
-    the input (it can be had); SssScenarioError with every problem's field path."""
-    try:
-        sc = SssScenario.model_validate(data).located(base_dir)
-    except ValidationError as e:
-        raise SssScenarioError(path, _problems(e)) from None
-    _on_path(base_dir)
-    try:
-        sc.spec().validate()
-    except SpecError as e:
-        field, _, msg = str(e).partition(": ")
-        raise SssScenarioError(path, [(("query", field), msg)]) from None
-    for field_name in ("foreach_batch", "read") if sc.sink else ():
-        try:
-            fn = load_function(getattr(sc.sink, field_name))
-        except SpecError as e:
-            raise SssScenarioError(path, [(("sink", field_name), str(e).partition(": ")[2])]) from None
-        if not callable(fn):
-            raise SssScenarioError(path, [(("sink", field_name), "is not a function")])
-    try:
-        load_inputs(sc)
-    except ValueError as e:
-        field, _, msg = str(e).partition(": ")
-        raise SssScenarioError(path, [(tuple(field.split(".")), msg)]) from None
-    spec = sc.spec()
-    if isinstance(spec, QuerySpec) and ANALYSE_PLANS.get():
-        problem = _analysis_problem(spec, _PLAN_PYSPARK.get() or sc.spark)
-        if problem is not None:
-            raise SssScenarioError(path, [(("query", problem[0]), problem[1])])
-    return sc

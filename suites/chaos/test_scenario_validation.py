@@ -262,3 +262,29 @@ def test_several_bad_files_keep_each_files_own_location(tmp_path, capsys):
     assert re.search(r"a-bad\.yaml:3: records: ", text), text
     assert re.search(r"c-bad\.yaml:4: parallelism: ", text), text
     assert "2 files:" not in text
+
+
+def test_one_scenario_model_files_each_engines_fields_in_its_typed_part() -> None:
+    """Both engines' files load as the one ``Scenario``: the common fields its own, the engine's in its
+    ``part``; a dump is a scenario file again (flat, loads to the same scenario), and each engine's
+    code reads its part typed (the other engine's is refused)."""
+    from chaos.scenario import RuntimePart, Scenario, SssPart
+
+    root = Path(__file__).resolve().parents[2]
+    [(_, rt), (_, q)] = load_scenarios([root / "scenarios" / "smoke-sim.yaml", root / "examples" / "sss" / "cart-local.yaml"])
+    assert isinstance(rt.part, RuntimePart) and isinstance(q.part, SssPart)
+    assert rt.runtime.records == rt.part.records and q.sss.query.processor == "examples.sss.cart:CartTotals"
+    with pytest.raises(TypeError, match="not on Structured Streaming"):
+        rt.sss  # noqa: B018
+    with pytest.raises(TypeError, match="not on the runtime"):
+        q.runtime  # noqa: B018
+    for sc in (rt, q):
+        flat = sc.model_dump(mode="json", exclude_unset=True)
+        assert "part" not in flat and Scenario.model_validate(flat).model_dump() == sc.model_dump()
+    assert "records" in rt.model_dump() and "query" in q.model_dump()
+    # a query's cluster defaults to its engine's own, left unset
+    bare = Scenario.model_validate({k: v for k, v in q.model_dump(exclude_unset=True).items() if k != "cluster"})
+    assert bare.cluster == "local-cluster[1,1,1024]" and "cluster" not in bare.model_dump(exclude_unset=True)
+    # a copy with a part's field replaced changes the part, as a file spells the field
+    fewer = rt.model_copy(update={"records": 7, "seed": 3})
+    assert fewer.runtime.records == 7 and fewer.seed == 3 and rt.runtime.records != 7

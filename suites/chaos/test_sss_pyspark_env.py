@@ -47,9 +47,9 @@ def test_a_feature_the_version_lacks_is_refused_naming_both() -> None:
                                             r"or later .*this scenario runs pyspark 3\.5\.3"):  # fmt: skip
         parse_scenario(_scenario("3.5.3", tws), "v.yaml", ROOT)
     sc = parse_scenario(_scenario("3.5.3", APPLY), "v.yaml", ROOT)  # applyInPandasWithState: 3.4.0
-    assert sc.spark == "3.5.3"
+    assert sc.sss.spark == "3.5.3"
     cart = "examples.sss.cart:make_inputs"
-    assert parse_scenario(_scenario("4.0.1", tws, generator=cart), "v.yaml", ROOT).spark == "4.0.1"
+    assert parse_scenario(_scenario("4.0.1", tws, generator=cart), "v.yaml", ROOT).sss.spark == "4.0.1"
 
 
 BUILDER = "  builder: examples.sss.windowed:build\n  input_schema: user string, ts timestamp, n long"
@@ -178,9 +178,9 @@ def test_state_no_spark_could_read_is_unknown_with_the_reason(
     import json
 
     import harness.sss.deferred_state as deferred
+    from chaos.scenario import Scenario
     from chaos.sss.execute import verdicts_of
     from chaos.sss.run import SssOutcome
-    from chaos.sss.scenario import SssScenario
     from harness.oracles.verdict import status_of
     from harness.sss.driver import defer_state_read
     from harness.sss.oracles import check_run
@@ -206,7 +206,7 @@ def test_state_no_spark_could_read_is_unknown_with_the_reason(
     (tmp_path / "checkpoint").mkdir()
     check = check_run(tmp_path, spec, 0)
     assert not check.refused and check.state_unknown
-    sc = SssScenario.model_validate(
+    sc = Scenario.model_validate(
         {"name": "v", "engine": "sss", "spark": "3.5.3", "query": {"processor": spec.processor, "api": spec.api,
          "key": "user", "input_schema": spec.input_schema, "output_schema": spec.output_schema,
          "state_schema": spec.state_schema}, "input": {"generator": "examples.sss.null_first:make_inputs"}}

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from chaos.scenario import ScenarioError, parse_scenario
+from chaos.scenario import Scenario, ScenarioError, parse_scenario
 from chaos.sss.execute import verdicts_of
 from chaos.sss.run import SssOutcome
-from chaos.sss.scenario import SssScenario
 from harness.oracles.verdict import status_of
 from harness.sss.query import QuerySpec
 from harness.sss.replay import rewrite_timestamp
@@ -31,7 +30,7 @@ input: {generator: "examples.sss.windowed:make_inputs", options: {files: 2}}
 
 def test_builder_scenario_gives_a_query_spec() -> None:
     sc = parse_scenario(WINDOWED, "w.yaml", ROOT)
-    spec = sc.spec()
+    spec = sc.sss.spec()
     assert isinstance(spec, QuerySpec)
     assert spec.inputs == {"events": "user string, ts timestamp, n long"} and spec.output_mode == "append"
 
@@ -40,14 +39,14 @@ def test_a_builders_query_takes_a_user_sink_sink_window_faults_and_python_worker
     """The builder path runs the same skeleton as a processor's (harness.sss.query_run): the scenario
     keeps the user's sink and the faults, and the run hands them to the driver."""
     sc = parse_scenario((ROOT / "examples/sss/counts-sink-by-batch-local.yaml").read_text(), "c.yaml", ROOT)
-    assert isinstance(sc.spec(), QuerySpec) and sc.sink is not None
-    assert sc.sink.foreach_batch == "examples.sss.parquet_sink:write_by_batch_id"
-    assert [(f.kind, f.at) for f in sc.faults] == [("kill_python_worker", None), ("kill_driver", "after_sink_write")]
+    assert isinstance(sc.sss.spec(), QuerySpec) and sc.sss.sink is not None
+    assert sc.sss.sink.foreach_batch == "examples.sss.parquet_sink:write_by_batch_id"
+    assert [(f.kind, f.at) for f in sc.sss.faults] == [("kill_python_worker", None), ("kill_driver", "after_sink_write")]
 
 
 def test_several_inputs_reach_the_builder_by_name() -> None:
     sc = parse_scenario((ROOT / "examples/sss/join-local.yaml").read_text(), "join.yaml", ROOT)
-    spec = sc.spec()
+    spec = sc.sss.spec()
     assert isinstance(spec, QuerySpec) and spec.several and set(spec.inputs) == {"clicks", "views"}
 
 
@@ -136,7 +135,7 @@ def _outcome(check: ReplayCheck) -> SssOutcome:
 
 
 def test_non_determinism_is_unknown_never_a_failure() -> None:
-    sc = SssScenario.model_validate(
+    sc = Scenario.model_validate(
         {
             "name": "w",
             "engine": "sss",
@@ -178,7 +177,7 @@ def test_every_bring_your_query_example_parses_with_its_input(name: str) -> None
     sc = parse_scenario(path.read_text(), str(path), path.parent)
     from chaos.sss.scenario import load_inputs
 
-    assert isinstance(sc.spec(), QuerySpec) and len(load_inputs(sc)) >= 3
+    assert isinstance(sc.sss.spec(), QuerySpec) and len(load_inputs(sc.sss, sc.base_dir)) >= 3
 
 
 def test_a_builders_user_sink_is_judged_against_the_replays_batches(tmp_path: Path) -> None:
@@ -356,7 +355,7 @@ def test_a_scenarios_spark_conf_is_checked_and_carried_to_the_run() -> None:
     conf = ("spark_conf:\n  spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled: false\n"
             "  spark.sql.shuffle.partitions: 3\n")  # fmt: skip
     sc = parse_scenario(WINDOWED + conf, "w.yaml", ROOT)
-    assert sc.spark_conf == {"spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "false",
+    assert sc.sss.spark_conf == {"spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "false",
                              "spark.sql.shuffle.partitions": "3"}  # fmt: skip
     with pytest.raises(ScenarioError, match=r"spark_conf: .*'shuffle.partitions' is not a Spark setting"):
         parse_scenario(WINDOWED + "spark_conf: {shuffle.partitions: 3}\n", "w.yaml", ROOT)
@@ -449,7 +448,7 @@ def test_a_query_the_machine_could_not_start_is_unknown_never_refused() -> None:
     """A query start whose driver-side Python worker missed Spark's fixed 10 s connect-back, every
     retry (a loaded machine: importing pyspark, pandas and pyarrow took 14 s at load 45): Spark
     refused nothing, so ``query_ran`` is unknown, not a refusal."""
-    sc = SssScenario.model_validate({"name": "w", "engine": "sss", "input": {"folder": "x"},
+    sc = Scenario.model_validate({"name": "w", "engine": "sss", "input": {"folder": "x"},
                                      "query": {"builder": "examples.sss.windowed:build", "input_schema": "user string"}})  # fmt: skip
     gist = "driver exited 3 during the run: [STREAM_FAILED] Python worker failed to connect back."
     out = SssOutcome("unknown", ReplayCheck(batches_checked=3, states_checked=1), [], 2, [], machine=[gist])

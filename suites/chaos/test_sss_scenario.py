@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from chaos.report.cli import main
-from chaos.scenario import ScenarioError, load_scenario
+from chaos.scenario import Scenario, ScenarioError, load_scenario
 from chaos.sss.execute import verdicts_of
 from chaos.sss.run import SssOutcome
-from chaos.sss.scenario import SssScenario, SssScenarioError
+from chaos.sss.scenario import SssPart
 from harness.events import FaultDeferred, FaultSkipped, FaultStart, RunStart
 from harness.oracles.verdict import status_of
 from harness.sss.group_state_model import GROUP_STATE, NO_TIMESTAMP, GroupStateModel
@@ -107,8 +107,8 @@ def test_sss_scenarios_validate_and_list_from_the_command_line(capsys: pytest.Ca
     out = capsys.readouterr().out
     assert "(sss)" in out
     sc = load_scenario(GROUPSTATE)
-    assert isinstance(sc, SssScenario) and sc.spec().api == "applyInPandasWithState"
-    assert sc.checks() == ["exactly_once", "restored_state", "state_metadata", "liveness", "query_ran",
+    assert isinstance(sc.part, SssPart) and sc.sss.spec().api == "applyInPandasWithState"
+    assert sc.sss.checks() == ["exactly_once", "restored_state", "state_metadata", "liveness", "query_ran",
                            "fault_schedule"]  # fmt: skip
 
 
@@ -170,7 +170,7 @@ def test_sss_scenario_overrides_keep_it_valid() -> None:
     sc = load_scenario(LOCAL)
     assert sc.with_overrides(cluster="docker", seed=3).cluster_kind == "docker"
     with pytest.raises(
-        SssScenarioError, match="faults.0.kind: fault kind 'kill_executor' needs cluster local or docker, but cluster is 'spark://"
+        ScenarioError, match=r"faults\[0\]\.kind: fault kind 'kill_executor' needs cluster local or docker, but cluster is 'spark://"
     ):
         sc.with_overrides(cluster="spark://host:7077")
 
@@ -198,7 +198,7 @@ _PLANNED = RunStart(job="examples.sss.cart:CartTotals", executor="structured_str
 def test_outcome_becomes_the_usual_verdicts() -> None:
     sc = load_scenario(LOCAL)
     ok = {v.oracle: str(v.status) for v in verdicts_of(sc, _outcome("pass"))}
-    assert ok == dict.fromkeys(sc.checks(), "holds")
+    assert ok == dict.fromkeys(sc.sss.checks(), "holds")
     bad = _outcome("caught", ["batch 2 output differs from the model: ...", "start-1.json (batch 3): total[...]",
                               "liveness: committed batches read 3 of 4 input files"])  # fmt: skip
     got = {v.oracle: str(v.status) for v in verdicts_of(sc, bad)}
@@ -220,7 +220,7 @@ def test_expected_damage_verdict(tmp_path: Path) -> None:
     text = LOCAL.read_text().replace("kind: kill_driver", "kind: missing_changelog") + "expect: refused\n"
     damaged.write_text(text)
     sc = load_scenario(damaged)
-    assert sc.checks() == ["expected_verdict", "fault_schedule"]
+    assert sc.sss.checks() == ["expected_verdict", "fault_schedule"]
     held = verdicts_of(sc, _outcome("refused", refused=["CANNOT_LOAD_STATE_STORE ..."]))[0]
     assert held.passed and "CANNOT_LOAD_STATE_STORE" in held.details[0]
     assert not verdicts_of(sc, _outcome("pass"))[0].passed
@@ -238,7 +238,8 @@ def test_scenario_folder_of_csv_files_is_an_input(tmp_path: Path) -> None:
     (tmp_path / "s.yaml").write_text(text)
     from chaos.sss.scenario import load_inputs
 
-    assert load_inputs(load_scenario(tmp_path / "s.yaml")) == [
+    sc = load_scenario(tmp_path / "s.yaml")
+    assert load_inputs(sc.sss, sc.base_dir) == [
         [{"user": "u1", "item": "i1", "qty": "2"}, {"user": "u2", "item": "i2", "qty": "3"}]]  # fmt: skip
 
 
@@ -252,7 +253,7 @@ def test_sss_run_goes_through_the_runner_summary_and_allure(tmp_path: Path, monk
     from chaos.report.allure_results import history_steps, write_allure_results
     from chaos.report.runner import run_scenario, story
 
-    def fake(sc: SssScenario, run_dir: Path) -> Any:
+    def fake(sc: Scenario, run_dir: Path) -> Any:
         history = run_dir / "history.jsonl"
         events = [
             {"type": "driver_start", "start": 0, "next_batch": 0, "t": 5, "seq": 0},
@@ -268,7 +269,7 @@ def test_sss_run_goes_through_the_runner_summary_and_allure(tmp_path: Path, monk
     outcome = run_scenario(load_scenario(LOCAL), tmp_path / "run", source=str(LOCAL))
     assert outcome.passed and outcome.cluster == "local-cluster[1,1,1024]"
     saved = json.loads((tmp_path / "run" / "outcome.json").read_text())
-    assert saved["passed"] and {v["oracle"] for v in saved["verdicts"]} == set(load_scenario(LOCAL).checks())
+    assert saved["passed"] and {v["oracle"] for v in saved["verdicts"]} == set(load_scenario(LOCAL).sss.checks())
     lines = story(tmp_path / "run")
     assert any("fault #1 kill_executor on executor:42 [2 batches committed]" in ln for ln in lines), lines
     assert any("job restarted" in ln for ln in lines)
@@ -296,7 +297,7 @@ def test_processor_args_and_time_mode_from_a_scenario_and_the_command_line(
     assert main(["validate", str(tmp_path / "topk.yaml")]) == 2
     (tmp_path / "topk.yaml").write_text(text.replace("  time_mode: None", "  time_mode: None\n  processor_args: {k: 2}"))
     sc = load_scenario(tmp_path / "topk.yaml")
-    assert sc.spec().processor_args == {"k": 2} and sc.spec().time_mode == "None"
+    assert sc.sss.spec().processor_args == {"k": 2} and sc.sss.spec().time_mode == "None"
 
     import json
 
@@ -346,7 +347,7 @@ def test_kill_python_worker_takes_a_process(tmp_path: Path) -> None:
                                      "{kind: kill_python_worker, after_batches: 2, process: daemon}")  # fmt: skip
     (tmp_path / "py.yaml").write_text(text)
     sc = load_scenario(tmp_path / "py.yaml")
-    assert [(f.kind, f.process) for f in sc.faults][0] == ("kill_python_worker", "daemon")
+    assert [(f.kind, f.process) for f in sc.sss.faults][0] == ("kill_python_worker", "daemon")
     (tmp_path / "bad.yaml").write_text(LOCAL.read_text().replace(
         "{kind: kill_driver, after_batches: 4}", "{kind: kill_driver, after_batches: 4, process: daemon}"))  # fmt: skip
     with pytest.raises(ScenarioError, match=r"bad.yaml:19: faults\[1\].process: only kill_python_worker takes process"):
@@ -361,7 +362,7 @@ def test_the_query_checks_are_registered_oracles_of_their_engine() -> None:
 
     sc = load_scenario(LOCAL)
     query = oracles_for(ENGINE)
-    assert set(sc.checks()) <= set(query) and "expected_verdict" in query
+    assert set(sc.sss.checks()) <= set(query) and "expected_verdict" in query
     assert query["exactly_once"].check is not ORACLES["exactly_once"].check
     art = RunArtifacts(Path("."), [_PLANNED, FaultSkipped(kind="kill_driver", batch=3, why="no driver running",
                                                           fault_id=2)])  # fmt: skip
@@ -385,7 +386,7 @@ def test_the_engine_field_names_the_model_and_the_older_files_still_load(tmp_pat
     for spelling in ("engine: structured_streaming\n", "engine: sss\n", ""):
         (tmp_path / "q.yaml").write_text(text.replace("engine: sss\n", spelling))
         sc = load_scenario(tmp_path / "q.yaml")
-        assert isinstance(sc, SssScenario) and sc.engine == "structured_streaming"
+        assert isinstance(sc.part, SssPart) and sc.engine == "structured_streaming"
         assert engine_of(sc).name == "structured_streaming" and not engine_of(sc).runs_job
     runtime = (ROOT / "scenarios" / "smoke-sim.yaml").read_text()
     (tmp_path / "r.yaml").write_text("engine: runtime\n" + runtime)

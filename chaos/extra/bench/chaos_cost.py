@@ -62,7 +62,7 @@ def _seconds(sc: Scenario, work: Path, cold: bool) -> tuple[float, float]:
     took, wall = time.process_time() - t0, time.perf_counter() - w0
     failed = [v.oracle for v in verdicts if not v.holds]
     if failed:
-        raise RuntimeError(f"{sc.name} at {sc.records} records failed {', '.join(failed)} (see {d})")
+        raise RuntimeError(f"{sc.name} at {sc.runtime.records} records failed {', '.join(failed)} (see {d})")
     shutil.rmtree(d, ignore_errors=True)
     return took, wall
 
