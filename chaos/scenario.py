@@ -1,10 +1,13 @@
 """Scenario files: a declarative chaos experiment in YAML, validated with precise errors.
 
-A scenario names the cluster, the job, parallelism, input size, checkpoint settings, a fault schedule,
-rescale steps, the oracles to check and the seed. Validation (pydantic) reports the file, the line and
-the field of every mistake, so a user fixes a scenario without reading a traceback.
+A scenario names its engine, the cluster and the seed, and its engine's own fields: on the runtime the
+job, parallelism, input size, checkpoint settings, a fault schedule, rescale steps and the oracles to
+check (:class:`RuntimePart`); for a Structured Streaming query its query, input and faults
+(:class:`chaos.sss.scenario.SssPart`). One model, :class:`Scenario`, holds either. Validation
+(pydantic) reports the file, the line and the field of every mistake, so a user fixes a scenario
+without reading a traceback.
 
-One module although ~400 lines: the schema and the cross-field checks that turn pydantic's errors
+One module although ~600 lines: the schema and the cross-field checks that turn pydantic's errors
 into ``file:line: field: problem`` are one concept; the fault kinds' own fields live in ``chaos.faults``.
 """
 
