@@ -682,3 +682,14 @@ def test_close_removes_the_temp_dir_and_context_manager(tmp_path):
 
     gc.collect()
     assert not d2.exists()
+
+
+def test_temp_dirs_go_to_the_local_dir_when_one_is_named(tmp_path, monkeypatch):
+    """``STATECHAOS_ROCKSDB_LOCALDIR`` (Flink's ``state.backend.rocksdb.localdir``; the suites point it at
+    RAM) holds the default temp dirs, made when missing; each is still removed on close."""
+    from reference_impl.state.ondisk_backend import LOCAL_DIR_ENV
+
+    monkeypatch.setenv(LOCAL_DIR_ENV, str(tmp_path / "local"))
+    with OnDiskKeyedStateBackend(MAX_P, FULL, ManualClock()) as b:
+        assert b.directory.parent == tmp_path / "local" and b.directory.is_dir()
+    assert (tmp_path / "local").is_dir() and not list((tmp_path / "local").iterdir())

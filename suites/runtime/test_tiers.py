@@ -1,6 +1,7 @@
 """The test tiers: markers classify tests one way (a test not marked ``spark``/``docker`` cannot
 start Spark or use Docker, here or in a process it starts), and the mechanics of ``./dev test
---stress`` (rounds under a CPU hog, the duration spread, exit 1 when a round fails)."""
+--stress`` (rounds under a CPU hog, the duration spread, exit 1 when a round fails) and of the full
+run's two sessions (tools/tiers.py: the fast tier alongside the rest)."""
 
 from __future__ import annotations
 
@@ -37,8 +38,8 @@ def test_a_test_not_marked_docker_cannot_use_docker():
         docker_client()
 
 
-def _stress_module():
-    spec = importlib.util.spec_from_file_location("stress", ROOT / "tools" / "stress.py")
+def _stress_module(name: str = "stress"):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -73,3 +74,31 @@ def test_stress_runs_rounds_prints_the_spread_and_fails_when_a_round_fails(tmp_p
     out = Console(record=True, width=200)
     assert stress.stress(["test_tiny.py"], rounds=2, console=out) == 0
     assert "2 of 2 rounds passed" in out.export_text()
+
+
+@pytest.mark.slow  # two pytest sessions of its own
+def test_full_run_splits_by_marker_one_way_and_fails_when_either_session_fails(tmp_path, monkeypatch, capfd):
+    """``./dev test``'s two sessions over a tiny suite: each test runs in exactly one of them (the fast
+    tier's expression or its negation), both report to one Allure folder (cleaned once, before), and a
+    failure in either session is the run's."""
+    tiers = _stress_module("tiers")
+    fast = "not spark and not slow"
+    (tmp_path / "test_tiny.py").write_text(
+        "import os, pytest\n"
+        "def test_plain():\n    assert os.environ.get('FAIL') != 'fast'\n"
+        "@pytest.mark.slow\ndef test_slow():\n    pass\n"
+        "@pytest.mark.spark\ndef test_spark():\n    assert os.environ.get('FAIL') != 'main'\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "allure-results").mkdir()
+    (tmp_path / "allure-results" / "stale-result.json").write_text("{}")
+    assert tiers.run(fast, ["test_tiny.py", "-v"]) == 0
+    text = capfd.readouterr().out
+    main, _, tier = text.partition("[tiers] the fast tier")
+    assert "test_slow PASSED" in main and "test_spark PASSED" in main and "test_plain" not in main, main
+    assert "test_plain PASSED" in tier and "test_slow" not in tier and "test_spark" not in tier, tier
+    results = list((tmp_path / "allure-results").glob("*-result.json"))
+    assert len(results) == 3 and not (tmp_path / "allure-results" / "stale-result.json").exists(), results
+    for failing in ("fast", "main"):
+        monkeypatch.setenv("FAIL", failing)
+        assert tiers.run(fast, ["test_tiny.py"]) == 1, failing

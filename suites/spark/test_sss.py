@@ -49,16 +49,16 @@ def _run(
     )
 
 
-def test_executor_kill_and_driver_restart_keep_output_and_state(tmp_path: Path) -> None:
-    out = _run(tmp_path, [SssFault("kill_executor", 2), SssFault("kill_driver", 4)])
+def test_executor_kill_and_driver_restart_keep_output_and_state(cart_kills_run: tuple[Any, Path]) -> None:
+    out, run = cart_kills_run  # suites/spark/conftest.py; test_sss_replay judges it again by the replay
     assert out.verdict == "pass", out.summary()
     faults = [e for e in out.events if isinstance(e, FaultStart)]
     assert [f.kind for f in faults] == ["kill_executor", "kill_driver"]
     assert all(f.get("batch") >= 2 for f in faults)  # each names the micro-batch it hit
     assert out.starts == 2
     # the restart's state (read through Spark's state data source) and the final state were checked
-    assert out.check.states_checked >= 2 and out.check.batches_checked >= 6
-    reports = [p for p in (tmp_path / "output").glob("batch-*.json") if '"report"' in p.read_text()]
+    assert out.check.states_checked >= 2 and out.check.batches_checked >= 4
+    reports = [p for p in (run / "output").glob("batch-*.json") if '"report"' in p.read_text()]
     assert reports, "the processing-time timer never fired: the run did not exercise timers"
 
 

@@ -119,20 +119,19 @@ def test_stream_stream_join_passes_kills_with_both_sides_state_compared(run_scen
     assert final.get("op0/left") and final.get("op0/right"), sorted(final)
 
 
-def test_model_and_replay_agree_on_the_example_processor(tmp_path: Path) -> None:
-    """The processor path's run (judged by the model) judged again by the replay oracle: the same
-    output per batch and the same state at the restart and at the end. The processor has TTL and
-    processing-time timers, so the replay runs on the recorded batch timestamps (a third replay)."""
-    from chaos.sss.run import SssFault, SssRun, run_sss
-    from examples.sss.cart import REPORT_AFTER_MS, SPEC, make_inputs
+def test_model_and_replay_agree_on_the_example_processor(cart_kills_run: tuple[Any, Path]) -> None:
+    """The processor path's run (judged by the model; suites/spark/conftest.py, shared with test_sss)
+    judged again by the replay oracle: the same output per batch and the same state at the restart and
+    at the end. The processor has TTL and processing-time timers, so the replay runs on the recorded
+    batch timestamps (a third replay)."""
+    from examples.sss.cart import SPEC
     from harness.sss.query import QuerySpec
     from harness.sss.replay_oracle import check_replay
-    from harness.sss.spec import SssSpec
 
-    run = tmp_path / "run"
-    out = run_sss(SssRun(SssSpec(**SPEC), make_inputs(3), run, [SssFault("kill_driver", 2)], tail_ms=REPORT_AFTER_MS))
+    out, run = cart_kills_run
     assert out.verdict == "pass", out.summary()
-    check = check_replay(run, QuerySpec("examples.sss.cart:build", {"events": SPEC["input_schema"]}, "append"), 3)
+    query = QuerySpec("examples.sss.cart:build", {"events": SPEC["input_schema"]}, "append")
+    check = check_replay(run, query, 4)
     assert not check.violations and not check.unknown and not check.refused, check
     assert check.batches_checked == out.check.batches_checked and check.states_checked >= 2
     assert "clock recorded" in check.replay_note, check.replay_note
