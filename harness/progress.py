@@ -10,6 +10,7 @@ holds does not count, and once it ends progress must come within the bound.
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from collections.abc import Callable, Hashable
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 
 from harness.job_errors import JobFailure
 
-__all__ = ["ProgressWatch", "Stalled", "tree_size"]
+__all__ = ["ChildStalled", "ProgressWatch", "Stalled", "run_while_progressing", "tree_size"]
 
 
 class ProgressWatch:
@@ -122,3 +123,59 @@ def tree_size(path: Path) -> tuple[int, int]:
             except OSError:  # removed meanwhile (checkpoint retention)
                 pass
     return files, size
+
+
+def _cpu_s(proc: subprocess.Popen[bytes]) -> float:
+    """CPU seconds used by ``proc`` and every process under it (a JVM it started, Python workers)."""
+    import psutil
+
+    try:
+        root = psutil.Process(proc.pid)
+        total = 0.0
+        for p in [root, *root.children(recursive=True)]:
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system
+            except psutil.Error:  # ended meanwhile
+                pass
+        return round(total, 2)
+    except psutil.Error:
+        return 0.0
+
+
+class ChildStalled(RuntimeError):
+    """A child process made no progress (wrote nothing, used no CPU) for the bound; it was killed."""
+
+
+def run_while_progressing(cmd: list[str], *, folder: Path, bound_s: float = 300.0, poll_s: float = 1.0,
+                          **popen: Any) -> int:  # fmt: skip
+    """Run ``cmd`` to its end and return its exit code, however long a loaded machine makes it take,
+    as long as it progresses: it writes to ``folder`` or it (or a process it started) uses CPU. Only
+    when neither moved for ``bound_s`` is it killed with everything it started, and
+    :class:`ChildStalled` names what stopped (a fixed time limit failed a slow, working replay)."""
+    import psutil
+
+    watch = ProgressWatch(bound_s)
+    proc = subprocess.Popen(cmd, start_new_session=True, **popen)
+    try:
+        while True:
+            try:
+                return proc.wait(timeout=poll_s)
+            except subprocess.TimeoutExpired:
+                pass
+            watch.observe(**{"files written": tree_size(folder), "CPU seconds": _cpu_s(proc)})
+            if (why := watch.stalled()) is not None:
+                raise ChildStalled(f"{Path(cmd[-1]).name if cmd else 'child'}: {why}")
+    finally:
+        if proc.poll() is None:
+            try:
+                kids = psutil.Process(proc.pid).children(recursive=True)
+            except psutil.Error:
+                kids = []
+            proc.kill()
+            for k in kids:
+                try:
+                    k.kill()
+                except psutil.Error:
+                    pass
+            proc.wait()

@@ -11,8 +11,10 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+from harness.progress import ChildStalled, run_while_progressing
 from harness.run_store import RunStore
 
 __all__ = ["pending", "read_deferred", "main"]
@@ -27,19 +29,23 @@ def _unreadable(path: Path, why: str) -> None:
     path.write_text(json.dumps({"batch": d["batch"], "unreadable": why}))
 
 
-def read_deferred(workdir: Path, timeout_s: float = 600) -> None:
-    """Fill in every deferred state read of ``workdir`` in a child process of this Python (its Spark)."""
+def read_deferred(workdir: Path, stall_s: float = 300) -> None:
+    """Fill in every deferred state read of ``workdir`` in a child process of this Python (its Spark),
+    which runs as long as it progresses (writes to the run folder, uses CPU)."""
     todo = pending(workdir)
     if not todo:
         return
     root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in [root, os.getcwd(), *sys.path] if p)}
-    try:
-        proc = subprocess.run([sys.executable, "-m", "harness.sss.deferred_state", str(workdir)], env=env,
-                              capture_output=True, text=True, timeout=timeout_s, check=False)  # fmt: skip
-        why = (proc.stderr or proc.stdout).strip().splitlines()[-1:] if proc.returncode else []
-    except subprocess.TimeoutExpired:
-        why = [f"no answer in {timeout_s:.0f} s"]
+    with tempfile.TemporaryFile() as out:
+        try:
+            code = run_while_progressing([sys.executable, "-m", "harness.sss.deferred_state", str(workdir)],
+                                         folder=workdir, bound_s=stall_s, env=env, stdout=out,
+                                         stderr=subprocess.STDOUT)  # fmt: skip
+            out.seek(0)
+            why = out.read().decode(errors="replace").strip().splitlines()[-1:] if code else []
+        except ChildStalled as e:
+            why = [str(e)]
     for path in pending(workdir):  # what the child could not do
         _unreadable(
             path,

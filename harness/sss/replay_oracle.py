@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.progress import run_while_progressing
 from harness.run_store import RunStore
 from harness.sss.checkpoint_log import committed_batches, read_offsets, source_files
 from harness.sss.oracles import SssCheck, judge_sink, uses_user_sink
@@ -114,9 +115,11 @@ def _state_batches(workdir: Path, committed: list[int]) -> list[int]:
 
 
 def _run_replay(workdir: Path, spec: QuerySpec, batches: list[int], state_batches: list[int],
-                clocks: list[str], timeout_s: float, python: Path | None = None) -> dict[str, Any]:  # fmt: skip
+                clocks: list[str], stall_s: float, python: Path | None = None) -> dict[str, Any]:  # fmt: skip
     """The replay child (:mod:`harness.sss.replay`) on ``python`` (the user's pyspark's venv; None:
-    ours), then, when that pyspark has no state data source, the state reads on ours."""
+    ours), then, when that pyspark has no state data source, the state reads on ours. Each child runs
+    as long as it progresses (writes to the replay folder, uses CPU), ended only after ``stall_s`` of
+    neither."""
     from harness.sss.pyspark_env import child_env
 
     rdir = RunStore(workdir).replay
@@ -128,13 +131,13 @@ def _run_replay(workdir: Path, spec: QuerySpec, batches: list[int], state_batche
     path = rdir / "result.json"
     path.unlink(missing_ok=True)
     with (rdir / "replay.log").open("ab") as log:
-        subprocess.run([str(python or sys.executable), "-m", "harness.sss.replay", str(rdir / "request.json")],
-                       stdout=log, stderr=subprocess.STDOUT, env=child_env(python, rdir / "pylib"),
-                       timeout=timeout_s, check=False)  # fmt: skip
+        run_while_progressing([str(python or sys.executable), "-m", "harness.sss.replay", str(rdir / "request.json")],
+                              folder=rdir, bound_s=stall_s, stdout=log, stderr=subprocess.STDOUT,
+                              env=child_env(python, rdir / "pylib"))  # fmt: skip
         if path.exists() and (deferred := json.loads(path.read_text())).get("state_deferred") and not deferred.get("error"):
-            subprocess.run([sys.executable, "-m", "harness.sss.replay", "--state", str(rdir / "request.json")],
-                           stdout=log, stderr=subprocess.STDOUT, env=child_env(None, rdir / "pylib"),
-                           timeout=timeout_s, check=False)  # fmt: skip
+            run_while_progressing([sys.executable, "-m", "harness.sss.replay", "--state", str(rdir / "request.json")],
+                                  folder=rdir, bound_s=stall_s, stdout=log, stderr=subprocess.STDOUT,
+                                  env=child_env(None, rdir / "pylib"))  # fmt: skip
     if not path.exists():
         raise RuntimeError(f"the replay wrote no result (see {rdir / 'replay.log'})")
     result = json.loads(path.read_text())
@@ -149,7 +152,7 @@ def _run_replay(workdir: Path, spec: QuerySpec, batches: list[int], state_batche
     return result
 
 
-def check_replay(workdir: Path, spec: QuerySpec, files_written: int, timeout_s: float = 900,
+def check_replay(workdir: Path, spec: QuerySpec, files_written: int, stall_s: float = 300,
                  python: Path | None = None, version: str | None = None) -> ReplayCheck:  # fmt: skip
     """Judge the chaos run in ``workdir`` against the (cached) fault-free replay of its batches, replayed
     on the pyspark the run used (``python`` of its venv and its ``version``; None: statechaos's own)."""
@@ -170,8 +173,8 @@ def check_replay(workdir: Path, spec: QuerySpec, files_written: int, timeout_s: 
     t0 = time.monotonic()
     try:
         result = _run_replay(workdir, spec, committed, state_batches,
-                             [] if cached else ["recorded", "canonical", "recorded"], timeout_s, python)  # fmt: skip
-    except (RuntimeError, subprocess.TimeoutExpired) as e:  # nothing to judge against: not a finding
+                             [] if cached else ["recorded", "canonical", "recorded"], stall_s, python)  # fmt: skip
+    except RuntimeError as e:  # ChildStalled among them  # nothing to judge against: not a finding
         from harness.sss.query_run import QUERY_STARTS, transient
 
         why = (f"Spark's Python worker did not connect back within Spark's fixed 10 s in {QUERY_STARTS} "

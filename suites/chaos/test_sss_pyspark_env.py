@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -188,10 +189,11 @@ def test_state_no_spark_could_read_is_unknown_with_the_reason(
     defer_state_read(tmp_path, "start-1", 1, "3.5.3")
     assert [p.name for p in deferred.pending(tmp_path)] == ["start-1.json"]
 
-    def failing(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
-        return subprocess.CompletedProcess(cmd, 1, "", "Traceback ...\nSparkException: unsupported format")
+    def failing(cmd: list[str], **kw: Any) -> int:
+        kw["stdout"].write(b"Traceback ...\nSparkException: unsupported format\n")
+        return 1
 
-    monkeypatch.setattr(deferred.subprocess, "run", failing)
+    monkeypatch.setattr(deferred, "run_while_progressing", failing)
     deferred.read_deferred(tmp_path)
     assert not deferred.pending(tmp_path)
     assert (

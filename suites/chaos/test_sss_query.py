@@ -246,7 +246,6 @@ def test_the_replay_runs_on_the_runs_pyspark_and_ours_reads_state_it_cannot(
     with only statechaos's own packages linked on the import path; a pyspark without a state data
     source says ``state_deferred``, and statechaos's own Python then reads the state of both
     checkpoints (``--state``). The cache key names the version the query ran on."""
-    import subprocess
     import sys
 
     from harness.sss import replay_oracle
@@ -256,7 +255,7 @@ def test_the_replay_runs_on_the_runs_pyspark_and_ours_reads_state_it_cannot(
     venv = tmp_path / "venv" / "bin" / "python"
     calls: list[tuple[list[str], dict[str, str]]] = []
 
-    def fake_run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+    def fake_run(cmd: list[str], **kw: object) -> int:
         calls.append((cmd, kw["env"]))  # type: ignore[arg-type]
         result = tmp_path / "replay" / "result.json"
         if "--state" in cmd:
@@ -265,9 +264,9 @@ def test_the_replay_runs_on_the_runs_pyspark_and_ours_reads_state_it_cannot(
         else:
             result.write_text(json.dumps({"replays": [], "chaos_state": {}, "error": None,
                                           "state_deferred": "pyspark 3.5.3 has no state data source"}))  # fmt: skip
-        return subprocess.CompletedProcess(cmd, 0)
+        return 0
 
-    monkeypatch.setattr(replay_oracle.subprocess, "run", fake_run)
+    monkeypatch.setattr(replay_oracle, "run_while_progressing", fake_run)
     got = replay_oracle._run_replay(tmp_path, spec, [0, 1], [1], ["recorded"], 60, python=venv)
     (first, env1), (second, env2) = calls
     assert first[:3] == [str(venv), "-m", "harness.sss.replay"]
@@ -277,7 +276,7 @@ def test_the_replay_runs_on_the_runs_pyspark_and_ours_reads_state_it_cannot(
     assert got["chaos_state"] == {"1": {}} and got["state_read_by"] == "pyspark 4.3.0"
     # a run on 4.0 or later reads its own state: no second child
     calls.clear()
-    monkeypatch.setattr(replay_oracle.subprocess, "run", lambda cmd, **kw: calls.append((cmd, kw)) or (
+    monkeypatch.setattr(replay_oracle, "run_while_progressing", lambda cmd, **kw: calls.append((cmd, kw)) or (
         (tmp_path / "replay" / "result.json").write_text(json.dumps({"replays": [], "chaos_state": {}, "error": None}))))  # fmt: skip
     replay_oracle._run_replay(tmp_path, spec, [0, 1], [1], ["recorded"], 60, python=venv)
     assert len(calls) == 1
@@ -394,17 +393,16 @@ def test_a_deferred_replay_whose_state_was_never_read_is_not_judged(
 ) -> None:
     """If statechaos's own pyspark never filled in the state of a replay on an older one, the replay
     cannot be had (unknown): empty state on both sides must not pass as equal."""
-    import subprocess
 
     from harness.sss import replay_oracle
 
-    def fake_run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+    def fake_run(cmd: list[str], **kw: object) -> int:
         if "--state" not in cmd:  # the state pass dies before writing anything
             (tmp_path / "replay" / "result.json").write_text(json.dumps(
                 {"replays": [], "chaos_state": {}, "error": None, "state_deferred": "pyspark 3.5.3 has none"}))  # fmt: skip
-        return subprocess.CompletedProcess(cmd, 1)
+        return 1
 
-    monkeypatch.setattr(replay_oracle.subprocess, "run", fake_run)
+    monkeypatch.setattr(replay_oracle, "run_while_progressing", fake_run)
     spec = QuerySpec("examples.sss.windowed:build", {"events": "user string, ts timestamp, n long"}, "append")
     with pytest.raises(RuntimeError, match="could not read it after the replay"):
         replay_oracle._run_replay(tmp_path, spec, [0], [0], ["recorded"], 60, python=tmp_path / "python")
