@@ -83,7 +83,9 @@ def fails(outcome: ScenarioOutcome) -> set[str]:
     return {v["oracle"] for v in outcome.verdicts if v.get("status", "fails") == "fails"}
 
 
-def caught_when_broken(tmp_path: Path, monkeypatch: Any, breaker: Any, overrides: dict[str, Any]) -> tuple[set[str], ScenarioOutcome]:
+def caught_when_broken(
+    tmp_path: Path, monkeypatch: Any, breaker: Any, overrides: dict[str, Any]
+) -> tuple[set[str], ScenarioOutcome]:
     """Run BASE + ``overrides`` on the correct runtime (every check must hold), then again with
     ``breaker`` planted: the checks that caught it (``fails``) and the broken run's outcome."""
     runs = iter(range(2))
