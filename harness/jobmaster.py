@@ -164,7 +164,7 @@ class JobMaster:
         self.config = checkpoint
         self.history = history
         self.keep_restore_evidence = keep_restore_evidence
-        self.keep_every_checkpoint = False
+        self._keep_every = False
         self.next_checkpoint_id = 1
         self.max_restarts = max_restarts
         self.restarts = 0
@@ -213,6 +213,18 @@ class JobMaster:
         """Copy a checkpoint as it was restored, so the restored-state oracle can read it after the run
         even when retention has deleted it (the copy is taken after validation)."""
         self._keep_copy(chk.directory)
+
+    @property
+    def keep_every_checkpoint(self) -> bool:
+        """Keep a copy of every completed checkpoint (the ``checkpoint_state`` oracle judges them all),
+        and have incremental checkpoints' tasks write a full snapshot beside each (``RunStore.witnesses``)."""
+        return self._keep_every
+
+    @keep_every_checkpoint.setter
+    def keep_every_checkpoint(self, keep: bool) -> None:
+        self._keep_every = keep
+        if keep:
+            RunStore(self.run_dir).witnesses.mkdir(parents=True, exist_ok=True)
 
     def keep_completed(self, checkpoint_id: int) -> None:
         """Copy a checkpoint as it completed (``keep_every_checkpoint``: the ``checkpoint_state``

@@ -11,6 +11,8 @@ through :class:`RunStore` instead of spelling file names.
       checkpoints/      checkpoint storage (one folder per job)
       output/           the exactly-once sink's pending and committed transactions
       restored/         what each subtask actually restored (for the restored-state oracle)
+      incremental-witness/  each incremental checkpoint's keyed state as a full snapshot of the backend
+                        took it at the same barrier (written when ``checkpoint_state`` is asked for)
       outcome.json      verdicts, error, statistics
       error.txt         the traceback (and root cause) of a run that ended in an error
       timeline.png      the timeline plot (timeline-error.txt: why it could not be drawn)
@@ -77,6 +79,13 @@ class RunStore:
     @property
     def restored(self) -> Path:
         return self.root / "restored"
+
+    @property
+    def witnesses(self) -> Path:
+        """Full snapshots of the keyed backend at each incremental checkpoint's barrier
+        (``c<id>-<operator>-<subtask>.state``): what ``checkpoint_state`` compares the checkpoint's
+        delta chains with. Tasks write them only when this folder exists."""
+        return self.root / "incremental-witness"
 
     @property
     def restored_from(self) -> Path:

@@ -109,6 +109,7 @@ class TaskBase:
                     self.parallelism,
                     snap.operator,
                 ).handle
+                self._write_witness(checkpoint_id)
             else:
                 handle = self.env.storage.write_subtask_state(self.env.job_id, checkpoint_id, snap)
         except OSError as e:  # storage unavailable or full: this checkpoint cannot complete
@@ -116,6 +117,18 @@ class TaskBase:
             return
         self._hit("after_snapshot_before_ack")
         self.env.gateway.ack(checkpoint_id, self.operator, self.subtask, handle, extra)
+
+    def _write_witness(self, checkpoint_id: int) -> None:
+        """When the run asks for it (``RunStore.witnesses`` exists), the keyed backend's full snapshot
+        at this barrier, taken after the incremental write (so a write the delta missed is still in
+        the backend): ``checkpoint_state`` compares the checkpoint's delta chains with it, which a
+        job whose state depends on interleaving has no model for."""
+        d = RunStore(self.env.run_dir).witnesses
+        if not d.is_dir():
+            return
+        keyed = self.keyed.snapshot()
+        snap = SubtaskStateSnapshot(self.operator, self.subtask, self.parallelism, self.max_p, keyed, None)
+        (d / f"c{checkpoint_id:08d}-{self.operator}-{self.subtask}.state").write_bytes(encode_subtask_state(snap))
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         pass

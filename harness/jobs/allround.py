@@ -15,9 +15,12 @@ Flink's DataStreamAllroundTestProgram. Built only with the public job API.
   and a count/sum accumulator (AggregatingState); split and union operator state count what each
   subtask processed.
 - **Semantic checks of its own**: a late event (at or before the watermark), an event-time timer
-  firing before the watermark reached it, a session whose list, count and sum disagree, or a session
-  seen twice is emitted as a ``violation`` record, which the exactly-once oracle reports (the
-  fault-free reference has none).
+  firing before the watermark reached it, a window still there although the watermark reached its
+  timer (timers fire as the watermark rises, before the next record), a session reaching ``profile``
+  behind its watermark (a timer's output goes downstream before the watermark that fired it), a
+  session whose list, count and sum disagree, or a session seen twice is emitted as a ``violation``
+  record, which the exactly-once oracle reports (the fault-free reference has none). The two timing
+  checks catch runtimes that fire timers late with the same output.
 
 Event-time output is deterministic: a session fires only once the watermark passed its end, and every
 later event of the key is later than the watermark, so it starts a new session. The state at a
@@ -159,7 +162,14 @@ class Sessions(KeyedProcessFunction):
             _violation(ctx, "late event", id=e["id"], ts=ts, watermark=ctx.current_watermark())
             return
         new = (ts, ts + SESSION_GAP_MS)
-        overlapping = sorted(w for w in self.windows.keys() if w[0] < new[1] and new[0] < w[1])
+        windows = self.windows.keys()
+        # a window whose timer the watermark reached must have fired when it did, before this record
+        unfired = [w for w in windows if w[1] - 1 <= ctx.current_watermark()]
+        if unfired:
+            _violation(
+                ctx, "window not fired at its watermark", windows=unfired, watermark=ctx.current_watermark()
+            )
+        overlapping = sorted(w for w in windows if w[0] < new[1] and new[0] < w[1])
         target = (min([new[0], *(w[0] for w in overlapping)]), max([new[1], *(w[1] for w in overlapping)]))
         if overlapping and overlapping != [target]:
             for w in overlapping:  # Flink's MergingWindowSet: the merged windows' timers go
@@ -236,7 +246,9 @@ class Profile(KeyedBroadcastProcessFunction):
         if wrong:
             _violation(ctx, "broadcast rule with a wrong value", rules=sorted(wrong))
         if len(rules) < self.rules_seen.value():
-            _violation(ctx, "broadcast rules lost", user=ctx.current_key, had=self.rules_seen.value(), has=len(rules))
+            _violation(
+                ctx, "broadcast rules lost", user=ctx.current_key, had=self.rules_seen.value(), has=len(rules)
+            )
         self.rules_seen.update(max(len(rules), self.rules_seen.value()))
 
     def process_element(self, s: dict[str, Any], ctx: RuntimeContext) -> None:
@@ -244,6 +256,14 @@ class Profile(KeyedBroadcastProcessFunction):
         if "violation" in s:
             ctx.collect(s)  # pass the upstream check's finding to the output
             return
+        if s["end"] - 1 <= ctx.current_watermark():  # a timer's output precedes the watermark that fired it
+            _violation(
+                ctx,
+                "session behind the watermark",
+                user=s["user"],
+                end=s["end"],
+                watermark=ctx.current_watermark(),
+            )
         if self.starts.contains(s["start"]):
             _violation(ctx, "session seen twice", user=s["user"], start=s["start"])
             return

@@ -11,6 +11,13 @@ differs is diffed state by state and key by key. TTL state is compared as ``rest
 the run's clock). States the job says depend on interleaving are skipped (all of them, and then the
 check is unknown, when it names none). Needs a copy of every completed checkpoint: the job master
 keeps one (on sim and Spark) whenever this check is among the run's checks, as it is by default.
+
+An incremental checkpoint's keyed state (each key group read through its chain of base and delta
+files) must also equal the full snapshot the subtask's backend took at the same barrier (its
+"witness", ``RunStore.witnesses``), whatever the job: so a delta that misses a change or a delete is
+caught even in a job whose state depends on interleaving (no model) and whose broken checkpoint is
+never restored. States with full-snapshot TTL cleanup are left out (a full snapshot drops expired
+entries, an incremental one does not, as in Flink).
 Passes only when something was judged: no completed checkpoint, or checkpoints holding no job state
 at all, is unknown."""
 
@@ -33,6 +40,7 @@ from harness.reference_run import ReferenceRun
 from harness.run_store import RunStore
 from harness.source_task import SPLIT_TIMESTAMPS_STATE, SPLITS_STATE
 from harness.stream_task import WATERMARK_STATE
+from reference_impl.checkpoint.format import decode_subtask_state
 from reference_impl.inspect import CheckpointView, inspect_checkpoint
 from reference_impl.state.handles import VOID_NAMESPACE
 from reference_impl.timers import (
@@ -46,6 +54,7 @@ from reference_impl.timers import (
 __all__ = ["check_checkpoint_state"]
 
 _MAX_PER_GROUP = 5  # differing keys shown per key group
+_NONE = object()
 
 
 def _plain_group(per_state: dict[str, Any], skipped: frozenset[str]) -> dict[str, Any]:
@@ -77,16 +86,12 @@ def check_checkpoint_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
     no_model = c.interleaving is not None and c.interleaving_states is None
     skipped = c.interleaving_states or frozenset()
     stages = [s.name for s in spec.graph.stages]
-    completed = sorted(
-        art.of_type(CheckpointCompleted), key=lambda e: e.checkpoint_id
-    )
+    completed = sorted(art.of_type(CheckpointCompleted), key=lambda e: e.checkpoint_id)
     if not completed:
         return Verdict.unknown("checkpoint_state", "no checkpoint completed in this run", checkpoints=0)
     run_start = art.run_start.t if art.run_start else 0
     kept = RunStore(art.run_dir).restored_from
-    missing = [
-        e.checkpoint_id for e in completed if not (kept / f"chk-{e.checkpoint_id}").is_dir()
-    ]
+    missing = [e.checkpoint_id for e in completed if not (kept / f"chk-{e.checkpoint_id}").is_dir()]
     if missing:
         return Verdict.unknown(
             "checkpoint_state",
@@ -103,14 +108,20 @@ def check_checkpoint_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
     splits = _Found()  # the sources' own bookkeeping: reported, but no evidence of a judged job state
     ref = ReferenceRun(spec.graph)
     groups = opstates = 0
+    witnesses = _witnesses(art)
+    incremental = _Found()
 
     def wanted(name: str) -> bool:  # the keyed states judged: no other's values are decoded
         return name.startswith(TIMER_STATE_PREFIX) or not (no_model or name in skipped)
 
     for e in completed:  # one checkpoint in memory at a time, read without a restore's validation
         cid = e.checkpoint_id
-        view = inspect_checkpoint(kept / f"chk-{cid}", validate=False, states=wanted if no_model or skipped else None)
+        view = inspect_checkpoint(
+            kept / f"chk-{cid}", validate=False, states=wanted if no_model or skipped else None
+        )
         held.add(cid, view)
+        if cid in witnesses:
+            _compare_with_witnesses(cid, kept / f"chk-{cid}", witnesses[cid], incremental)
         _broadcast_diverges(cid, view, broadcast)
         marks.add(cid, view, e.source_offsets or {})
         _splits_at_cut(cid, view, e.source_offsets or {}, spec, splits)
@@ -119,13 +130,17 @@ def check_checkpoint_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
         ref = ref.advance(e.source_offsets or {})
         groups += _compare_with_model(cid, view, ref, stages, skipped, run_start, problems)
         opstates += _compare_operator_state(cid, view, ref, stages, single.get(cid, set()), skipped, problems)
-    problems = held.found.problems + broadcast.problems + marks.found.problems + splits.problems + problems
-    judged = held.found.judged + broadcast.judged + marks.found.judged
+    problems = (
+        incremental.problems + held.found.problems + broadcast.problems + marks.found.problems
+        + splits.problems + problems
+    )  # fmt: skip
+    judged = held.found.judged + broadcast.judged + marks.found.judged + incremental.judged
     data: dict[str, Any] = {
         "checkpoints": len(completed),
         "timers_judged": held.found.judged,
         "broadcast_judged": broadcast.judged,
         "watermarks_judged": marks.found.judged,
+        "incremental_key_groups_judged": incremental.judged,
     }
     if no_model:
         if not judged and not problems:
@@ -138,7 +153,7 @@ def check_checkpoint_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
         return Verdict.of(
             "checkpoint_state",
             problems,
-            f"{len(completed)} completed checkpoints: {_judged(held.found, broadcast, marks.found)}; model comparison "
+            f"{len(completed)} completed checkpoints: {_judged(held.found, broadcast, marks.found, incremental)}; model comparison "
             f"skipped: the job's state depends on interleaving ({c.interleaving})",
             "{n} problems in completed checkpoints",
             model_skipped=c.interleaving,
@@ -158,7 +173,7 @@ def check_checkpoint_state(art: RunArtifacts, spec: JobSpec) -> Verdict:
         "checkpoint_state",
         problems,
         f"{len(completed)} completed checkpoints ({groups} key groups, {opstates} operator list states) "
-        f"equal the fault-free reference at their cuts{partly}; {_judged(held.found, broadcast, marks.found)}",
+        f"equal the fault-free reference at their cuts{partly}; {_judged(held.found, broadcast, marks.found, incremental)}",
         "{n} differences between completed checkpoints and the fault-free reference",
         key_groups=groups,
         operator_states_compared=opstates,
@@ -212,7 +227,9 @@ def _compare_with_model(
                             )
                         shown += 1
             if shown > _MAX_PER_GROUP:
-                problems.append(f"checkpoint {cid} {op} key group {kg}: {shown - _MAX_PER_GROUP} more keys differ")
+                problems.append(
+                    f"checkpoint {cid} {op} key group {kg}: {shown - _MAX_PER_GROUP} more keys differ"
+                )
     return groups
 
 
@@ -277,8 +294,10 @@ def _compare_operator_state(
                 continue
             extra = sorted((a - b).elements()) if not as_sets else sorted(set(a) - set(b))
             lost = sorted((b - a).elements()) if not as_sets else sorted(set(b) - set(a))
-            kind = "union state (compared as sets: a restore gives every subtask every element)" if as_sets else (
-                "union state" if union else "list state"
+            kind = (
+                "union state (compared as sets: a restore gives every subtask every element)"
+                if as_sets
+                else ("union state" if union else "list state")
             )
             problems.append(
                 f"checkpoint {cid} {op}: operator {kind} {name!r} has {sum(a.values())} elements over "
@@ -317,7 +336,9 @@ def _splits_at_cut(
                 continue
             for n, off in mine.items():
                 if n in got:
-                    found.problems.append(f"checkpoint {cid} {src.name}: split {n!r} is in two subtasks' state")
+                    found.problems.append(
+                        f"checkpoint {cid} {src.name}: split {n!r} is in two subtasks' state"
+                    )
                 got[n] = int(off)
         found.judged += len(want)
         if got == want:
@@ -355,19 +376,88 @@ class _Fresh:
         return copy.deepcopy(function) if held[1] is None else pickle.loads(held[1])
 
 
-
 @dataclass
 class _Found:
     problems: list[str] = field(default_factory=list)
     judged: int = 0  # how many things were judged (timers, broadcast states)
 
 
-def _judged(held: _Found, broadcast: _Found, marks: _Found | None = None) -> str:
+def _judged(
+    held: _Found, broadcast: _Found, marks: _Found | None = None, incremental: _Found | None = None
+) -> str:
     wm = f", {marks.judged} watermarks and split event times judged at their cuts" if marks else ""
+    inc = (
+        f", {incremental.judged} key groups of incremental checkpoints equal to the backend's full snapshot"
+        if incremental and incremental.judged
+        else ""
+    )
     return (
         f"{held.judged} timers judged for firing, {broadcast.judged} broadcast states compared across "
-        f"subtasks{wm}"
+        f"subtasks{wm}{inc}"
     )
+
+
+def _witnesses(art: RunArtifacts) -> dict[int, list[Any]]:
+    """Checkpoint id -> the witness files of its subtasks (``RunStore.witnesses``)."""
+    out: dict[int, list[Any]] = {}
+    d = RunStore(art.run_dir).witnesses
+    for f in sorted(d.glob("c*.state")) if d.is_dir() else []:
+        out.setdefault(int(f.name[1:].split("-", 1)[0]), []).append(f)
+    return out
+
+
+def _comparable(per_state: dict[str, Any], metas: dict[str, Any]) -> dict[str, Any]:
+    """A key group's states as plain values, without empty namespaces and states, nor states with
+    full-snapshot TTL cleanup (a full snapshot leaves out their expired entries, a delta keeps them)."""
+    out = {}
+    for st, by_ns in per_state.items():
+        ttl = getattr(metas.get(st), "ttl", None)
+        if ttl and ttl.get("full_snapshot_cleanup"):
+            continue
+        kept = {ns: {k: plain(v) for k, v in by_key.items()} for ns, by_key in by_ns.items() if by_key}
+        if kept:
+            out[st] = kept
+    return out
+
+
+def _compare_with_witnesses(cid: int, chk_dir: Any, files: list[Any], found: _Found) -> None:
+    """Each subtask's keyed state in incremental checkpoint ``cid`` (read through its delta chains)
+    against the full snapshot its backend took at the same barrier."""
+    view = inspect_checkpoint(chk_dir, validate=False)
+    for f in files:
+        with open(f, "rb") as fh:
+            witness = decode_subtask_state(fh, str(f))[0]
+        keyed = witness.keyed
+        opview = view.operators.get(witness.operator_id)
+        if keyed is None or opview is None:
+            continue
+        metas = keyed.states
+        shown = 0
+        for kg in keyed.key_group_range:
+            want = _comparable(keyed.key_groups.get(kg, {}), metas)
+            got = _comparable(opview.keyed.get(kg, {}), metas)
+            found.judged += 1
+            if want == got:
+                continue
+            for st in sorted(set(want) | set(got)):
+                w, g = want.get(st, {}), got.get(st, {})
+                for ns in sorted(set(w) | set(g), key=repr):
+                    wk, gk = w.get(ns, {}), g.get(ns, {})
+                    for key in sorted(
+                        (k for k in set(wk) | set(gk) if wk.get(k, _NONE) != gk.get(k, _NONE)), key=repr
+                    ):
+                        if shown < _MAX_PER_GROUP:
+                            found.problems.append(
+                                f"checkpoint {cid} {witness.operator_id}[{witness.subtask_index}] key group {kg} "
+                                f"state {st!r} namespace {_ns(ns)} key {key!r}: the incremental checkpoint has "
+                                f"{_shown(gk, key)}, the backend held {_shown(wk, key)} at its barrier"
+                            )
+                        shown += 1
+        if shown > _MAX_PER_GROUP:
+            found.problems.append(
+                f"checkpoint {cid} {witness.operator_id}[{witness.subtask_index}]: {shown - _MAX_PER_GROUP} more "
+                "such differences"
+            )
 
 
 def _watermarks(view: CheckpointView, op: str) -> list[int]:
@@ -616,9 +706,7 @@ class _WatermarkWatch:
                 )
             else:
                 bad = [w for w in marks if w > max(r, hi) or w < r or (lo > r and r < w < lo)]
-                span = (
-                    f"{r} (restored from checkpoint {restored_cid}) or from {max(r, lo)} to {max(r, hi)}"
-                )
+                span = f"{r} (restored from checkpoint {restored_cid}) or from {max(r, lo)} to {max(r, hi)}"
             if bad:
                 self.found.problems.append(
                     f"checkpoint {cid} {st.name}: watermark {bad[0]}, the input before the checkpoint's offsets "
