@@ -44,6 +44,7 @@ from chaos.trigger import Duration, Strict, parse_duration_ms
 from harness.sss.pyspark_env import STATE_METADATA, PysparkEnvError, missing_feature, parse_version
 from harness.sss.query import DEFAULT_INPUT, QuerySpec
 from harness.sss.spec import APPLY, DEFAULT_MASTER, SpecError, SssSpec, load_function
+from harness.sss.values import split_ddl
 
 __all__ = [
     "SssScenario",
@@ -98,6 +99,8 @@ class SssInitialState(Strict):
     and its rows, given as ``rows`` (each a list in schema order or a mapping by column) or made by
     ``generator`` (``module:function`` called with ``options``, returning such rows)."""
 
+    model_config = {**Strict.model_config, "populate_by_name": True}  # a re-validated dump names it schema_
+
     schema_: str = Field(alias="schema")
     rows: list[list[Any] | dict[str, Any]] = Field(default_factory=list)
     generator: str | None = None
@@ -112,7 +115,7 @@ class SssInitialState(Strict):
         return self
 
     def columns(self) -> list[str]:
-        return [p.strip().split()[0] for p in self.schema_.split(",") if p.strip()]
+        return [p.strip().split()[0] for p in split_ddl(self.schema_) if p.strip()]
 
     def dict_rows(self) -> list[dict[str, Any]]:
         """The rows as mappings by column; ValueError naming the field when they cannot be had."""

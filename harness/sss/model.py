@@ -24,7 +24,7 @@ from typing import Any
 
 from harness.sss.spec import SssSpec
 from harness.sss.state_vars import StateVar
-from harness.sss.values import Type, conform_row, conform_struct, schema_fields
+from harness.sss.values import Type, conform_row, conform_struct, schema_fields, split_ddl
 from reference_impl.keygroups import KeyGroupRange
 from reference_impl.snapshot import TtlValue
 from reference_impl.state.descriptors import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
@@ -357,7 +357,7 @@ def _with_expiry(v: Any, ttl_ms: int | None) -> tuple[Any, int | None]:
 def initial_rows(spec: SssSpec) -> list[dict[str, Any]]:
     """The scenario's initial-state rows with values of their declared types (integers, floats,
     booleans; strings as given), as Spark's ``createDataFrame`` of them holds them."""
-    types = dict(p.strip().split(None, 1) for p in spec.initial_state_schema.split(",") if p.strip())
+    types = dict(p.strip().split(None, 1) for p in split_ddl(spec.initial_state_schema) if p.strip())
     return [{c: _typed(v, types[c]) for c, v in r.items()} for r in spec.initial_state]
 
 
@@ -384,15 +384,27 @@ def frame(spec: SssSpec, rows: list[dict[str, Any]], schema: str | None = None, 
     rows: an empty frame with the input's columns, as pyspark passes a timed-out key)."""
     import pandas as pd
 
-    columns = [p.strip().split(None, 1) for p in (schema or spec.input_schema).split(",")]
+    columns = [p.strip().split(None, 1) for p in split_ddl(schema or spec.input_schema)]
     df = pd.DataFrame(rows, columns=[c for c, _ in columns])
     if not rows:
         return df
     for col, ddl in columns:
-        dtype = _PANDAS_DTYPES.get(ddl.strip().lower())
+        t = ddl.strip().lower()
+        if t in ("timestamp", "timestamp_ntz", "date"):  # Arrow hands both as datetime64[ns] (UTC session)
+            df[col] = pd.to_datetime(df[col])
+            if t == "date":  # a date column arrives as datetime.date objects
+                df[col] = df[col].dt.date
+            continue
+        if t.startswith("decimal"):
+            from decimal import Decimal
+
+            df[col] = [None if v is None else Decimal(str(v)) for v in df[col]]
+            continue
+        dtype = _PANDAS_DTYPES.get(t)
         if dtype is None:
             raise ValueError(
-                f"{field}: column {col!r} has type {ddl!r}; the model supports {sorted(_PANDAS_DTYPES)}"
+                f"{field}: column {col!r} has type {ddl!r}; the model supports "
+                f"{sorted([*_PANDAS_DTYPES, 'timestamp', 'date', 'decimal'])}"
             )
         df[col] = df[col].astype(dtype)
     return df

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.sss.spec import SpecError, SssSpec, load_function
+from harness.sss.values import split_ddl
 
 __all__ = ["QuerySpec", "OUTPUT_MODES", "DEFAULT_INPUT", "source_frames", "build_query", "builder_identity", "load_builder",
            "processor_frame", "initial_state_frame"]
@@ -55,7 +56,7 @@ class QuerySpec:
         return cls(**json.loads(text))
 
     def columns(self, name: str) -> list[str]:
-        return [part.strip().split()[0] for part in self.inputs[name].split(",") if part.strip()]
+        return [part.strip().split()[0] for part in split_ddl(self.inputs[name]) if part.strip()]
 
     def input_columns(self) -> list[str]:
         """The single input's columns (the processor path's name for them)."""
@@ -68,7 +69,7 @@ class QuerySpec:
         if not self.inputs:
             raise SpecError("input_schema: the query needs an input schema (or inputs: {name: {schema: ...}})")
         for name, schema in self.inputs.items():
-            if not schema.strip() or any(len(p.split()) < 2 for p in schema.split(",")):
+            if not schema.strip() or any(len(p.split()) < 2 for p in split_ddl(schema)):
                 raise SpecError(f"input_schema: {schema!r} of input {name!r} is not a DDL list 'col type, ...'")
         if (proc := self.processor_spec()) is not None:
             proc.validate()
@@ -144,7 +145,7 @@ def initial_state_frame(spark: Any, spec: SssSpec) -> Any:
     read as strings and cast to the declared types (a YAML value of any type, as a CSV cell would be)."""
     if not spec.initial_state_schema.strip():
         return None
-    cols = [p.strip().split(None, 1) for p in spec.initial_state_schema.split(",") if p.strip()]
+    cols = [p.strip().split(None, 1) for p in split_ddl(spec.initial_state_schema) if p.strip()]
     rows = [tuple(None if r.get(c) is None else _text(r[c]) for c, _ in cols) for r in spec.initial_state]
     raw = spark.createDataFrame(rows, ", ".join(f"`{c}` string" for c, _ in cols))
     return raw.selectExpr(*[f"CAST(`{c}` AS {t}) AS `{c}`" for c, t in cols]).groupBy(spec.key)

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from harness.sss.state_vars import discover_state_vars
+from harness.sss.values import split_ddl
 
 __all__ = ["SssSpec", "SpecError", "APIS", "TIMEOUTS", "TIME_MODES", "DEFAULT_MASTER", "load_processor", "load_function"]
 
@@ -67,10 +68,10 @@ class SssSpec:
         return cls(**json.loads(text))
 
     def input_columns(self) -> list[str]:
-        return [part.strip().split()[0] for part in self.input_schema.split(",")]
+        return [part.strip().split()[0] for part in split_ddl(self.input_schema)]
 
     def initial_columns(self) -> list[str]:
-        return [part.strip().split()[0] for part in self.initial_state_schema.split(",") if part.strip()]
+        return [part.strip().split()[0] for part in split_ddl(self.initial_state_schema) if part.strip()]
 
     @property
     def replayed(self) -> bool:

@@ -542,3 +542,24 @@ def test_spark_types_parse_from_ddl_and_simple_strings() -> None:
     assert schema_fields(st) == (("s", ("struct", (("d", ("decimal", 4, 2)),))),
                                  ("m", ("map", ("string",), ("array", ("date",)))))  # fmt: skip
     assert parse_type("BIGINT") == ("long",)
+
+
+def test_input_cells_and_frames_have_the_types_spark_hands_the_processor(tmp_path: Path) -> None:
+    """A CSV ``false`` is False (not a non-empty string's truth), and timestamp, date and decimal
+    columns reach the processor as pyspark's Arrow conversion hands them (the model used to refuse
+    them with a statechaos error)."""
+    import datetime as dt
+    from decimal import Decimal
+
+    from harness.sss.model import frame
+    from harness.sss.oracles import _read_csv
+
+    spec = SssSpec("examples.sss.cart:CartTotals", "user", "user string, ok boolean, at timestamp, day date, "
+                   "price decimal(5,2), x double", "user string")  # fmt: skip
+    (tmp_path / "f.csv").write_text("u1,false,2026-01-01 00:00:20,2026-01-02,1.50,2.5\n")
+    rows = _read_csv(tmp_path / "f.csv", spec)
+    assert rows[0]["ok"] is False and rows[0]["x"] == 2.5
+    df = frame(spec, rows)
+    assert not bool(df["ok"][0]) and str(df["at"].dtype) == "datetime64[ns]"
+    assert int(df["at"].astype("int64")[0] // 10**9) == int(dt.datetime(2026, 1, 1, 0, 0, 20, tzinfo=dt.UTC).timestamp())
+    assert df["day"][0] == dt.date(2026, 1, 2) and df["price"][0] == Decimal("1.50")

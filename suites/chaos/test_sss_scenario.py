@@ -414,6 +414,7 @@ def test_initial_state_and_event_time_on_the_processor_path(tmp_path: Path) -> N
     assert isinstance(spec, SssSpec) and spec.initial_state_schema == "user string, seed int"
     assert spec.initial_state == [{"user": "u1", "seed": 5}, {"user": "u2", "seed": 7}]
     assert "state_metadata" in sc.checks()
+    assert sc.with_overrides(cluster="local").spec() == spec  # statechaos run re-validates the scenario
     (tmp_path / "bad.yaml").write_text(text.replace("[[u1, 5], ", "[[u1], "))
     with pytest.raises(ScenarioError, match=r"bad.yaml:\d+: query.initial_state: row 0 \(\['u1'\]\) is neither"):
         load_scenario(tmp_path / "bad.yaml")
