@@ -154,7 +154,7 @@ class SssQuery(Strict):
     watermark: str = ""  # ``column delay``: withWatermark on the input (EventTime needs it)
     initial_state: SssInitialState | None = None
     state_schema: str = ""
-    timeout: Literal["NoTimeout", "ProcessingTimeTimeout"] = "NoTimeout"
+    timeout: Literal["NoTimeout", "ProcessingTimeTimeout", "EventTimeTimeout"] = "NoTimeout"
     output_mode: Literal["Update", "Append", "append", "update", "complete"] | None = None
     processor_args: dict[str, Any] = Field(default_factory=dict)  # keyword arguments of the processor
 

@@ -127,11 +127,14 @@ def build_query(spark: Any, spec: QuerySpec, input_root: Path, folders: dict[str
 
 
 def processor_frame(spark: Any, spec: SssSpec, source: Any, wrap: Any = None) -> Any:
-    """``source`` (with the spec's watermark) grouped by its key through
-    ``transformWithStateInPandas`` with the processor (``wrap(processor)`` when given), its time mode and
+    """``source`` (with the spec's watermark) grouped by its key through ``applyInPandasWithState`` with
+    the spec's function, or ``transformWithStateInPandas`` with the processor (``wrap(processor)`` when given), its time mode and
     its initial state (:func:`initial_state_frame`)."""
     if (wm := spec.watermark_parts()) is not None:
         source = source.withWatermark(*wm)
+    if spec.api == "applyInPandasWithState":
+        return source.groupBy(spec.key).applyInPandasWithState(
+            load_function(spec.processor), spec.output_schema, spec.state_schema, spec.output_mode, spec.timeout)
     processor = spec.new_processor()
     processor = wrap(processor) if wrap is not None else processor
     initial = initial_state_frame(spark, spec)

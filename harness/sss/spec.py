@@ -24,7 +24,7 @@ DEFAULT_MASTER = "local-cluster[1,1,1024]"
 TRANSFORM = "transformWithState"
 APPLY = "applyInPandasWithState"
 APIS = (TRANSFORM, APPLY)
-TIMEOUTS = ("NoTimeout", "ProcessingTimeTimeout")
+TIMEOUTS = ("NoTimeout", "ProcessingTimeTimeout", "EventTimeTimeout")
 TIME_MODES = ("ProcessingTime", "None", "EventTime")
 
 
@@ -76,8 +76,10 @@ class SssSpec:
     @property
     def replayed(self) -> bool:
         """Whether the query is judged against its fault-free replay rather than the model: event time
-        (watermarks, late rows, event-time timers), which the model does not follow."""
-        return self.api == TRANSFORM and self.time_mode == "EventTime"
+        (a watermark, late rows, event-time timers and timeouts), which the model does not follow."""
+        if self.watermark.strip():  # Spark drops late rows by it, which the model does not
+            return True
+        return self.timeout == "EventTimeTimeout" if self.api == APPLY else self.time_mode == "EventTime"
 
     @property
     def timers_on(self) -> bool:
@@ -127,9 +129,13 @@ class SssSpec:
             except Exception as e:
                 raise SpecError(f"processor: {self.processor}.init raised {type(e).__name__}: {e}") from None
             return
-        if self.initial_state_schema or self.initial_state or self.watermark:
-            raise SpecError(f"{'watermark' if self.watermark else 'initial_state'}: only a transformWithState "
-                            "processor takes it here (bring an applyInPandasWithState query as a builder)")
+        if self.initial_state_schema or self.initial_state:
+            raise SpecError("initial_state: applyInPandasWithState takes no initial state")
+        wm = self.watermark_parts()
+        if wm is not None and wm[0] not in self.input_columns():
+            raise SpecError(f"watermark: {wm[0]!r} is not a column of input_schema {self.input_schema!r}")
+        if self.timeout == "EventTimeTimeout" and wm is None:
+            raise SpecError("watermark: EventTimeTimeout needs the input's watermark ('column delay')")
         if not self.state_schema.strip():
             raise SpecError("state_schema: applyInPandasWithState needs the DDL of its state")
         if self.timeout not in TIMEOUTS:

@@ -97,7 +97,9 @@ def test_groupstate_state_data_source_rows_read_as_the_model() -> None:
 def test_groupstate_spec_is_validated() -> None:
     with pytest.raises(SpecError, match="state_schema"):
         SssSpec(**{**_spec().__dict__, "state_schema": ""}).validate()
-    with pytest.raises(SpecError, match="timeout"):
+    with pytest.raises(SpecError, match="timeout: 'Timeout' is not supported"):
+        SssSpec(**{**_spec().__dict__, "timeout": "Timeout"}).validate()
+    with pytest.raises(SpecError, match="watermark: EventTimeTimeout needs"):
         SssSpec(**{**_spec().__dict__, "timeout": "EventTimeTimeout"}).validate()
 
 
@@ -457,3 +459,17 @@ def test_sparks_own_processors_run_on_the_model_as_spark_runs_them(name: str) ->
     model = ProcessorModel(spec)
     outputs = [model.run_batch(1_000 * (i + 1), rows) for i, rows in enumerate(load_inputs(sc))]
     assert all(outputs) and model.state()
+
+
+def test_an_event_time_timeout_function_is_judged_by_the_replay(tmp_path: Path) -> None:
+    """applyInPandasWithState with EventTimeTimeout on the processor path (was refused: ``timeout``
+    took NoTimeout or ProcessingTimeTimeout only): it needs a watermark, and the replay judges it."""
+    from harness.sss.query import QuerySpec
+
+    text = GROUPSTATE.read_text().replace("timeout: ProcessingTimeTimeout", "timeout: EventTimeTimeout")
+    (tmp_path / "et.yaml").write_text(text)
+    with pytest.raises(ScenarioError, match="query.watermark: EventTimeTimeout needs"):
+        load_scenario(tmp_path / "et.yaml")
+    (tmp_path / "et.yaml").write_text(text.replace("timeout: EventTimeTimeout", "timeout: EventTimeTimeout\n  watermark: qty 1 second"))
+    spec = load_scenario(tmp_path / "et.yaml").spec()
+    assert isinstance(spec, QuerySpec) and spec.processor is not None and spec.processor["timeout"] == "EventTimeTimeout"
