@@ -192,6 +192,8 @@ def conform(v: Any, t: Type) -> Any:
     if kind == "map" and isinstance(v, dict):
         return {conform(k, t[1]): conform(x, t[2]) for k, x in v.items()}
     if kind == "struct":
+        if isinstance(v, dict):  # a column value given as a dict (pandas output): Spark fills the struct by name
+            return tuple(conform(v.get(name), ft) for name, ft in t[1])
         return conform_struct(v, t[1])
     return v
 

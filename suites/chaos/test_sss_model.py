@@ -563,3 +563,16 @@ def test_input_cells_and_frames_have_the_types_spark_hands_the_processor(tmp_pat
     assert not bool(df["ok"][0]) and str(df["at"].dtype) == "datetime64[ns]"
     assert int(df["at"].astype("int64")[0] // 10**9) == int(dt.datetime(2026, 1, 1, 0, 0, 20, tzinfo=dt.UTC).timestamp())
     assert df["day"][0] == dt.date(2026, 1, 2) and df["price"][0] == Decimal("1.50")
+
+
+def test_a_struct_column_given_as_a_dict_is_the_struct_spark_makes_of_it() -> None:
+    """Spark's own PandasAddFieldsProcessor yields ``{"value": {"id": .., "name": .., ...}}`` for a
+    ``struct<...>`` column; Spark fills the struct by field name, and the sink writes it as a list in
+    field order. The model kept the dict (a map to the comparison), and every batch of that processor
+    was a false difference."""
+    from harness.sss.values import canon_row, conform_row
+
+    schema = "id string, value struct<id:int,name:string,active:boolean,score:float>"
+    model = conform_row({"id": "0", "value": {"name": "n", "id": 0, "score": 99.9, "active": True}}, schema)
+    spark = {"id": "0", "value": [0, "n", True, 99.9000015258789]}  # what the driver's sink wrote
+    assert canon_row(model) == canon_row(spark)
