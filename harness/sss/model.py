@@ -206,6 +206,7 @@ class _Handle:
         if var.name in self._m.vars:
             raise ValueError(f"state variable {var.name!r} declared twice")
         self._m.vars[var.name] = var
+        self._m.declared[var.name] = var
         self._m.deleted.discard(var.name)
         return self._m.backend.get_state(
             descriptor.enable_time_to_live(t) if (t := _ttl(var.ttl_ms)) else descriptor
@@ -264,6 +265,8 @@ class ProcessorModel:
         )
         self.vars: dict[str, StateVar] = {}
         self.deleted: set[str] = set()  # variables deleteIfExists dropped: their handles raise
+        # every variable init declared, deleted ones too: Spark's state-metadata lists them all
+        self.declared: dict[str, StateVar] = {}
         self._first = True  # the next batch is the query's first: Spark hands it the initial state
         self.timers: dict[tuple[Any, ...], set[int]] = defaultdict(set)
         self.processor = spec.new_processor()

@@ -160,7 +160,10 @@ def _metadata_mismatches(
         props = json.loads(m.get("operatorProperties") or "{}")
         declared = {(v["stateName"], _KINDS[v["stateVariableType"]], bool(v.get("ttlEnabled")))
                     for v in props.get("stateVariables", []) if v.get("stateVariableType") in _KINDS}  # fmt: skip
-        modelled = {(v.name, v.kind, v.ttl_ms is not None) for v in model.vars.values()}
+        # every variable init declared: Spark's operator metadata keeps one deleteIfExists dropped
+        # (Spark's own PandasSimpleStatefulProcessor declares tempState and deletes it in init)
+        declared_vars = getattr(model, "declared", model.vars)
+        modelled = {(v.name, v.kind, v.ttl_ms is not None) for v in declared_vars.values()}
         if props and declared != modelled:
             out.append(f"state-metadata declares {sorted(declared)}, the processor {sorted(modelled)}")
     return out
