@@ -83,6 +83,8 @@ def _scenario_data(args: argparse.Namespace) -> dict[str, Any]:
                  "timeout": args.timeout, "time_mode": args.time_mode,
                  "output_mode": (args.output_mode or "Update").capitalize(),
                  "processor_args": dict(args.processor_arg)}  # fmt: skip
+        if args.watermark:
+            query["watermark"] = args.watermark
     if (args.sink_foreach_batch is None) != (args.sink_read is None):
         raise _BadInput("your sink needs both --sink-foreach-batch and --sink-read")
     if args.sink_read and args.builder is not None:
@@ -159,8 +161,10 @@ def add_sss_parser(sub: Any) -> None:
                    help="applyInPandasWithState: the GroupState timeout")  # fmt: skip
     s.add_argument("--output-mode", choices=("Update", "Append", "append", "update", "complete"), default=None,
                    help="a processor's Update or Append; a builder's append, update or complete")  # fmt: skip
-    s.add_argument("--time-mode", choices=("ProcessingTime", "None"), default="ProcessingTime",
-                   help="transformWithState: the query's time mode (None: no timers)")  # fmt: skip
+    s.add_argument("--time-mode", choices=("ProcessingTime", "None", "EventTime"), default="ProcessingTime",
+                   help="transformWithState: the query's time mode (None: no timers; EventTime needs --watermark)")  # fmt: skip
+    s.add_argument("--watermark", default="", metavar="'COLUMN DELAY'",
+                   help="transformWithState: withWatermark on the input, e.g. 'ts 10 seconds'")  # fmt: skip
     s.add_argument("--processor-arg", action="append", type=_processor_arg, default=[], metavar="NAME=VALUE",
                    help="a keyword argument of the processor's constructor (VALUE as JSON, else a string)")  # fmt: skip
     s.add_argument("--key", help="a processor's grouping key column")

@@ -30,6 +30,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -43,6 +44,7 @@ from chaos.trigger import Duration, Strict, parse_duration_ms
 from harness.sss.pyspark_env import STATE_METADATA, PysparkEnvError, missing_feature, parse_version
 from harness.sss.query import DEFAULT_INPUT, QuerySpec
 from harness.sss.spec import APPLY, DEFAULT_MASTER, SpecError, SssSpec, load_function
+from harness.sss.values import split_ddl
 
 __all__ = [
     "SssPart",
@@ -66,6 +68,51 @@ def _facts(kind: str) -> SssFacts:
     return facts
 
 
+class SssInitialState(Strict):
+    """A transformWithState processor's initial state (Spark's ``initialState``, grouped by the query's
+    key, handed to ``handleInitialState`` in the first batch): ``schema`` (DDL, with the key column)
+    and its rows, given as ``rows`` (each a list in schema order or a mapping by column) or made by
+    ``generator`` (``module:function`` called with ``options``, returning such rows)."""
+
+    model_config = {**Strict.model_config, "populate_by_name": True}  # a re-validated dump names it schema_
+
+    schema_: str = Field(alias="schema")
+    rows: list[list[Any] | dict[str, Any]] = Field(default_factory=list)
+    generator: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one(self) -> SssInitialState:
+        if self.generator is not None and "rows" in self.model_fields_set:
+            raise FieldProblems.at("rows", "give rows or a generator, not both")
+        if self.options and self.generator is None:
+            raise FieldProblems.at("options", "options go with a generator")
+        return self
+
+    def columns(self) -> list[str]:
+        return [p.strip().split()[0] for p in split_ddl(self.schema_) if p.strip()]
+
+    def dict_rows(self) -> list[dict[str, Any]]:
+        """The rows as mappings by column; ValueError naming the field when they cannot be had."""
+        rows: list[Any] = self.rows
+        if self.generator is not None:
+            module, _, name = self.generator.partition(":")
+            try:
+                rows = list(getattr(importlib.import_module(module), name)(**self.options))
+            except (ImportError, AttributeError) as e:
+                raise ValueError(f"query.initial_state.generator: {self.generator!r} cannot be loaded ({e})") from None
+        cols = self.columns()
+        out = []
+        for i, r in enumerate(rows):
+            if isinstance(r, dict):
+                out.append(dict(r))
+            elif isinstance(r, list | tuple) and len(r) == len(cols):
+                out.append(dict(zip(cols, r, strict=True)))
+            else:
+                raise ValueError(f"query.initial_state: row {i} ({r!r}) is neither a mapping nor a list of {len(cols)} values")
+        return out
+
+
 class SssQuery(Strict):
     """Either ``processor`` (a StatefulProcessor or GroupState function, judged against the model) or
     ``builder`` (``module:function``, a user's query judged against its fault-free replay,
@@ -78,9 +125,11 @@ class SssQuery(Strict):
     key: str = ""
     input_schema: str = ""
     output_schema: str = ""
-    time_mode: Literal["ProcessingTime", "None"] = "ProcessingTime"
+    time_mode: Literal["ProcessingTime", "None", "EventTime"] = "ProcessingTime"
+    watermark: str = ""  # ``column delay``: withWatermark on the input (EventTime needs it)
+    initial_state: SssInitialState | None = None
     state_schema: str = ""
-    timeout: Literal["NoTimeout", "ProcessingTimeTimeout"] = "NoTimeout"
+    timeout: Literal["NoTimeout", "ProcessingTimeTimeout", "EventTimeTimeout"] = "NoTimeout"
     output_mode: Literal["Update", "Append", "append", "update", "complete"] | None = None
     processor_args: dict[str, Any] = Field(default_factory=dict)  # keyword arguments of the processor
 
@@ -89,7 +138,8 @@ class SssQuery(Strict):
         if (self.processor is None) == (self.builder is None):
             raise FieldProblems.at("builder", "give exactly one of builder (module:function, your query) and processor")
         if self.builder is not None:
-            for f in ("key", "output_schema", "state_schema", "api", "time_mode", "timeout", "processor_args"):
+            for f in ("key", "output_schema", "state_schema", "api", "time_mode", "timeout", "processor_args",
+                      "watermark", "initial_state"):
                 if f in self.model_fields_set:
                     raise FieldProblems.at(f, f"a builder's query takes no {f} (its DataFrame says it)")
             if bool(self.input_schema) == bool(self.inputs):
@@ -110,8 +160,15 @@ class SssQuery(Strict):
         if self.builder is not None:
             inputs = dict(self.inputs) or {DEFAULT_INPUT: self.input_schema}
             return QuerySpec(self.builder, inputs, self.output_mode or "append")
-        data = self.model_dump(exclude={"builder", "inputs", "output_mode"})
-        return SssSpec(**data, output_mode=self.output_mode or "Update")
+        data = self.model_dump(exclude={"builder", "inputs", "output_mode", "initial_state"})
+        init = self.initial_state
+        spec = SssSpec(**data, output_mode=self.output_mode or "Update",
+                       initial_state_schema=init.schema_ if init else "",
+                       initial_state=init.dict_rows() if init else [])  # fmt: skip
+        if spec.replayed:  # judged against its fault-free replay (event time: the model does not follow it)
+            return QuerySpec(spec.processor, {DEFAULT_INPUT: spec.input_schema}, spec.output_mode.lower(),
+                             processor=asdict(spec))  # fmt: skip
+        return spec
 
 
 class SssInput(Strict):
@@ -257,6 +314,9 @@ class SssPart(Strict):
         except SpecError as e:
             field, _, msg = str(e).partition(": ")
             return [(("query", field), msg)]
+        except ValueError as e:  # the initial state's rows cannot be had
+            field, _, msg = str(e).partition(": ")
+            return [(tuple(field.split(".")), msg)]
         for field_name in ("foreach_batch", "read") if self.sink else ():
             try:
                 fn = load_function(getattr(self.sink, field_name))
@@ -284,7 +344,7 @@ class SssPart(Strict):
         """Whether ``state_metadata`` applies: a processor's declared variables against Spark's
         state-metadata source, which a builder's query (no variables) and a pyspark before 4.0 (no such
         source; it writes no metadata the check could judge) do not have."""
-        return self.query.builder is None and (
+        return self.query.builder is None and isinstance(self.spec(), SssSpec) and (
             self.spark is None or missing_feature(self.spark, STATE_METADATA) is None
         )
 

@@ -16,6 +16,7 @@ from harness.run_store import RunStore
 from harness.sss.checkpoint_log import committed_batches
 from harness.sss.errors import spark_error_gist
 from harness.sss.pyspark_env import has_state_source
+from harness.sss.query import processor_frame
 from harness.sss.query_run import EXIT_NO_SPARK, EXIT_QUERY_FAILED, ROCKSDB, run_query, spark_conf
 from harness.sss.spec import APPLY, SssSpec, load_function
 from harness.sss.state_vars import StateVar, discover_state_vars
@@ -117,20 +118,16 @@ def _query(spark: Any, spec: SssSpec, source: Any, armed: str | None = None) -> 
 
     module = sys.modules[load_function(spec.processor).__module__]
     cloudpickle.register_pickle_by_value(module)
-    grouped = source.groupBy(spec.key)
     if armed:
         cloudpickle.register_pickle_by_value(python_faults)
     if spec.api == APPLY:
         func = load_function(spec.processor)
         func = python_faults.faulting_function(func, armed) if armed else func
-        df = grouped.applyInPandasWithState(func, spec.output_schema, spec.state_schema,
-                                            spec.output_mode, spec.timeout)  # fmt: skip
+        df = source.groupBy(spec.key).applyInPandasWithState(func, spec.output_schema, spec.state_schema,
+                                                             spec.output_mode, spec.timeout)  # fmt: skip
         return df.writeStream.outputMode(spec.output_mode.lower())
-    processor = spec.new_processor()
-    processor = python_faults.FaultingProcessor(processor, armed) if armed else processor
-    df = grouped.transformWithStateInPandas(processor, spec.output_schema, spec.output_mode,
-                                            spec.time_mode)  # fmt: skip
-    return df.writeStream
+    wrap = (lambda p: python_faults.FaultingProcessor(p, armed)) if armed else None
+    return processor_frame(spark, spec, source, wrap).writeStream
 
 
 def run(workdir: Path) -> int:
@@ -158,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m harness.sss.driver WORKDIR", file=sys.stderr)
         return 2
-    return run(Path(args[0]))
+    return run(Path(args[0]).resolve())  # absolute: executors resolve a relative checkpoint path in their own folder
 
 
 if __name__ == "__main__":

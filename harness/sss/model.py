@@ -24,7 +24,7 @@ from typing import Any
 
 from harness.sss.spec import SssSpec
 from harness.sss.state_vars import StateVar
-from harness.sss.values import Type, conform_row, conform_struct, schema_fields
+from harness.sss.values import Type, conform_row, conform_struct, schema_fields, split_ddl
 from reference_impl.keygroups import KeyGroupRange
 from reference_impl.snapshot import TtlValue
 from reference_impl.state.descriptors import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
@@ -71,75 +71,128 @@ def _conformed(value: Iterable[Any], fields: tuple[tuple[str, Type], ...] | None
     return row if fields is None else tuple(conform_struct(row, fields))
 
 
-class _ValueState:
-    def __init__(self, h: Any, schema: Any) -> None:
+class _Var:
+    """A state variable's handle; once ``deleteIfExists`` dropped the variable, every call raises what
+    pyspark's state client raises when the JVM no longer knows it (``PySparkRuntimeError: Error
+    checking value state exists: ...``, ``value_state_client.py``), as a processor may check."""
+
+    _ERRORS: dict[str, str] = {}
+
+    def __init__(self, name: str, model: ProcessorModel) -> None:
+        self._name, self._m = name, model
+
+    def _live(self, op: str) -> None:
+        if self._name in self._m.deleted:
+            from pyspark.errors import PySparkRuntimeError
+
+            raise PySparkRuntimeError(f"Error {self._ERRORS.get(op, op)}: state variable {self._name!r} "
+                                      "was removed by deleteIfExists")  # fmt: skip
+
+
+class _ValueState(_Var):
+    _ERRORS = {"exists": "checking value state exists", "get": "getting value state",
+               "update": "updating value state", "clear": "clearing value state"}  # fmt: skip
+
+    def __init__(self, h: Any, schema: Any, name: str, model: ProcessorModel) -> None:
+        super().__init__(name, model)
         self._h, self._t = h, _struct_of(schema)
 
     def exists(self) -> bool:
+        self._live("exists")
         return self._h.value() is not None
 
     def get(self) -> tuple[Any, ...] | None:
+        self._live("get")
         return self._h.value()
 
     def update(self, value: Iterable[Any]) -> None:
+        self._live("update")
         self._h.update(_conformed(value, self._t))
 
     def clear(self) -> None:
+        self._live("clear")
         self._h.clear()
 
 
-class _ListState:
-    def __init__(self, h: Any, schema: Any) -> None:
+class _ListState(_Var):
+    _ERRORS = {"exists": "checking value state exists", "get": "getting list state",
+               "put": "updating value state", "appendValue": "updating value state",
+               "appendList": "updating value state", "clear": "clearing value state"}  # fmt: skip
+
+    def __init__(self, h: Any, schema: Any, name: str, model: ProcessorModel) -> None:
+        super().__init__(name, model)
         self._h, self._t = h, _struct_of(schema)
 
     def exists(self) -> bool:
+        self._live("exists")
         return bool(self._h.get())
 
     def get(self) -> Iterator[tuple[Any, ...]]:
+        self._live("get")
         return iter(self._h.get() or [])
 
     def put(self, values: Iterable[Iterable[Any]]) -> None:
+        self._live("put")
         self._h.update([_conformed(v, self._t) for v in values])
 
     def appendValue(self, value: Iterable[Any]) -> None:  # noqa: N802
+        self._live("appendValue")
         self._h.add(_conformed(value, self._t))
 
     def appendList(self, values: Iterable[Iterable[Any]]) -> None:  # noqa: N802
+        self._live("appendList")
         self._h.add_all([_conformed(v, self._t) for v in values])
 
     def clear(self) -> None:
+        self._live("clear")
         self._h.clear()
 
 
-class _MapState:
-    def __init__(self, h: Any, key_schema: Any, schema: Any) -> None:
+class _MapState(_Var):
+    _ERRORS = {"exists": "checking map state exists", "getValue": "getting value",
+               "containsKey": "checking map state contains key", "updateValue": "updating map state value",
+               "iterator": "getting map state iterator", "keys": "getting map state keys",
+               "values": "getting map state values", "removeKey": "removing key from map state",
+               "clear": "clearing map state"}  # fmt: skip
+
+    def __init__(self, h: Any, key_schema: Any, schema: Any, name: str, model: ProcessorModel) -> None:
+        super().__init__(name, model)
         self._h, self._k, self._t = h, _struct_of(key_schema), _struct_of(schema)
 
     def exists(self) -> bool:
+        self._live("exists")
         return bool(self._h.items())
 
     def getValue(self, key: Iterable[Any]) -> tuple[Any, ...] | None:  # noqa: N802
+        self._live("getValue")
         return self._h.get(_conformed(key, self._k))
 
     def containsKey(self, key: Iterable[Any]) -> bool:  # noqa: N802
+        self._live("containsKey")
         return self._h.contains(_conformed(key, self._k))
 
     def updateValue(self, key: Iterable[Any], value: Iterable[Any]) -> None:  # noqa: N802
+        self._live("updateValue")
         self._h.put(_conformed(key, self._k), _conformed(value, self._t))
 
     def iterator(self) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...]]]:
+        self._live("iterator")
         return iter(self._h.items())
 
     def keys(self) -> Iterator[tuple[Any, ...]]:
+        self._live("keys")
         return iter(self._h.keys())
 
     def values(self) -> Iterator[tuple[Any, ...]]:
+        self._live("values")
         return iter(self._h.values())
 
     def removeKey(self, key: Iterable[Any]) -> None:  # noqa: N802
+        self._live("removeKey")
         self._h.remove(_conformed(key, self._k))
 
     def clear(self) -> None:
+        self._live("clear")
         self._h.clear()
 
 
@@ -153,18 +206,22 @@ class _Handle:
         if var.name in self._m.vars:
             raise ValueError(f"state variable {var.name!r} declared twice")
         self._m.vars[var.name] = var
+        self._m.declared[var.name] = var
+        self._m.deleted.discard(var.name)
         return self._m.backend.get_state(
             descriptor.enable_time_to_live(t) if (t := _ttl(var.ttl_ms)) else descriptor
         )
 
     def getValueState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> _ValueState:  # noqa: N802, N803
         return _ValueState(
-            self._declare(StateVar(stateName, "value", ttlDurationMs), ValueStateDescriptor(stateName)), schema
+            self._declare(StateVar(stateName, "value", ttlDurationMs), ValueStateDescriptor(stateName)), schema,
+            stateName, self._m,
         )
 
     def getListState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> _ListState:  # noqa: N802, N803
         return _ListState(
-            self._declare(StateVar(stateName, "list", ttlDurationMs), ListStateDescriptor(stateName)), schema
+            self._declare(StateVar(stateName, "list", ttlDurationMs), ListStateDescriptor(stateName)), schema,
+            stateName, self._m,
         )
 
     def getMapState(
@@ -172,7 +229,7 @@ class _Handle:
     ) -> _MapState:  # noqa: N802, N803
         return _MapState(
             self._declare(StateVar(stateName, "map", ttlDurationMs), MapStateDescriptor(stateName)),
-            userKeySchema, valueSchema,
+            userKeySchema, valueSchema, stateName, self._m,
         )
 
     def registerTimer(self, expiryTimestampMs: int) -> None:  # noqa: N802, N803
@@ -190,6 +247,7 @@ class _Handle:
         var = self._m.vars.pop(stateName, None)
         if var is None:
             return
+        self._m.deleted.add(stateName)
         backend = self._m.backend
         for key in list(backend.get_keys(stateName)):
             backend.set_current_key(key)
@@ -206,6 +264,10 @@ class ProcessorModel:
             MAX_PARALLELISM, KeyGroupRange(0, MAX_PARALLELISM - 1), self.clock
         )
         self.vars: dict[str, StateVar] = {}
+        self.deleted: set[str] = set()  # variables deleteIfExists dropped: their handles raise
+        # every variable init declared, deleted ones too: Spark's state-metadata lists them all
+        self.declared: dict[str, StateVar] = {}
+        self._first = True  # the next batch is the query's first: Spark hands it the initial state
         self.timers: dict[tuple[Any, ...], set[int]] = defaultdict(set)
         self.processor = spec.new_processor()
         self.processor.init(_Handle(self))
@@ -215,14 +277,23 @@ class ProcessorModel:
         from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
         self.clock.set(timestamp_ms)
-        tv = TimerValues(timestamp_ms, NO_WATERMARK)
+        # in time mode None pyspark hands the processor no clock (``get_timestamps``: -1, -1)
+        tv = TimerValues(NO_WATERMARK if self.spec.time_mode == "None" else timestamp_ms, NO_WATERMARK)
         by_key: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
         for r in rows:
             by_key[(r[self.spec.key],)].append(r)
+        initial: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
+        if self._first:  # Spark runs handleInitialState in the first batch only, before that key's input
+            for r in initial_rows(self.spec):
+                initial[(r[self.spec.key],)].append(r)
+        self._first = False
         out: list[dict[str, Any]] = []
-        for key in sorted(by_key):
+        for key in sorted(set(by_key) | set(initial)):
             self.backend.set_current_key(key)
-            out += rows_of(self.processor.handleInputRows(key, iter([frame(self.spec, by_key[key])]), tv))
+            if key in initial:
+                self.processor.handleInitialState(key, initial_frame(self.spec, initial[key]), tv)
+            if key in by_key:
+                out += rows_of(self.processor.handleInputRows(key, iter([frame(self.spec, by_key[key])]), tv))
         if self.spec.time_mode == "ProcessingTime":
             due = sorted((t, k) for k, ts in self.timers.items() for t in ts if t <= timestamp_ms)
             for t, key in due:
@@ -286,20 +357,57 @@ def _with_expiry(v: Any, ttl_ms: int | None) -> tuple[Any, int | None]:
     return (tuple(value), int(ts) + int(ttl_ms))
 
 
-def frame(spec: SssSpec, rows: list[dict[str, Any]]) -> Any:
+def initial_rows(spec: SssSpec) -> list[dict[str, Any]]:
+    """The scenario's initial-state rows with values of their declared types (integers, floats,
+    booleans; strings as given), as Spark's ``createDataFrame`` of them holds them."""
+    types = dict(p.strip().split(None, 1) for p in split_ddl(spec.initial_state_schema) if p.strip())
+    return [{c: _typed(v, types[c]) for c, v in r.items()} for r in spec.initial_state]
+
+
+def _typed(v: Any, ddl: str) -> Any:
+    t = ddl.strip().lower()
+    if v is None:
+        return None
+    if t in ("long", "bigint", "int", "integer", "short", "smallint", "tinyint", "byte"):
+        return int(v)
+    if t in ("double", "float"):
+        return float(v)
+    if t == "boolean":
+        return v if isinstance(v, bool) else str(v).strip().lower() in ("true", "t", "yes", "y", "1")
+    return v if t != "string" else str(v)
+
+
+def initial_frame(spec: SssSpec, rows: list[dict[str, Any]]) -> Any:
+    """One key's initial-state rows as the pandas DataFrame pyspark hands ``handleInitialState``."""
+    return frame(spec, rows, spec.initial_state_schema, "initial_state.schema")
+
+
+def frame(spec: SssSpec, rows: list[dict[str, Any]], schema: str | None = None, field: str = "input_schema") -> Any:
     """``rows`` as the pandas DataFrame Spark hands the user's code (its input schema's dtypes; no
     rows: an empty frame with the input's columns, as pyspark passes a timed-out key)."""
     import pandas as pd
 
-    columns = [p.strip().split(None, 1) for p in spec.input_schema.split(",")]
+    columns = [p.strip().split(None, 1) for p in split_ddl(schema or spec.input_schema)]
     df = pd.DataFrame(rows, columns=[c for c, _ in columns])
     if not rows:
         return df
     for col, ddl in columns:
-        dtype = _PANDAS_DTYPES.get(ddl.strip().lower())
+        t = ddl.strip().lower()
+        if t in ("timestamp", "timestamp_ntz", "date"):  # Arrow hands both as datetime64[ns] (UTC session)
+            df[col] = pd.to_datetime(df[col])
+            if t == "date":  # a date column arrives as datetime.date objects
+                df[col] = df[col].dt.date
+            continue
+        if t.startswith("decimal"):
+            from decimal import Decimal
+
+            df[col] = [None if v is None else Decimal(str(v)) for v in df[col]]
+            continue
+        dtype = _PANDAS_DTYPES.get(t)
         if dtype is None:
             raise ValueError(
-                f"input_schema: column {col!r} has type {ddl!r}; the model supports {sorted(_PANDAS_DTYPES)}"
+                f"{field}: column {col!r} has type {ddl!r}; the model supports "
+                f"{sorted([*_PANDAS_DTYPES, 'timestamp', 'date', 'decimal'])}"
             )
         df[col] = df[col].astype(dtype)
     return df

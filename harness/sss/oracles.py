@@ -26,7 +26,7 @@ from harness.sss.group_state_model import GroupStateModel
 from harness.sss.model import ProcessorModel, StateImage
 from harness.sss.spec import APPLY, SssSpec
 from harness.sss.user_error import raised_here
-from harness.sss.values import canon, canon_row, freeze
+from harness.sss.values import canon, canon_row, freeze, split_ddl
 
 __all__ = ["SssCheck", "check_run", "batch_inputs", "spark_state_image", "model_for"]
 
@@ -55,13 +55,25 @@ class SssCheck:
 
 
 def _read_csv(path: Path, spec: SssSpec) -> list[dict[str, Any]]:
-    cols = [p.strip().split(None, 1) for p in spec.input_schema.split(",")]
+    cols = [p.strip().split(None, 1) for p in split_ddl(spec.input_schema)]
     rows = []
     with path.open(newline="") as fh:
         for rec in csv.reader(fh):
-            rows.append({c: (int(v) if t.strip().lower() in ("long", "bigint", "int", "integer") else v)
-                         for (c, t), v in zip(cols, rec, strict=True)})  # fmt: skip
+            rows.append({c: _cell(v, t) for (c, t), v in zip(cols, rec, strict=True)})
     return rows
+
+
+def _cell(v: str, ddl: str) -> Any:
+    """A CSV cell as Spark's CSV source reads it under its declared type: numbers parsed, a boolean
+    from ``true``/``false`` (not Python's truth of a non-empty string)."""
+    t = ddl.strip().lower()
+    if t in ("long", "bigint", "int", "integer", "short", "smallint", "tinyint", "byte"):
+        return int(v)
+    if t in ("double", "float"):
+        return float(v)
+    if t == "boolean":
+        return v.strip().lower() == "true"
+    return v
 
 
 def batch_inputs(workdir: Path, spec: SssSpec) -> list[tuple[int, int, list[dict[str, Any]]]]:
@@ -148,7 +160,10 @@ def _metadata_mismatches(
         props = json.loads(m.get("operatorProperties") or "{}")
         declared = {(v["stateName"], _KINDS[v["stateVariableType"]], bool(v.get("ttlEnabled")))
                     for v in props.get("stateVariables", []) if v.get("stateVariableType") in _KINDS}  # fmt: skip
-        modelled = {(v.name, v.kind, v.ttl_ms is not None) for v in model.vars.values()}
+        # every variable init declared: Spark's operator metadata keeps one deleteIfExists dropped
+        # (Spark's own PandasSimpleStatefulProcessor declares tempState and deletes it in init)
+        declared_vars = getattr(model, "declared", model.vars)
+        modelled = {(v.name, v.kind, v.ttl_ms is not None) for v in declared_vars.values()}
         if props and declared != modelled:
             out.append(f"state-metadata declares {sorted(declared)}, the processor {sorted(modelled)}")
     return out

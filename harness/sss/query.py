@@ -18,9 +18,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.sss.spec import SpecError, load_function
+from harness.sss.spec import SpecError, SssSpec, load_function
+from harness.sss.values import split_ddl
 
-__all__ = ["QuerySpec", "OUTPUT_MODES", "DEFAULT_INPUT", "source_frames", "build_query", "builder_identity", "load_builder"]
+__all__ = ["QuerySpec", "OUTPUT_MODES", "DEFAULT_INPUT", "source_frames", "build_query", "builder_identity", "load_builder",
+           "processor_frame", "initial_state_frame"]
 
 OUTPUT_MODES = ("append", "update", "complete")
 DEFAULT_INPUT = "events"  # the one input's name when the scenario gives only ``input_schema``
@@ -35,6 +37,12 @@ class QuerySpec:
     builder: str
     inputs: dict[str, str] = field(default_factory=dict)
     output_mode: str = "append"
+    # a processor's query judged by the replay (:attr:`harness.sss.spec.SssSpec.replayed`): the
+    # SssSpec's fields; ``builder`` then names its processor, and the query is built from them
+    processor: dict[str, Any] | None = None
+
+    def processor_spec(self) -> SssSpec | None:
+        return SssSpec(**self.processor) if self.processor is not None else None
 
     @property
     def several(self) -> bool:
@@ -48,7 +56,7 @@ class QuerySpec:
         return cls(**json.loads(text))
 
     def columns(self, name: str) -> list[str]:
-        return [part.strip().split()[0] for part in self.inputs[name].split(",") if part.strip()]
+        return [part.strip().split()[0] for part in split_ddl(self.inputs[name]) if part.strip()]
 
     def input_columns(self) -> list[str]:
         """The single input's columns (the processor path's name for them)."""
@@ -61,8 +69,11 @@ class QuerySpec:
         if not self.inputs:
             raise SpecError("input_schema: the query needs an input schema (or inputs: {name: {schema: ...}})")
         for name, schema in self.inputs.items():
-            if not schema.strip() or any(len(p.split()) < 2 for p in schema.split(",")):
+            if not schema.strip() or any(len(p.split()) < 2 for p in split_ddl(schema)):
                 raise SpecError(f"input_schema: {schema!r} of input {name!r} is not a DDL list 'col type, ...'")
+        if (proc := self.processor_spec()) is not None:
+            proc.validate()
+            return
         fn = load_builder(self.builder)
         if not callable(fn):
             raise SpecError(f"builder: {self.builder!r} is not a function")
@@ -102,6 +113,9 @@ def build_query(spark: Any, spec: QuerySpec, input_root: Path, folders: dict[str
     module = sys.modules.get(fn.__module__)
     if module is not None and fn.__module__ != "__main__":
         cloudpickle.register_pickle_by_value(module)
+    proc = spec.processor_spec()
+    if proc is not None:  # a processor's query (its errors are its own: the driver reports them)
+        return processor_frame(spark, proc, source_frames(spark, spec, input_root, folders))
     try:
         df = fn(spark, source_frames(spark, spec, input_root, folders))
     except Exception as e:
@@ -110,6 +124,38 @@ def build_query(spark: Any, spec: QuerySpec, input_root: Path, folders: dict[str
     if not getattr(df, "isStreaming", False):
         raise SpecError(f"builder: {spec.builder} returned {type(df).__name__}, not a streaming DataFrame")
     return df
+
+
+def processor_frame(spark: Any, spec: SssSpec, source: Any, wrap: Any = None) -> Any:
+    """``source`` (with the spec's watermark) grouped by its key through ``applyInPandasWithState`` with
+    the spec's function, or ``transformWithStateInPandas`` with the processor (``wrap(processor)`` when given), its time mode and
+    its initial state (:func:`initial_state_frame`)."""
+    if (wm := spec.watermark_parts()) is not None:
+        source = source.withWatermark(*wm)
+    if spec.api == "applyInPandasWithState":
+        return source.groupBy(spec.key).applyInPandasWithState(
+            load_function(spec.processor), spec.output_schema, spec.state_schema, spec.output_mode, spec.timeout)
+    processor = spec.new_processor()
+    processor = wrap(processor) if wrap is not None else processor
+    initial = initial_state_frame(spark, spec)
+    return source.groupBy(spec.key).transformWithStateInPandas(
+        processor, spec.output_schema, spec.output_mode, spec.time_mode,
+        **({"initialState": initial} if initial is not None else {}))
+
+
+def initial_state_frame(spark: Any, spec: SssSpec) -> Any:
+    """The scenario's initial state as the grouped DataFrame ``initialState`` takes, or None: its rows
+    read as strings and cast to the declared types (a YAML value of any type, as a CSV cell would be)."""
+    if not spec.initial_state_schema.strip():
+        return None
+    cols = [p.strip().split(None, 1) for p in split_ddl(spec.initial_state_schema) if p.strip()]
+    rows = [tuple(None if r.get(c) is None else _text(r[c]) for c, _ in cols) for r in spec.initial_state]
+    raw = spark.createDataFrame(rows, ", ".join(f"`{c}` string" for c, _ in cols))
+    return raw.selectExpr(*[f"CAST(`{c}` AS {t}) AS `{c}`" for c, t in cols]).groupBy(spec.key)
+
+
+def _text(v: Any) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
 
 
 def _first_line(e: BaseException) -> str:

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m harness.sss.query_driver WORKDIR", file=sys.stderr)
         return 2
-    return run(Path(args[0]))
+    return run(Path(args[0]).resolve())  # absolute: executors resolve a relative checkpoint path in their own folder
 
 
 if __name__ == "__main__":

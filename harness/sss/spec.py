@@ -13,8 +13,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from harness.sss.state_vars import discover_state_vars
+from harness.sss.values import split_ddl
 
-__all__ = ["SssSpec", "SpecError", "APIS", "TIMEOUTS", "DEFAULT_MASTER", "load_processor", "load_function"]
+__all__ = ["SssSpec", "SpecError", "APIS", "TIMEOUTS", "TIME_MODES", "DEFAULT_MASTER", "load_processor", "load_function"]
 
 # the default cluster of a query: one executor with one core (a micro-batch's state store tasks run
 # one at a time, which keeps a 2-core machine responsive)
@@ -23,7 +24,8 @@ DEFAULT_MASTER = "local-cluster[1,1,1024]"
 TRANSFORM = "transformWithState"
 APPLY = "applyInPandasWithState"
 APIS = (TRANSFORM, APPLY)
-TIMEOUTS = ("NoTimeout", "ProcessingTimeTimeout")
+TIMEOUTS = ("NoTimeout", "ProcessingTimeTimeout", "EventTimeTimeout")
+TIME_MODES = ("ProcessingTime", "None", "EventTime")
 
 
 class SpecError(ValueError):
@@ -47,6 +49,12 @@ class SssSpec:
     timeout: str = "NoTimeout"
     output_mode: str = "Update"
     processor_args: dict[str, Any] = field(default_factory=dict)
+    # transformWithState: the initialState DataFrame, grouped by ``key``: its DDL schema and its rows
+    # (dicts by column); Spark hands it to ``handleInitialState`` in the query's first batch
+    initial_state_schema: str = ""
+    initial_state: list[dict[str, Any]] = field(default_factory=list)
+    # ``column delay`` (``eventTime 10 seconds``): ``withWatermark`` on the input, which EventTime needs
+    watermark: str = ""
 
     def new_processor(self) -> Any:
         """A fresh instance of the query's StatefulProcessor (``processor`` built with ``processor_args``)."""
@@ -60,12 +68,48 @@ class SssSpec:
         return cls(**json.loads(text))
 
     def input_columns(self) -> list[str]:
-        return [part.strip().split()[0] for part in self.input_schema.split(",")]
+        return [part.strip().split()[0] for part in split_ddl(self.input_schema)]
+
+    def initial_columns(self) -> list[str]:
+        return [part.strip().split()[0] for part in split_ddl(self.initial_state_schema) if part.strip()]
+
+    @property
+    def replayed(self) -> bool:
+        """Whether the query is judged against its fault-free replay rather than the model: event time
+        (a watermark, late rows, event-time timers and timeouts), which the model does not follow."""
+        if self.watermark.strip():  # Spark drops late rows by it, which the model does not
+            return True
+        return self.timeout == "EventTimeTimeout" if self.api == APPLY else self.time_mode == "EventTime"
 
     @property
     def timers_on(self) -> bool:
         """Whether the query has processing-time timers (timeouts) that fire without input."""
         return self.timeout != "NoTimeout" if self.api == APPLY else self.time_mode != "None"
+
+    def watermark_parts(self) -> tuple[str, str] | None:
+        """(column, delay) of ``watermark``, or None."""
+        return _check_watermark_text(self.watermark) if self.watermark.strip() else None
+
+    def _check_watermark(self) -> None:
+        wm = self.watermark_parts()
+        if wm is not None and wm[0] not in self.input_columns():
+            raise SpecError(f"watermark: {wm[0]!r} is not a column of input_schema {self.input_schema!r}")
+        if self.time_mode == "EventTime" and wm is None:
+            raise SpecError("watermark: time_mode EventTime needs the input's watermark ('column delay'): "
+                            "Spark fires event-time timers by it")
+
+    def _check_initial_state(self) -> None:
+        if not self.initial_state_schema.strip():
+            if self.initial_state:
+                raise SpecError("initial_state: its rows need a schema (initial_state.schema)")
+            return
+        cols = self.initial_columns()
+        if self.key not in cols:
+            raise SpecError(f"initial_state: its schema {self.initial_state_schema!r} has no column {self.key!r} "
+                            "(Spark groups the initial state by the query's key)")
+        for i, row in enumerate(self.initial_state):
+            if set(row) != set(cols):
+                raise SpecError(f"initial_state: row {i} has fields {sorted(row)}, the schema {cols}")
 
     def validate(self) -> None:
         if self.api not in APIS:
@@ -75,15 +119,23 @@ class SssSpec:
         if self.output_mode not in ("Update", "Append"):
             raise SpecError(f"output_mode: {self.output_mode!r} is not supported (Update or Append)")
         if self.api == TRANSFORM:
-            if self.time_mode not in ("ProcessingTime", "None"):
-                raise SpecError(f"time_mode: {self.time_mode!r} is not supported (ProcessingTime or None)")
+            if self.time_mode not in TIME_MODES:
+                raise SpecError(f"time_mode: {self.time_mode!r} is not supported ({', '.join(TIME_MODES)})")
+            self._check_watermark()
+            self._check_initial_state()
             processor = self.new_processor()
-            refuse_unjudgeable(processor, self.processor)
             try:
                 discover_state_vars(processor)
             except Exception as e:
                 raise SpecError(f"processor: {self.processor}.init raised {type(e).__name__}: {e}") from None
             return
+        if self.initial_state_schema or self.initial_state:
+            raise SpecError("initial_state: applyInPandasWithState takes no initial state")
+        wm = self.watermark_parts()
+        if wm is not None and wm[0] not in self.input_columns():
+            raise SpecError(f"watermark: {wm[0]!r} is not a column of input_schema {self.input_schema!r}")
+        if self.timeout == "EventTimeTimeout" and wm is None:
+            raise SpecError("watermark: EventTimeTimeout needs the input's watermark ('column delay')")
         if not self.state_schema.strip():
             raise SpecError("state_schema: applyInPandasWithState needs the DDL of its state")
         if self.timeout not in TIMEOUTS:
@@ -123,27 +175,11 @@ def _required(make: Any) -> list[str]:
     return [p.name for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
 
 
-# the StatefulProcessor methods statechaos cannot exercise or judge, and why
-UNJUDGEABLE = {
-    "handleInitialState": "statechaos starts the query without an initial state, so Spark would never "
-    "call it and nothing of it would be checked",
-}
-
-
-def refuse_unjudgeable(processor: Any, path: str) -> None:
-    """SpecError naming the first API of :data:`UNJUDGEABLE` the processor overrides (file and line),
-    so a run is refused at ``validate`` rather than judged without it."""
-    from pyspark.sql.streaming import StatefulProcessor
-
-    for name, why in UNJUDGEABLE.items():
-        mine = getattr(type(processor), name, None)
-        if mine is None or mine is getattr(StatefulProcessor, name, None):
-            continue
-        try:
-            where = f"{inspect.getsourcefile(mine)}:{inspect.getsourcelines(mine)[1]}"
-        except (OSError, TypeError):
-            where = path
-        raise SpecError(f"processor: {path} defines {name} ({where}): not supported: {why}")
+def _check_watermark_text(text: str) -> tuple[str, str]:
+    column, _, delay = text.strip().partition(" ")
+    if not column or not delay.strip():
+        raise SpecError(f"watermark: {text!r} is not 'column delay' (e.g. 'eventTime 10 seconds')")
+    return column, delay.strip()
 
 
 def load_function(path: str) -> Any:

@@ -31,7 +31,7 @@ import math
 import struct
 from typing import Any
 
-__all__ = ["canon", "freeze", "canon_row", "conform", "conform_row", "schema_fields", "parse_type"]
+__all__ = ["canon", "freeze", "canon_row", "conform", "conform_row", "schema_fields", "parse_type", "split_ddl"]
 
 
 def canon(v: Any) -> Any:
@@ -107,6 +107,11 @@ def freeze(v: Any) -> Any:
 # a parsed Spark type: ("struct", ((name, type), ...)), ("array", type), ("map", key, value),
 # ("decimal", precision, scale), or (name,) for any other (e.g. ("date",), ("long",))
 Type = tuple[Any, ...]
+
+
+def split_ddl(schema: str) -> list[str]:
+    """A DDL column list split into its columns (``decimal(5,2)`` and ``struct<a:int,b:int>`` whole)."""
+    return _split(schema)
 
 
 def _split(text: str, sep: str = ",") -> list[str]:
@@ -187,6 +192,8 @@ def conform(v: Any, t: Type) -> Any:
     if kind == "map" and isinstance(v, dict):
         return {conform(k, t[1]): conform(x, t[2]) for k, x in v.items()}
     if kind == "struct":
+        if isinstance(v, dict):  # a column value given as a dict (pandas output): Spark fills the struct by name
+            return tuple(conform(v.get(name), ft) for name, ft in t[1])
         return conform_struct(v, t[1])
     return v
 

@@ -253,15 +253,29 @@ def test_typed_state_of_spark_equals_the_model() -> None:
     assert spark_state_image(dump, m) != canonical_image(m.state())
 
 
-class WithInitialState(StatefulProcessor):  # a processor whose handleInitialState would never run
+class WithInitialState(StatefulProcessor):
+    """Seeds a count from the initial state (and a timer due at once), then counts input rows."""
+
     def init(self, handle: object) -> None:
-        self.v = handle.getValueState("v", "n long")  # type: ignore[attr-defined]
+        self.handle = handle
+        self.v = handle.getValueState("v", "n int")  # type: ignore[attr-defined]
 
     def handleInputRows(self, key, rows, timerValues):  # noqa: ANN001, ANN201, N802, N803
-        yield from ()
+        import pandas as pd
+
+        n = (int(self.v.get()[0]) if self.v.exists() else 0) + sum(len(p) for p in rows)
+        self.v.update((n,))
+        yield pd.DataFrame({"user": [key[0]], "n": [n], "at": [timerValues.getCurrentProcessingTimeInMs()]})
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):  # noqa: ANN001, ANN201, N802, N803
+        import pandas as pd
+
+        yield pd.DataFrame({"user": [f"{key[0]}-expired"], "n": [-1], "at": [expiredTimerInfo.getExpiryTimeInMs()]})
 
     def handleInitialState(self, key, initialState, timerValues) -> None:  # noqa: ANN001, N802, N803
-        self.v.update((1,))
+        self.v.update((int(initialState["seed"].sum()),))
+        if (now := timerValues.getCurrentProcessingTimeInMs()) >= 0:  # not in time mode None (no timers)
+            self.handle.registerTimer(now - 1)  # type: ignore[attr-defined]
 
 
 def test_processor_args_or_a_factory_build_the_processor() -> None:
@@ -297,10 +311,80 @@ def test_delete_if_exists_drops_the_variable() -> None:
     handle.deleteIfExists("never-declared")
 
 
-def test_apis_statechaos_cannot_judge_are_refused_at_validate() -> None:
-    spec = SssSpec("suites.chaos.test_sss_model:WithInitialState", "user", CART.input_schema, "user string")
-    with pytest.raises(SpecError, match=r"processor: .* defines handleInitialState \(.*test_sss_model.py:\d+\): not supported"):
-        spec.validate()
+def _initial_spec(time_mode: str = "ProcessingTime") -> SssSpec:
+    return SssSpec("suites.chaos.test_sss_model:WithInitialState", "user", CART.input_schema,
+                   "user string, n long, at long", time_mode=time_mode, initial_state_schema="user string, seed int",
+                   initial_state=[{"user": "a", "seed": 5}, {"user": "a", "seed": "2"}, {"user": "b", "seed": 10}])  # fmt: skip
+
+
+def test_initial_state_is_handed_to_the_first_batch_only_before_its_input() -> None:
+    spec = _initial_spec()
+    spec.validate()  # handleInitialState is no longer refused
+    m = ProcessorModel(spec)
+    first = m.run_batch(1_000, [_row("a", "x", 1), _row("c", "y", 1)])
+    # a: seeded 5 + 2 (both rows in one frame, the string cast to int), then its input; b: only seeded;
+    # the timers registered in handleInitialState (at 999) fire in the same batch, after the input
+    assert sorted((r["user"], r["n"]) for r in first) == [("a", 8), ("a-expired", -1), ("b-expired", -1), ("c", 1)]
+    assert m.state()["v"][(("b",), None)] == ((10,), None)
+    again = m.run_batch(2_000, [_row("a", "x", 1), _row("b", "x", 1)])
+    assert sorted((r["user"], r["n"]) for r in again) == [("a", 9), ("b", 11)]  # not seeded again
+
+
+def test_time_mode_none_hands_the_processor_no_clock() -> None:
+    m = ProcessorModel(_initial_spec("None"))
+    out = m.run_batch(5_000, [_row("a", "x", 1)])
+    assert [(r["user"], r["at"]) for r in out] == [("a", -1)]  # pyspark's get_timestamps in mode None
+
+
+def test_initial_state_and_watermark_are_checked_at_validate() -> None:
+    no_key = SssSpec(**{**_initial_spec().__dict__, "initial_state_schema": "who string, seed int",
+                        "initial_state": []})  # fmt: skip
+    with pytest.raises(SpecError, match=r"initial_state: its schema .* has no column 'user'"):
+        no_key.validate()
+    bad_row = SssSpec(**{**_initial_spec().__dict__, "initial_state": [{"user": "a"}]})
+    with pytest.raises(SpecError, match=r"initial_state: row 0 has fields \['user'\]"):
+        bad_row.validate()
+    event = SssSpec(**{**_initial_spec().__dict__, "time_mode": "EventTime"})
+    with pytest.raises(SpecError, match="watermark: time_mode EventTime needs"):
+        event.validate()
+    assert SssSpec(**{**event.__dict__, "watermark": "qty 10 seconds"}).replayed
+    with pytest.raises(SpecError, match="watermark: 'ts' is not a column"):
+        SssSpec(**{**event.__dict__, "watermark": "ts 10 seconds"}).validate()
+
+
+class DeletesItsScratch(StatefulProcessor):  # as Spark's PandasSimpleStatefulProcessor
+    def init(self, handle: object) -> None:
+        self.n = handle.getValueState("n", "n long")  # type: ignore[attr-defined]
+        self.scratch = handle.getValueState("scratch", "n long")  # type: ignore[attr-defined]
+        handle.deleteIfExists("scratch")  # type: ignore[attr-defined]
+
+    def handleInputRows(self, key, rows, timerValues):  # noqa: ANN001, ANN201, N802, N803
+        import pandas as pd
+        from pyspark.errors import PySparkRuntimeError
+
+        try:
+            self.scratch.exists()
+        except PySparkRuntimeError as e:
+            assert "Error checking value state exists" in str(e)
+        else:
+            raise AssertionError("a deleted variable answered")
+        self.n.update((1,))
+        yield pd.DataFrame({"user": [key[0]]})
+
+
+def test_a_deleted_variable_raises_as_in_spark() -> None:
+    m = ProcessorModel(SssSpec("suites.chaos.test_sss_model:DeletesItsScratch", "user", CART.input_schema,
+                               "user string", time_mode="None"))  # fmt: skip
+    assert m.run_batch(0, [_row("a", "x", 1)]) == [{"user": "a"}]
+    assert set(m.state()) == {"n"}
+    # Spark's state-metadata still lists the deleted variable (seen on pyspark 4.3.0 with Spark's own
+    # PandasSimpleTTLStatefulProcessor): not a difference from the processor's declarations
+    from harness.sss.oracles import _metadata_mismatches
+
+    props = {"stateVariables": [{"stateName": n, "stateVariableType": "ValueState", "ttlEnabled": False}
+                                for n in ("n", "scratch")]}  # fmt: skip
+    meta = {"operatorId": 0, "minBatchId": 0, "maxBatchId": 0, "operatorProperties": json.dumps(props)}
+    assert _metadata_mismatches({"metadata": [meta]}, 0, m) == []
 
 
 class RaisesOnBigOrders(StatefulProcessor):  # the user's assertion fails on the second file's rows
@@ -466,3 +550,37 @@ def test_spark_types_parse_from_ddl_and_simple_strings() -> None:
     assert schema_fields(st) == (("s", ("struct", (("d", ("decimal", 4, 2)),))),
                                  ("m", ("map", ("string",), ("array", ("date",)))))  # fmt: skip
     assert parse_type("BIGINT") == ("long",)
+
+
+def test_input_cells_and_frames_have_the_types_spark_hands_the_processor(tmp_path: Path) -> None:
+    """A CSV ``false`` is False (not a non-empty string's truth), and timestamp, date and decimal
+    columns reach the processor as pyspark's Arrow conversion hands them (the model used to refuse
+    them with a statechaos error)."""
+    import datetime as dt
+    from decimal import Decimal
+
+    from harness.sss.model import frame
+    from harness.sss.oracles import _read_csv
+
+    spec = SssSpec("examples.sss.cart:CartTotals", "user", "user string, ok boolean, at timestamp, day date, "
+                   "price decimal(5,2), x double", "user string")  # fmt: skip
+    (tmp_path / "f.csv").write_text("u1,false,2026-01-01 00:00:20,2026-01-02,1.50,2.5\n")
+    rows = _read_csv(tmp_path / "f.csv", spec)
+    assert rows[0]["ok"] is False and rows[0]["x"] == 2.5
+    df = frame(spec, rows)
+    assert not bool(df["ok"][0]) and str(df["at"].dtype) == "datetime64[ns]"
+    assert int(df["at"].astype("int64")[0] // 10**9) == int(dt.datetime(2026, 1, 1, 0, 0, 20, tzinfo=dt.UTC).timestamp())
+    assert df["day"][0] == dt.date(2026, 1, 2) and df["price"][0] == Decimal("1.50")
+
+
+def test_a_struct_column_given_as_a_dict_is_the_struct_spark_makes_of_it() -> None:
+    """Spark's own PandasAddFieldsProcessor yields ``{"value": {"id": .., "name": .., ...}}`` for a
+    ``struct<...>`` column; Spark fills the struct by field name, and the sink writes it as a list in
+    field order. The model kept the dict (a map to the comparison), and every batch of that processor
+    was a false difference."""
+    from harness.sss.values import canon_row, conform_row
+
+    schema = "id string, value struct<id:int,name:string,active:boolean,score:float>"
+    model = conform_row({"id": "0", "value": {"name": "n", "id": 0, "score": 99.9, "active": True}}, schema)
+    spark = {"id": "0", "value": [0, "n", True, 99.9000015258789]}  # what the driver's sink wrote
+    assert canon_row(model) == canon_row(spark)

@@ -272,3 +272,18 @@ def test_a_query_start_that_failed_for_the_machines_sake_is_started_again(tmp_pa
 
     assert query_run.run_query(w2, lambda spark, cfg: Broken(w2, {})) == query_run.EXIT_QUERY_FAILED
     assert "not the machine's" in (w2 / "failure.txt").read_text()
+
+
+def test_drivers_work_in_an_absolute_folder(monkeypatch: Any, tmp_path: Path) -> None:
+    """``statechaos run`` names its run folder relative (``runs/...``); Spark's state-metadata source
+    reads the checkpoint on the executors, which resolve a relative path in their own work folder and
+    found nothing there (``state_metadata`` was unknown on every run from the command line)."""
+    import harness.sss.driver as driver
+    import harness.sss.query_driver as query_driver
+
+    monkeypatch.chdir(tmp_path)
+    for mod in (driver, query_driver):
+        seen: list[Path] = []
+        monkeypatch.setattr(mod, "run", lambda w, seen=seen: seen.append(w) or 0)
+        assert mod.main(["runs/x"]) == 0
+        assert seen == [tmp_path / "runs" / "x"]

@@ -97,7 +97,9 @@ def test_groupstate_state_data_source_rows_read_as_the_model() -> None:
 def test_groupstate_spec_is_validated() -> None:
     with pytest.raises(SpecError, match="state_schema"):
         SssSpec(**{**_spec().__dict__, "state_schema": ""}).validate()
-    with pytest.raises(SpecError, match="timeout"):
+    with pytest.raises(SpecError, match="timeout: 'Timeout' is not supported"):
+        SssSpec(**{**_spec().__dict__, "timeout": "Timeout"}).validate()
+    with pytest.raises(SpecError, match="watermark: EventTimeTimeout needs"):
         SssSpec(**{**_spec().__dict__, "timeout": "EventTimeTimeout"}).validate()
 
 
@@ -397,3 +399,78 @@ def test_the_engine_field_names_the_model_and_the_older_files_still_load(tmp_pat
     with pytest.raises(ScenarioError, match=rf"bad.yaml:{line}: engine: unknown engine 'flink'; expected runtime or "
                                             "structured_streaming"):  # fmt: skip
         load_scenario(tmp_path / "bad.yaml")
+
+
+def test_initial_state_and_event_time_on_the_processor_path(tmp_path: Path) -> None:
+    """``query.initial_state`` (rows as lists or mappings) reaches the spec the model and the driver
+    use; ``time_mode: EventTime`` with a ``watermark`` makes the processor's query one the replay
+    judges (no state_metadata: the replay compares the state itself); a bad row names its line."""
+    from harness.sss.query import QuerySpec
+
+    text = LOCAL.read_text().replace("examples.sss.cart:CartTotals", "suites.chaos.test_sss_model:WithInitialState")
+    text = text.replace("output_schema: user string, kind string, total long, items long",
+                        "output_schema: user string, n long, at long\n  initial_state:\n"
+                        "    schema: user string, seed int\n    rows: [[u1, 5], {user: u2, seed: 7}]")  # fmt: skip
+    (tmp_path / "init.yaml").write_text(text)
+    sc = load_scenario(tmp_path / "init.yaml")
+    spec = sc.sss.spec()
+    assert isinstance(spec, SssSpec) and spec.initial_state_schema == "user string, seed int"
+    assert spec.initial_state == [{"user": "u1", "seed": 5}, {"user": "u2", "seed": 7}]
+    assert "state_metadata" in sc.sss.checks()
+    assert sc.with_overrides(cluster="local").sss.spec() == spec  # statechaos run re-validates the scenario
+    (tmp_path / "bad.yaml").write_text(text.replace("[[u1, 5], ", "[[u1], "))
+    with pytest.raises(ScenarioError, match=r"bad.yaml:\d+: query.initial_state: row 0 \(\['u1'\]\) is neither"):
+        load_scenario(tmp_path / "bad.yaml")
+    event = text.replace("time_mode: ProcessingTime", "time_mode: EventTime")
+    (tmp_path / "event.yaml").write_text(event)
+    with pytest.raises(ScenarioError, match=r"query.watermark: time_mode EventTime needs"):
+        load_scenario(tmp_path / "event.yaml")
+    (tmp_path / "event.yaml").write_text(event.replace("time_mode: EventTime", "time_mode: EventTime\n  watermark: qty 5 seconds"))
+    sc = load_scenario(tmp_path / "event.yaml")
+    spec = sc.sss.spec()
+    assert isinstance(spec, QuerySpec) and spec.output_mode == "update" and spec.processor is not None
+    assert spec.processor["time_mode"] == "EventTime" and spec.processor["initial_state"][1] == {"user": "u2", "seed": 7}
+    assert QuerySpec.from_json(spec.to_json()) == spec
+    assert "state_metadata" not in sc.sss.checks()
+    builder = tmp_path / "builder.yaml"
+    builder.write_text((ROOT / "examples" / "sss" / "windowed-local.yaml").read_text().replace(
+        "output_mode: append", "output_mode: append\n  watermark: ts 5 seconds"))
+    with pytest.raises(ScenarioError, match="query.watermark: a builder's query takes no watermark"):
+        load_scenario(builder)
+
+
+SPARK_TWS = sorted(p.name for p in (ROOT / "examples" / "sss").glob("spark-tws-*-local.yaml"))
+
+
+@pytest.mark.parametrize("name", SPARK_TWS)
+def test_sparks_own_processors_run_on_the_model_as_spark_runs_them(name: str) -> None:
+    """Spark's own test processors (examples/sss/spark_tws.py) parse as scenarios; those the model
+    judges run over the example's input, one batch a second, without their own assertions failing
+    (as they hold on Spark): a model that differs from Spark where the processor checks it (a deleted
+    variable's handle, the initial state) would make them raise here first."""
+    from chaos.sss.scenario import load_inputs
+    from harness.sss.model import ProcessorModel
+    from harness.sss.query import QuerySpec
+
+    sc = load_scenario(ROOT / "examples" / "sss" / name)
+    spec = sc.sss.spec()
+    if isinstance(spec, QuerySpec):  # event time: the replay judges it
+        assert spec.processor is not None and spec.processor["time_mode"] == "EventTime"
+        return
+    model = ProcessorModel(spec)
+    outputs = [model.run_batch(1_000 * (i + 1), rows) for i, rows in enumerate(load_inputs(sc.sss, sc.base_dir))]
+    assert all(outputs) and model.state()
+
+
+def test_an_event_time_timeout_function_is_judged_by_the_replay(tmp_path: Path) -> None:
+    """applyInPandasWithState with EventTimeTimeout on the processor path (was refused: ``timeout``
+    took NoTimeout or ProcessingTimeTimeout only): it needs a watermark, and the replay judges it."""
+    from harness.sss.query import QuerySpec
+
+    text = GROUPSTATE.read_text().replace("timeout: ProcessingTimeTimeout", "timeout: EventTimeTimeout")
+    (tmp_path / "et.yaml").write_text(text)
+    with pytest.raises(ScenarioError, match="query.watermark: EventTimeTimeout needs"):
+        load_scenario(tmp_path / "et.yaml")
+    (tmp_path / "et.yaml").write_text(text.replace("timeout: EventTimeTimeout", "timeout: EventTimeTimeout\n  watermark: qty 1 second"))
+    spec = load_scenario(tmp_path / "et.yaml").sss.spec()
+    assert isinstance(spec, QuerySpec) and spec.processor is not None and spec.processor["timeout"] == "EventTimeTimeout"
