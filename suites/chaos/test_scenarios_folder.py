@@ -62,3 +62,7 @@ def test_every_scenario_of_a_cluster_kind_passes_from_the_command_line(tmp_path,
     }
     assert rc == 0 and not failed, failed
     assert len(data["scenarios"]) == len(files)
+    if heavy:  # the allround scenarios' faults strike live state, not only a job at rest
+        for s in data["scenarios"]:
+            hit = {p for ps in s["stats"]["fault_phases"].values() for p in ps}
+            assert {"alignment", "snapshot", "restore"} <= hit, (s["name"], hit)
