@@ -75,6 +75,10 @@ class KeyedStateSnapshot:
     states: dict[str, StateMeta] = field(default_factory=dict)
     key_groups: KeyGroupData = field(default_factory=dict)
     snapshot_time_ms: int | None = None
+    # a backend's cache of the packed elements of its large list and map values, by the identity of
+    # the live collection, for a snapshot that hands over live values (the heap backend's ``shared``
+    # one): a checkpoint packs only what was appended since the last one (``checkpoint.format_v3``)
+    encoded: dict[int, Any] | None = field(default=None, compare=False, repr=False)
 
 
 class OperatorStateMode(str, Enum):

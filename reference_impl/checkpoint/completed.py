@@ -108,7 +108,9 @@ class CompletedCheckpoint:
                 f"{meta}: state file path {name!r} is not a file name inside the checkpoint"
             )
         p = self.directory / name
-        if os.path.dirname(os.path.realpath(p)) != os.path.realpath(self.directory):
+        # a file that is not a symlink lies in the directory: its real path is the directory's
+        # (one lstat instead of resolving every component of the path twice)
+        if os.path.islink(p) and os.path.dirname(os.path.realpath(p)) != os.path.realpath(self.directory):
             raise CheckpointError(f"{p}: a symlink leading out of the checkpoint (named by {meta})")
         return p
 

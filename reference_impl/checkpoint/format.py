@@ -356,9 +356,10 @@ def _decode(
     return snap, read
 
 
-def referenced_shared_files(data: bytes, name: str) -> list[SharedFileRef]:
-    """The shared files a state file names (none unless it is a manifest), from its verified header."""
-    h, _ = _read_checked_header(io.BytesIO(data), name)
+def referenced_shared_files(data: bytes | BinaryIO, name: str) -> list[SharedFileRef]:
+    """The shared files a state file names (none unless it is a manifest), from its verified header.
+    ``data``: the file's bytes, or the file opened for reading (only its header is read)."""
+    h, _ = _read_checked_header(io.BytesIO(data) if isinstance(data, bytes) else data, name)
     if h.plain.get("type") != format_v2.MANIFEST:
         return []
     try:

@@ -15,6 +15,8 @@ import struct
 import zlib
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from itertools import islice
+from operator import is_
 from typing import Any, BinaryIO
 
 import msgpack
@@ -41,7 +43,7 @@ from reference_impl.checkpoint.values import (
     subtask_header,
 )
 from reference_impl.serializers import MSGPACK, SerializerError
-from reference_impl.snapshot import KeyedStateSnapshot, SubtaskStateSnapshot
+from reference_impl.snapshot import KeyedStateSnapshot, StateKind, SubtaskStateSnapshot, TtlValue
 
 __all__ = ["VERSION", "write_subtask_state", "footer_index", "load_groups"]
 
@@ -49,19 +51,120 @@ VERSION = 3
 _TAIL = struct.Struct(">II4s4s")  # index length, index crc32, file crc32, trailer magic
 
 
-def _state_groups(k: KeyedStateSnapshot, kg: int, encoders: dict[str, Any]) -> list[list[Any]]:
+class _Large:
+    """A ``[state, namespace, {key: value}]`` group holding a large list or map value: packed piece by
+    piece, each large value from the encoding cache (:func:`_append_collection`)."""
+
+    __slots__ = ("name", "ns", "per_key", "enc")
+
+    def __init__(self, name: str, ns: Any, per_key: dict[Any, Any], enc: Callable[[Any], Any]) -> None:
+        self.name, self.ns, self.per_key, self.enc = name, ns, per_key, enc
+
+
+_CACHE_MIN = 32  # a list or map value of at least this many elements is packed once, then extended
+_IMMUTABLE = frozenset((int, float, str, bytes, bool, type(None)))
+_PAIRS = frozenset((tuple, TtlValue))
+
+
+def _frozen(x: Any) -> bool:
+    """Whether ``x`` can never change: an immutable built-in, or a tuple (a TTL pair, a tuple key) of
+    such. Only such elements are cached: their encoding is a function of their identity."""
+    t = type(x)
+    return t in _IMMUTABLE or (t in _PAIRS and all(map(_frozen, x)))
+
+
+def _state_groups(
+    k: KeyedStateSnapshot, kg: int, encoders: dict[str, Any], large: frozenset[str] = frozenset()
+) -> list[Any]:
     """A section's content: ``[state, namespace, {key: value}]`` per state and namespace. The maps are
     the snapshot's own dicts when values go in as they are (msgpack values; bytes values checked in
-    bulk), so a key group is packed by one C call with no Python work per entry."""
-    groups: list[list[Any]] = []
+    bulk), so a key group is packed by one C call with no Python work per entry. A group of a state
+    in ``large`` (list and map states, when the snapshot has an encoding cache) that holds a value of
+    ``_CACHE_MIN`` elements or more is a :class:`_Large` instead."""
+    groups: list[Any] = []
     for name, per_ns in k.key_groups[kg].items():
         state_enc = encoders[name]
+        cached = name in large
         for ns, per_key in per_ns.items():
             enc = state_enc
+            if cached and any(len(v) >= _CACHE_MIN for v in per_key.values()):
+                groups.append(_Large(name, ns, per_key, enc))
+                continue
             if enc is BYTES_DUMPS and set(map(type, per_key.values())) <= JUST_BYTES:
                 enc = None  # exactly what the bytes serializer returns
             groups.append([name, ns, per_key if enc is None else {key: enc(v) for key, v in per_key.items()}])
     return groups
+
+
+def _append_collection(
+    buf: bytearray, v: Any, enc: Callable[[Any], Any], cache: dict[int, Any], used: set[int], pk: Any
+) -> bool:
+    """Append the packed encoding of the list or map ``v`` (``enc(v)``, a msgpack array of one row per
+    element) to ``buf``, packing only the elements added since the cache last saw ``v``: the bytes
+    are those of packing ``enc(v)`` in one call, as msgpack packs an array as its header followed by
+    each element's own packing. The cache holds ``v`` itself (so its ``id`` is not reused), its
+    keys and values, and their packed rows; an entry is used only if every element it holds is
+    still the very same object at the same position (checked in C, no Python work per element):
+    any other change (an overwrite, a removal, expiry) re-packs ``v`` whole. False when ``v`` holds
+    an element that is not :func:`_frozen` (a mutable value may change without its state knowing)."""
+    n = len(v)
+    is_map = type(v) is dict
+    e: list[Any] | None = cache.get(id(v))
+    start = 0
+    if e is not None and e[0] is v and n >= len(e[2]):
+        if is_map:
+            if all(map(is_, v, e[1])) and all(map(is_, v.values(), e[2])):
+                start = len(e[2])
+        elif all(map(is_, v, e[2])):
+            start = len(e[2])
+    if start == 0:
+        e = None
+    if start < n:
+        keys: list[Any] = []
+        if is_map:
+            keys = list(islice(v, start, None))
+            vals = list(islice(v.values(), start, None))
+            ok = all(map(_frozen, keys)) and all(map(_frozen, vals))
+            rows = enc(dict(zip(keys, vals, strict=True))) if ok else None
+        else:
+            vals = v[start:] if start else list(v)
+            ok = all(map(_frozen, vals))
+            rows = enc(vals) if ok else None
+        if rows is None:
+            cache.pop(id(v), None)
+            return False
+        packed = pk.pack(rows)
+        tail = memoryview(packed)[len(pk.pack_array_header(n - start)) :]
+        if e is None:
+            e = cache[id(v)] = [v, keys, vals, bytearray(tail)]
+        else:
+            e[1].extend(keys)
+            e[2].extend(vals)
+            e[3] += tail
+    used.add(id(v))
+    buf += pk.pack_array_header(n)
+    buf += e[3]  # type: ignore[index]  # set above whenever start < n; start == n needs a hit
+    return True
+
+
+def _pack_pieces(groups: list[Any], cache: dict[int, Any], used: set[int], pk: Any) -> bytearray:
+    """A section holding :class:`_Large` groups, packed piece by piece into the bytes one
+    ``pack(groups)`` call would give (a large value's from the cache)."""
+    buf = bytearray(pk.pack_array_header(len(groups)))
+    for g in groups:
+        if type(g) is not _Large:
+            buf += pk.pack(g)
+            continue
+        per_key, enc = g.per_key, g.enc
+        buf += pk.pack_array_header(3)
+        buf += pk.pack(g.name)
+        buf += pk.pack(g.ns)
+        buf += pk.pack_map_header(len(per_key))
+        for key, v in per_key.items():
+            buf += pk.pack(key)
+            if len(v) < _CACHE_MIN or not _append_collection(buf, v, enc, cache, used, pk):
+                buf += pk.pack(enc(v))
+    return buf
 
 
 def write_subtask_state(
@@ -121,17 +224,34 @@ def write_subtask_state(
             k = s.keyed
             encoders = {name: encoder(m) for name, m in k.states.items()}
             packers = (MSGPACK.packer(), MSGPACK.packer())
+            cache = k.encoded
+            large: frozenset[str] = frozenset()
+            used: set[int] = set()
+            pieces = None
+            if cache is not None:
+                large = frozenset(
+                    n for n, m in k.states.items() if StateKind(m.kind) in (StateKind.LIST, StateKind.MAP)
+                )
+                pieces = MSGPACK.packer_of_values()
             for i, kg in enumerate(sorted(k.key_groups)):
-                packer = packers[i % 2]
+                packer: Any = packers[i % 2]
                 try:
-                    packer.pack(_state_groups(k, kg, encoders))
+                    groups = _state_groups(k, kg, encoders, large)
+                    if large and any(type(g) is _Large for g in groups):
+                        view = memoryview(_pack_pieces(groups, cache, used, pieces))  # type: ignore[arg-type]  # large: a cache
+                        packer = None
+                    else:
+                        packer.pack(groups)
+                        view = packer.getbuffer()
                 except (TypeError, OverflowError, ValueError) as e:
                     raise SerializerError(f"msgpack serializer: key group {kg}: {e}") from e
-                view = packer.getbuffer()
                 done = submit(view)
                 if pending is not None:
                     finish(*pending)
                 pending = (kg, done, view, packer)
+            if cache:  # forget values this snapshot no longer holds
+                for gone in [i for i in cache if i not in used]:
+                    del cache[gone]
         if s.operator is not None:
             view = memoryview(encode_operator(s.operator))
             done = submit(view)

@@ -73,6 +73,8 @@ class FileSystemCheckpointStorage:
     def __init__(self, root: str | Path, sync: bool = True) -> None:
         self.root = Path(root)
         self.sync = sync
+        self._job_dirs: set[str] = set()  # jobs whose shared/ and taskowned/ this instance made
+        self._swept: set[str] = set()  # jobs whose leftovers of a killed delete this instance removed
 
     def job_dir(self, job_id: str) -> Path:
         if not job_id or "/" in job_id or job_id.startswith("."):
@@ -87,11 +89,18 @@ class FileSystemCheckpointStorage:
     ) -> StateFileHandle:
         """Write one subtask's state file into ``chk-<n>/`` (before the checkpoint completes)."""
         d = self.checkpoint_dir(job_id, checkpoint_id)
-        for sub in (d, self.job_dir(job_id) / "shared", self.job_dir(job_id) / "taskowned"):
-            sub.mkdir(parents=True, exist_ok=True)
+        if job_id not in self._job_dirs:
+            for sub in (self.job_dir(job_id) / "shared", self.job_dir(job_id) / "taskowned"):
+                sub.mkdir(parents=True, exist_ok=True)
+            self._job_dirs.add(job_id)
         name = f"{state.operator_id}-{state.subtask_index}.state"
         binding = {"job_id": job_id, "checkpoint_id": checkpoint_id}
-        with open(d / name, "wb", buffering=0) as fh:
+        try:  # the checkpoint's directory exists from its first file on: no mkdir per file
+            fh = open(d / name, "wb", buffering=0)
+        except FileNotFoundError:
+            d.mkdir(parents=True, exist_ok=True)
+            fh = open(d / name, "wb", buffering=0)
+        with fh:
             if not self.sync:
                 fd = fh.fileno()
                 size, crc = write_subtask_state(state, lambda data: write_all(fd, data), binding)
@@ -140,7 +149,8 @@ class FileSystemCheckpointStorage:
         out: set[Path] = set()
         for f in directory.glob("*.state"):
             try:
-                refs = referenced_shared_files(f.read_bytes(), str(f))
+                with open(f, "rb") as fh:  # the header says whether it is a manifest: read only that
+                    refs = referenced_shared_files(fh, str(f))
                 # never delete a file outside the job's shared/ and taskowned/ on a manifest's word
                 out.update(confined_path(directory, r.path, directory.parent, str(f)).resolve() for r in refs)
             except (OSError, CorruptStateFileError):
@@ -201,8 +211,10 @@ class FileSystemCheckpointStorage:
         except FileNotFoundError:
             return
         shutil.rmtree(gone, ignore_errors=True)
-        for left in d.parent.glob(".discarded-chk-*"):  # of a process killed mid-delete
-            shutil.rmtree(left, ignore_errors=True)
+        if job_id not in self._swept:  # of a process killed mid-delete: only an earlier one's
+            self._swept.add(job_id)
+            for left in d.parent.glob(".discarded-chk-*"):
+                shutil.rmtree(left, ignore_errors=True)
 
     def checkpoint_dirs(self, job_id: str) -> list[tuple[int, Path]]:
         """All ``chk-<n>`` directories of a job, newest first (completed or not)."""

@@ -492,9 +492,15 @@ class MapState(_Handle):
         return out
 
     def keys(self) -> list[Any]:
+        if self._ttl is None:  # what items() gives, without building its pairs
+            d = self._map()
+            return [] if d is None else list(d)
         return [k for k, _ in self.items()]
 
     def values(self) -> list[Any]:
+        if self._ttl is None:
+            d = self._map()
+            return [] if d is None else list(d.values())
         return [v for _, v in self.items()]
 
     def is_empty(self) -> bool:

@@ -87,6 +87,8 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
         self._tables: dict[str, StateTable] = {}
         self._restored: dict[str, tuple[StateMeta, dict[Any, dict[Any, Any]]]] = {}
         self._per_record_cleanup: list[tuple[StateTable, int]] = []
+        # the packed elements of large list and map values, for shared snapshots (checkpoint.format_v3)
+        self._encoded: dict[int, Any] = {}
 
     # ------------------------------------------------------------------ keys
 
@@ -299,7 +301,10 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
                     kgs.setdefault(kg, {}).setdefault(name, {})[ns] = bucket
         if empty:
             self._drop_empty_namespaces(empty)
-        return KeyedStateSnapshot(self.max_parallelism, self.key_group_range, states, kgs, now)
+        snap = KeyedStateSnapshot(self.max_parallelism, self.key_group_range, states, kgs, now)
+        if shared:
+            snap.encoded = self._encoded
+        return snap
 
     def _snapshot_shared(
         self,

@@ -3,6 +3,8 @@ the same bytes as an isolated snapshot; an isolated snapshot shares no mutable v
 
 from __future__ import annotations
 
+import io
+
 import pytest
 
 from reference_impl.checkpoint.format import encode_subtask_state
@@ -87,3 +89,74 @@ def test_namespaces_left_empty_are_dropped_and_a_held_handle_still_writes():
     snap = b.snapshot()
     per_ns = {ns: m for groups in snap.key_groups.values() for ns, m in groups["per_window"].items()}
     assert per_ns == {"held": {"k": [2]}, 7: {"k": [3]}}
+
+
+def test_checkpoints_of_large_lists_and_maps_pack_only_what_changed_and_write_the_same_bytes():
+    """Large list and map values are packed once and then extended by what was appended (the heap
+    backend's encoding cache): every later checkpoint, after appends, overwrites, removals, expiry,
+    values replaced by equal ones of another type, mutable values changed in place and a restore,
+    writes exactly the bytes of a snapshot encoded from scratch."""
+    from reference_impl.checkpoint.format import decode_subtask_state
+
+    clock = ManualClock(10)
+    b = HeapKeyedStateBackend(32, KeyGroupRange(0, 31), clock)
+    ttl = StateTtlConfig(1_000)
+    starts = b.get_state(MapStateDescriptor("starts").enable_time_to_live(ttl))
+    plain = b.get_state(MapStateDescriptor("plain"))
+    ids = b.get_state(ListStateDescriptor("ids"))
+    recent = b.get_state(ListStateDescriptor("recent").enable_time_to_live(ttl))
+    boxes = b.get_state(ListStateDescriptor("boxes"))  # mutable elements: never cached
+
+    def check() -> None:
+        snap = b.snapshot(shared=True)
+        assert snap.encoded is b._encoded
+        cached = encode_subtask_state(SubtaskStateSnapshot("op", 0, 1, 32, keyed=snap))
+        snap.encoded = None
+        assert cached == encode_subtask_state(SubtaskStateSnapshot("op", 0, 1, 32, keyed=snap))
+
+    def grow(lo: int, hi: int) -> None:
+        for i in range(lo, hi):
+            b.set_current_key(f"u{i % 3}")
+            clock.set(10 + i)
+            starts.put(i, i * 2)
+            plain.put((i, "w"), True)
+            ids.add(f"e{i}")
+            recent.add(i)
+            if i % 3 == 0:
+                box = [i]
+                boxes.add(box)
+
+    grow(0, 150)
+    check()
+    assert b._encoded  # the large values are cached
+    grow(150, 160)  # appends only
+    check()
+    b.set_current_key("u1")
+    starts.put(1, 1.0)  # an overwrite: same length, an equal value of another type
+    plain.put((4, "w"), 1)  # True -> 1: equal, encoded differently
+    check()
+    starts.remove(4)
+    starts.put(4, 8)  # removed and added again: same length, another position
+    plain.remove((7, "w"))
+    plain.put((1000, "w"), True)
+    check()
+    b.set_current_key("u0")
+    boxes.get()[0].append("changed in place")  # the heap backend hands out its own objects
+    check()
+    clock.set(10 + 1_000 + 40)  # the oldest TTL'd entries expire
+    b.set_current_key("u2")
+    assert starts.get(2) is None and recent.get() is not None  # reads drop the expired
+    check()
+    ids.update([f"e{i}" for i in range(200)])  # a list replaced by a new one
+    check()
+    restored = HeapKeyedStateBackend(32, KeyGroupRange(0, 31), clock)
+    restored.restore([decode_subtask_state(io.BytesIO(_encode(b, shared=True)), "test")[0].keyed])
+    b = restored  # TtlValue pairs after a restore
+    starts = b.get_state(MapStateDescriptor("starts").enable_time_to_live(ttl))
+    ids = b.get_state(ListStateDescriptor("ids"))
+    check()
+    for i in range(300, 340):
+        b.set_current_key(f"u{i % 3}")
+        starts.put(i, i)
+        ids.add(f"e{i}")
+    check()

@@ -56,8 +56,9 @@ def _best_seconds(sc: Scenario, work: Path, repeats: int) -> float:
 def run(quick: bool) -> list[Figure]:
     records, keys = 20_000, 200
     repeats = 3 if quick else 5
-    # a fault-free run has no TTL reads, rescale or restore: those checks can only be unknown there
-    checks = [c for c in ORACLE_NAMES if c not in ("ttl", "rescale", "restored_state")]
+    # a fault-free run has no TTL reads, rescale, restore or lost executor: those checks can only be
+    # unknown there
+    checks = [c for c in ORACLE_NAMES if c not in ("ttl", "rescale", "restored_state", "adaptive_recovery")]
     bare = bare_loop_rate(records, keys, repeats)
     with tempfile.TemporaryDirectory(prefix="statechaos-bench-sim-") as tmp:
         work = Path(tmp)
