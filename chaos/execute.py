@@ -163,7 +163,7 @@ def _judged_as_progress(sc: Scenario, reason: str) -> bool:
     """A run that could not finish is a finding (a failed ``progress`` check, exit 1), not an
     infrastructure error, when the job's own code raised the same way again and again (any cluster),
     or on sim, where no environment can be the cause (a spent restart budget, no intact checkpoint)."""
-    from harness.user_code import YOUR_JOB_RAISED
+    from harness.driver.user_code import YOUR_JOB_RAISED
 
     return reason.startswith(YOUR_JOB_RAISED) or sc.cluster_kind == "sim"
 

@@ -117,7 +117,7 @@ def _run(sc: Scenario, run_dir: Path) -> tuple[list[str], dict[str, Any]]:
 def calibrate(sc: Scenario, work: Path) -> SearchSpace:
     """Run the scenario once without faults: it must pass, and its history bounds the triggers."""
     from harness.events import CheckpointCompleted, Restore, read_events
-    from harness.job_graph import task_name
+    from harness.job.job_graph import task_name
     from harness.run_store import RunStore
 
     base = sc.with_fields({"faults": []})

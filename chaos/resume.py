@@ -9,9 +9,9 @@ from pathlib import Path
 
 from chaos.errors import EnvironmentProblem
 from chaos.schedule import PlannedFault
+from harness.driver.jobmaster import RescaleRequest
 from harness.events import DriverReplaced, FaultStart, Rescale, RunEnd, read_events
 from harness.job import JobGraph
-from harness.jobmaster import RescaleRequest
 from harness.run_store import RunStore
 
 __all__ = ["resume_point"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from chaos.errors import InputError
 from chaos.scenario import Scenario
-from harness.adaptive import AdaptiveConfig
-from harness.coordinator import CheckpointConfig
-from harness.jobmaster import RescaleRequest
+from harness.driver.adaptive import AdaptiveConfig
+from harness.driver.coordinator import CheckpointConfig
+from harness.driver.jobmaster import RescaleRequest
 
 __all__ = ["adaptive_config", "checkpoint_config", "rescale_requests"]
 

@@ -36,11 +36,11 @@ from chaos.scenario_common import ScenarioCommon
 from chaos.scenario_job import DEFAULT_CHECKS
 from chaos.sss.scenario import SssPart
 from chaos.trigger import Duration, Strict, Trigger, coerce_trigger, parse_duration_ms
-from harness.adaptive import AdaptiveConfig  # the runtime owns the adaptive defaults
+from harness.driver.adaptive import AdaptiveConfig  # the runtime owns the adaptive defaults
 from harness.engines import ALIASES, ENGINES, RUNTIME, STRUCTURED_STREAMING, engine_in
-from harness.failpoints import FAILPOINTS  # the runtime owns its failpoint names
 from harness.oracles import ORACLES  # the oracle registry owns the check names
-from harness.sim import DEFAULT_TICK_MS  # the simulator owns its default pace
+from harness.sim.executor import DEFAULT_TICK_MS  # the simulator owns its default pace
+from harness.tasks.failpoints import FAILPOINTS  # the runtime owns its failpoint names
 from reference_impl.errors import InputError
 
 __all__ = [
@@ -145,7 +145,7 @@ class CheckpointSettings(Strict):
 
 
 class AdaptiveSettings(Strict):
-    """Adaptive recovery on Spark (``harness.adaptive``; Flink's adaptive scheduler in reactive mode):
+    """Adaptive recovery on Spark (``harness.driver.adaptive``; Flink's adaptive scheduler in reactive mode):
     restart with the slots left after an executor is lost, scale up when they return. Sim ignores it."""
 
     enabled: bool = True

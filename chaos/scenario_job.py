@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.job import JobGraph
-from harness.job_graph import ChannelName, TaskName
+from harness.job.job_graph import ChannelName, TaskName
 from harness.jobs import JobSpec, UnknownJobError, load_job
 
 __all__ = ["scenario_job", "job_problems", "default_checks", "checks_for", "DEFAULT_CHECKS"]
@@ -184,7 +184,7 @@ _MODEL_CHECKS = ("restored_state", "checkpoint_state")
 def _interleaving_state_problems(graph: JobGraph) -> list[tuple[tuple[Any, ...], str]]:
     """A state named in ``state_depends_on_interleaving(states=...)`` that no stage declares (a typo
     would leave the state it meant compared, and the verdict a false alarm)."""
-    from harness.reference_run import declared_state_names
+    from harness.reference.run import declared_state_names
 
     named = graph.contract.interleaving_states or frozenset()
     known = declared_state_names(graph, named)

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from chaos.injectors.base import Injector, InjectorError, NotReady
 from chaos.scenario import Fault, Scenario
-from harness.controls import Emit, ExecutorControls
+from harness.driver.controls import Emit, ExecutorControls
 from harness.events import FaultEnd, FaultStart
 
 __all__ = [
@@ -157,7 +157,7 @@ def _holds_tasks(f: Fault | FaultEntry) -> bool:
 
 @dataclass(frozen=True)
 class NemesisPlan:
-    """The run's planned faults as an executor is given them (:class:`harness.controls.FaultPlan`): it
+    """The run's planned faults as an executor is given them (:class:`harness.driver.controls.FaultPlan`): it
     records them in its ``run_start`` and, once constructed, starts a :class:`Nemesis` on its controls.
     ``injectors(controls)`` gives the factory that builds each planned fault's injector on that
     executor."""
@@ -176,7 +176,7 @@ class NemesisPlan:
 
 class Nemesis:
     """Fires planned faults when their triggers are reached and heals them after ``duration_ms``: the
-    :class:`~harness.controls.FaultScheduler` an executor starts from its :class:`NemesisPlan`.
+    :class:`~harness.driver.controls.FaultScheduler` an executor starts from its :class:`NemesisPlan`.
 
     ``factory(planned, rng)`` builds each planned fault's injector on the executor (None when the
     runtime acts by itself, e.g. at a failpoint); ``emit`` writes the executor's history, in the

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from harness.failpoints import FAILPOINTS  # the runtime owns its failpoint names
+from harness.tasks.failpoints import FAILPOINTS  # the runtime owns its failpoint names
 
 __all__ = ["Duration", "Strict", "Trigger", "coerce_trigger", "parse_duration_ms"]
 

@@ -26,11 +26,11 @@ if TYPE_CHECKING:
         StateBackendConfig,
         WatermarkStrategy,
     )
+    from harness.job.output_contract import OutputContract
+    from harness.job.sinks import ExactlyOnceFileSinkSpec
+    from harness.job.sources import CsvSource, GeneratorSource, JsonLinesSource, SequenceSource
     from harness.jobs import JobSpec, load_job, register_job
     from harness.jobs.ttl_verify import TtlReads
-    from harness.output_contract import OutputContract
-    from harness.sinks import ExactlyOnceFileSinkSpec
-    from harness.sources import CsvSource, GeneratorSource, JsonLinesSource, SequenceSource
     from reference_impl.state import (
         AggregatingStateDescriptor,
         ListStateDescriptor,
@@ -55,13 +55,13 @@ _API = {
     "TimerService": "reference_impl.timers",
     "MIN_WATERMARK": "reference_impl.timers",
     "MAX_WATERMARK": "reference_impl.timers",
-    "OutputContract": "harness.output_contract",
+    "OutputContract": "harness.job.output_contract",
     # sinks and sources
-    "ExactlyOnceFileSinkSpec": "harness.sinks",
-    "SequenceSource": "harness.sources",
-    "JsonLinesSource": "harness.sources",
-    "CsvSource": "harness.sources",
-    "GeneratorSource": "harness.sources",
+    "ExactlyOnceFileSinkSpec": "harness.job.sinks",
+    "SequenceSource": "harness.job.sources",
+    "JsonLinesSource": "harness.job.sources",
+    "CsvSource": "harness.job.sources",
+    "GeneratorSource": "harness.job.sources",
     # state
     "ValueStateDescriptor": "reference_impl.state",
     "ListStateDescriptor": "reference_impl.state",

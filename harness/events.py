@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar, dataclass_transform
 
-from harness.abort_cause import AbortCause, AbortReason
+from harness.driver.abort_cause import AbortCause, AbortReason
 from reference_impl.errors import StatechaosError
 
 __all__ = [

@@ -16,7 +16,7 @@ from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
 
-from harness.job_errors import JobFailure
+from harness.job.job_errors import JobFailure
 
 __all__ = ["ChildStalled", "ProgressWatch", "Stalled", "run_while_progressing", "tree_size"]
 

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from chaos.faults import FaultTarget, fault_injector
 from chaos.scenario import Scenario
 from chaos.schedule import NemesisPlan, PlannedFault
-from harness.controls import ExecutorControls
+from harness.driver.controls import ExecutorControls
 from harness.jobs import JobSpec
 
 __all__ = ["Cluster", "nemesis_for"]

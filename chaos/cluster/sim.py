@@ -15,7 +15,7 @@ from chaos.schedule import plan
 from chaos.scope import RunScope
 from harness.jobs import JobSpec
 from harness.run_store import RunStore
-from harness.sim import SimConfig, SimExecutor
+from harness.sim.executor import SimConfig, SimExecutor
 
 __all__ = ["SimCluster"]
 

@@ -19,7 +19,7 @@ from pydantic import model_validator
 from chaos.faults.params import FaultParams
 from chaos.faults.registry import FaultTarget
 from chaos.injectors.base import Injector, InjectorError, NotReady
-from harness.controls import ExecutorControls, InbandControls
+from harness.driver.controls import ExecutorControls, InbandControls
 
 __all__ = ["Delivery", "ProcessFaultParams", "delivery_of", "InbandProcessFault", "Delivered"]
 

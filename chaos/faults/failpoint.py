@@ -12,7 +12,7 @@ from pydantic import model_validator
 from chaos.faults.params import FaultParams, MaybeDuration
 from chaos.faults.registry import EVERY_CLUSTER, FaultKind, FaultTarget, register
 from chaos.injectors.base import Injector
-from harness.failpoints import FAILPOINTS
+from harness.tasks.failpoints import FAILPOINTS
 
 
 class FailpointFault(FaultParams):

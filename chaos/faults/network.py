@@ -18,8 +18,8 @@ from chaos.faults.registry import SPARK_CLUSTERS, FaultKind, FaultTarget, SssFac
 from chaos.injectors.base import Injector, InjectorError, NotReady
 from chaos.injectors.inband_network import InbandCut, InbandToxic
 from chaos.injectors.network import DisableLink, ToxicFault
-from harness.controls import InbandControls
-from harness.job_graph import ChannelName
+from harness.driver.controls import InbandControls
+from harness.job.job_graph import ChannelName
 from harness.toxics.kinds import check_attributes
 
 __all__ = ["NetworkFault", "TOXICS", "network_link", "delivery"]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 from chaos.faults.params import FaultParams
 from chaos.injectors.base import Injector
 from chaos.scope import RunScope
-from harness.controls import ExecutorControls
+from harness.driver.controls import ExecutorControls
 
 if TYPE_CHECKING:  # pyspark and the docker SDK load only when a run starts their cluster
     from chaos.injectors.network import ProxyRouter

@@ -13,7 +13,7 @@ from typing import Any
 
 from chaos.injectors.base import Injector
 from chaos.injectors.network import toxic_request
-from harness.messages import Toxic
+from harness.driver.messages import Toxic
 from harness.toxics.inband import link_ends, toxic_layer
 from harness.toxics.kinds import TOXIC_TYPES, ToxicSpec
 

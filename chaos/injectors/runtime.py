@@ -1,5 +1,5 @@
 """Faults the runtime performs on itself through an executor's controls
-(:class:`harness.controls.ExecutorControls`): crash a subtask, hold a checkpoint barrier on one
+(:class:`harness.driver.controls.ExecutorControls`): crash a subtask, hold a checkpoint barrier on one
 channel, skew a subtask's processing time, and close the checkpoint storage gate (slow, unavailable,
 full). Every executor offers the same controls with the same semantics, so these injectors work on
 sim and Spark alike."""
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from chaos.injectors.base import Injector, InjectorError
-from harness.controls import ExecutorControls
+from harness.driver.controls import ExecutorControls
 
 __all__ = ["CrashTask", "DelayBarrier", "SkewClock", "StorageGateFault"]
 

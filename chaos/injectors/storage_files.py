@@ -28,7 +28,7 @@ def pick_checkpoint_file(checkpoint_dir: Path, rng: random.Random, include_metad
 
 def own_inode(path: Path) -> None:
     """Give ``path`` an inode of its own before damaging it in place: the run keeps evidence copies
-    of checkpoints as hard links (``harness.jobmaster``), which must keep the bytes as written."""
+    of checkpoints as hard links (``harness.driver.jobmaster``), which must keep the bytes as written."""
     if path.stat().st_nlink > 1:
         tmp = path.with_name(path.name + ".unshare")
         shutil.copy2(path, tmp)

@@ -17,7 +17,7 @@ from harness.jobs.registry import (
     resolve_factory,
 )
 from harness.jobs.spec import JobSpec, KeySeqOutput
-from harness.reference_cache import reference_key
+from harness.reference.cache import reference_key
 
 __all__ = ["JOBS", "JobSpec", "KeySeqOutput", "UnknownJobError", "register_job", "load_job", "build_job"]
 

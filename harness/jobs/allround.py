@@ -42,9 +42,9 @@ from harness.job import (
     RuntimeContext,
     WatermarkStrategy,
 )
+from harness.job.sinks import ExactlyOnceFileSinkSpec
+from harness.job.sources import GeneratorSource
 from harness.jobs.registry import register_job
-from harness.sinks import ExactlyOnceFileSinkSpec
-from harness.sources import GeneratorSource
 from reference_impl.state import (
     AggregatingStateDescriptor,
     ListStateDescriptor,

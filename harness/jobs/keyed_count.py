@@ -8,10 +8,10 @@ import operator
 from typing import Any
 
 from harness.job import JobBuilder, JobGraph, KeyedProcessFunction, RuntimeContext
+from harness.job.sinks import ExactlyOnceFileSinkSpec
+from harness.job.sources import SequenceSource
 from harness.jobs.registry import register_job
 from harness.jobs.spec import KeySeqOutput
-from harness.sinks import ExactlyOnceFileSinkSpec
-from harness.sources import SequenceSource
 from reference_impl.state import ValueStateDescriptor
 
 __all__ = ["KeyedCount", "PerRecordCount", "keyed_count"]

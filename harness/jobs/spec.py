@@ -11,17 +11,17 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from harness import reference_cache
 from harness.job import JobGraph, OutputContract, SourceFunction
-from harness.reference_run import ReferenceRun, reference_output
-from harness.sources import SequenceSource, key_name
+from harness.job.sources import SequenceSource, key_name
+from harness.reference import cache as reference_cache
+from harness.reference.run import ReferenceRun, reference_output
 
 __all__ = ["JobSpec", "KeySeqOutput"]
 
 T = TypeVar("T")
 
 # what oracles derive from a fault-free output alone, by that output's identity (the cached list is the
-# same object in every run of the job in this process: ``harness.reference_cache``); the list is kept
+# same object in every run of the job in this process: ``harness.reference.cache``); the list is kept
 # in the entry, so its id names it while the entry lives
 _DERIVED: dict[int, tuple[list[Any], dict[str, Any]]] = {}
 _DERIVED_ENTRIES = 4
@@ -60,7 +60,7 @@ class JobSpec:
     graph: JobGraph
     options: dict[str, Any] = field(default_factory=dict)
     module: ModuleType | None = None  # the user module a ``module:factory`` job came from
-    # what the reference depends on (``harness.reference_cache``); None: computed for this spec alone
+    # what the reference depends on (``harness.reference.cache``); None: computed for this spec alone
     reference_key: str | None = None
 
     @property
@@ -84,7 +84,7 @@ class JobSpec:
 
     def expected_output(self) -> list[Any]:
         """The fault-free output: the job's ``expected(inputs)``, else the reference run's (kept per
-        job, options and input across runs: ``harness.reference_cache``). A copy: callers may keep it."""
+        job, options and input across runs: ``harness.reference.cache``). A copy: callers may keep it."""
         return list(self._reference[1])
 
     def from_reference(self, name: str, compute: Callable[[list[Any]], T]) -> T:

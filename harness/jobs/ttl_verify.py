@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.job import JobBuilder, JobGraph, KeyedProcessFunction, RuntimeContext
+from harness.job.sinks import ExactlyOnceFileSinkSpec
+from harness.job.sources import SequenceSource
 from harness.jobs.registry import UnknownJobError, register_job
 from harness.jobs.spec import KeySeqOutput
-from harness.sinks import ExactlyOnceFileSinkSpec
-from harness.sources import SequenceSource
 from reference_impl.state import ValueStateDescriptor
 from reference_impl.ttl import StateTtlConfig, StateVisibility, UpdateType
 

@@ -1,4 +1,4 @@
-"""Adaptive recovery (``harness.adaptive``, docs/adaptive-recovery.md), judged from the history alone,
+"""Adaptive recovery (``harness.driver.adaptive``, docs/adaptive-recovery.md), judged from the history alone,
 so on any executor that records the facts (``task_slots``, ``slot_layout``, ``rescale``):
 
 - every deployment adaptive recovery chose fits the task slots it was chosen on: it takes no more
@@ -12,7 +12,7 @@ so on any executor that records the facts (``task_slots``, ``slot_layout``, ``re
   taken the scale-up's savepoint, while one that makes no progress (a loaded machine) is not blamed
   for a scale-up it had no chance to take.
 
-The rules are stated here, not by calling :func:`harness.adaptive.fit`, so a wrong ``fit`` fails them."""
+The rules are stated here, not by calling :func:`harness.driver.adaptive.fit`, so a wrong ``fit`` fails them."""
 
 from __future__ import annotations
 

@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from harness.events import Event, FaultStart, Restore, RunEnd, RunStart, read_events
+from harness.job.sinks import TXN_NAME, committed_files
 from harness.run_store import RunStore
-from harness.sinks import TXN_NAME, committed_files
 from reference_impl.checkpoint.format import decode_subtask_state
 from reference_impl.inspect import CheckpointView, inspect_checkpoint
 from reference_impl.snapshot import SubtaskStateSnapshot

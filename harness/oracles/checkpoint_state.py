@@ -36,10 +36,10 @@ from harness.oracles.registry import register_oracle
 from harness.oracles.restored_state import plain
 from harness.oracles.restored_state import ttl_ms as ttl_ms_of
 from harness.oracles.verdict import Verdict
-from harness.reference_run import ReferenceRun
+from harness.reference.run import ReferenceRun
 from harness.run_store import RunStore
-from harness.source_task import SPLIT_TIMESTAMPS_STATE, SPLITS_STATE
-from harness.stream_task import WATERMARK_STATE
+from harness.tasks.source_task import SPLIT_TIMESTAMPS_STATE, SPLITS_STATE
+from harness.tasks.stream_task import WATERMARK_STATE
 from reference_impl.checkpoint.format import decode_subtask_state
 from reference_impl.inspect import CheckpointView, inspect_checkpoint
 from reference_impl.state.handles import VOID_NAMESPACE

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.abort_cause import AbortReason
+from harness.driver.abort_cause import AbortReason
 from harness.events import (
     CheckpointAborted,
     CheckpointCompleted,

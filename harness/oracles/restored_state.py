@@ -1,7 +1,7 @@
 """Restored-state equality: on every restore, the keyed state each subtask holds equals (1) the
 checkpoint it came from, read independently with ``inspect``, restricted to the subtask's key
 groups, and (2) for every keyed stage, the fault-free reference's state at the same cut: the job run
-sequentially (``harness.reference_run``) on exactly the input before that checkpoint's source
+sequentially (``harness.reference.run``) on exactly the input before that checkpoint's source
 offsets. An aligned checkpoint's state is a function of that input prefix alone, whatever the
 interleaving, for a deterministic job; a job whose state depends on interleaving or processing time
 says so, and then (2) is skipped for the keyed states it names, or for all of them; the verdict then
@@ -25,7 +25,7 @@ from harness.jobs import JobSpec
 from harness.oracles.artifacts import RunArtifacts
 from harness.oracles.registry import register_oracle
 from harness.oracles.verdict import Verdict
-from harness.reference_run import ReferenceRun
+from harness.reference.run import ReferenceRun
 from harness.tasks import WATERMARK_STATE
 from reference_impl.keygroups import KeyGroupRange
 from reference_impl.snapshot import TtlValue

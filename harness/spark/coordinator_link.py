@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from harness.messages import LinkConnected, LinkDisconnected, LinkRejected
+from harness.driver.messages import LinkConnected, LinkDisconnected, LinkRejected
 from harness.spark.admission import MAX_ADMITTING, Admission
 from harness.spark.data_channels import Endpoint, dial
 from harness.spark.frames import FrameDecoder, FrameSealer, TransportClosed
@@ -34,7 +34,7 @@ from harness.toxics.inband import DOWNSTREAM, UPSTREAM, LinkEnd, toxic_layer
 __all__ = ["CoordinatorServer", "CoordinatorClient", "CONNECTED", "DISCONNECTED", "REJECTED"]
 
 _RECV_CHUNK = 64 * 1024
-# lifecycle events put on the server queue, decoded as harness.messages.Link*: (task_id, (CONNECTED,
+# lifecycle events put on the server queue, decoded as harness.driver.messages.Link*: (task_id, (CONNECTED,
 # attempt)), (task_id, (DISCONNECTED, attempt, reason)), (task_id or "", (REJECTED, peer, reason))
 CONNECTED, DISCONNECTED, REJECTED = LinkConnected.TAG, LinkDisconnected.TAG, LinkRejected.TAG
 

@@ -6,11 +6,11 @@ the driver retire the old checkpoint coordinator and plan a restore from the new
 checkpoint; every task of the deployment restores from it. When Spark gives up on the stage, the
 driver's restart strategy resubmits the job (up to ``max_restarts``); a rescale stops the job (after
 a savepoint, or at once) and resubmits it at the new parallelism. Adaptive recovery
-(``harness.adaptive``): a lost deployment whose slots do not all come back within the resource
+(``harness.driver.adaptive``): a lost deployment whose slots do not all come back within the resource
 stabilization timeout is cancelled and resubmitted from the latest checkpoint at the parallelism the
 slots left allow, and scaled up again when slots return. What every driver does the same
-way (coordinator, restarts, rescales, the chaos controls, the fault scheduler) is ``harness.driver``;
-this module keeps how the tasks run (a Spark job) and how they are reached (``harness.messages`` over
+way (coordinator, restarts, rescales, the chaos controls, the fault scheduler) is ``harness.driver.core``;
+this module keeps how the tasks run (a Spark job) and how they are reached (``harness.driver.messages`` over
 each task's coordinator link).
 
 One module although ~400 lines: the driver loop, the deployment it tracks and the handling of every
@@ -25,12 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import harness.messages as ctl
-from harness.abort_cause import AbortCause, AbortReason
-from harness.adaptive import AdaptiveConfig, Fit, fit, slot_layout
-from harness.controls import FaultPlan, ProcessHandles
-from harness.coordinator import CheckpointConfig, JobFailedError
-from harness.driver import Driver
+import harness.driver.messages as ctl
+from harness.driver.abort_cause import AbortCause, AbortReason
+from harness.driver.adaptive import AdaptiveConfig, Fit, fit, slot_layout
+from harness.driver.controls import FaultPlan, ProcessHandles
+from harness.driver.coordinator import CheckpointConfig, JobFailedError
+from harness.driver.core import Driver
+from harness.driver.jobmaster import JobFailure, RescaleRequest
+from harness.driver.user_code import job_files, user_frame_in_text
 from harness.events import (
     CheckpointAborted,
     ConnectionRefused,
@@ -50,8 +52,7 @@ from harness.events import (
 )
 from harness.history import HistoryWriter
 from harness.job import JobGraph, task_name
-from harness.job_graph import ChannelName, TaskName
-from harness.jobmaster import JobFailure, RescaleRequest
+from harness.job.job_graph import ChannelName, TaskName
 from harness.progress import ProgressWatch, Stalled
 from harness.run_store import RunStore
 from harness.spark.cluster import SparkCluster
@@ -60,7 +61,6 @@ from harness.spark.network import Endpoint, TaskNetwork, coordinator_link
 from harness.spark.root_cause import record_stage_failure
 from harness.spark.stage import JOB_CODE_FAILED, submit_stage
 from harness.spark.transport import CoordinatorServer, RunSecret
-from harness.user_code import job_files, user_frame_in_text
 from reference_impl.checkpoint.completed import METADATA
 
 __all__ = ["SparkExecutor", "JOB_CODE_FAILED", "TASK_START_BOUND_S"]  # JOB_CODE_FAILED re-exported

@@ -30,7 +30,7 @@ from typing import Any
 
 import psutil
 
-from harness.messages import InbandFault, InbandHome, InbandReply
+from harness.driver.messages import InbandFault, InbandHome, InbandReply
 from harness.spark.cmdline import arg, cmdline
 
 __all__ = [

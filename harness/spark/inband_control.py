@@ -13,8 +13,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from harness.driver.messages import InbandFault, InbandHome, InbandReply
 from harness.events import FaultDelivered
-from harness.messages import InbandFault, InbandHome, InbandReply
 from harness.spark.inband import ACTIONS, ExecutorHome
 
 __all__ = ["InbandFaults", "InbandTarget", "NoTaskThere"]

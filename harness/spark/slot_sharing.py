@@ -1,5 +1,5 @@
 """A Spark task slot that runs several subtasks (adaptive recovery with fewer slots than operators,
-``harness.adaptive.slot_layout``): each subtask runs ``run_subtask`` on a thread of its own, as
+``harness.driver.adaptive.slot_layout``): each subtask runs ``run_subtask`` on a thread of its own, as
 Flink's slot sharing runs one subtask of each operator in a slot, and the slot fails as a whole,
 with the first error, when any of its subtasks fails. The subtasks learn each other's endpoints
 through the driver (``Gather``/``Peers``), as every subtask does, so sharing a slot changes nothing

@@ -74,7 +74,7 @@ def submit_stage(
     stall_s: float = 120.0,
 ) -> tuple[threading.Thread, dict[str, Any]]:
     """Run the job as one Spark job in job group ``group`` (``sc.cancelJobGroup`` stops it), on a
-    thread of its own, one barrier task per slot of ``layout`` (``harness.adaptive.slot_layout``); the
+    thread of its own, one barrier task per slot of ``layout`` (``harness.driver.adaptive.slot_layout``); the
     dict gets ``tasks`` (each subtask's summary) or ``error`` (what Spark raised when it gave up, or
     the cancel) when the thread ends."""
     n = len(layout)

@@ -15,18 +15,19 @@ from collections import deque
 from pathlib import Path
 from typing import Any, TypeVar
 
-import harness.messages as ctl
+import harness.driver.messages as ctl
 from harness.events import ClockSkewed, Event
-from harness.failpoints import Failpoints, InjectedCrash
-from harness.items import CheckpointBarrier, from_wire, to_wire
 from harness.job import JobGraph
+from harness.job.job_graph import task_name
 from harness.progress import ProgressWatch
 from harness.run_store import RunStore
 from harness.spark import inband
 from harness.spark.network import Endpoint, advertised_host, bind_host, data_link
 from harness.spark.transport import CoordinatorClient, InputGate, OutputChannel, RunSecret, TransportError
-from harness.storage_gate import GatedStorage
-from harness.tasks import SourceTask, StreamTask, TaskEnv, merge_record_runs, task_name
+from harness.tasks import SourceTask, StreamTask, TaskEnv, merge_record_runs
+from harness.tasks.failpoints import Failpoints, InjectedCrash
+from harness.tasks.items import CheckpointBarrier, from_wire, to_wire
+from harness.tasks.storage_gate import GatedStorage
 from harness.toxics.inband import toxic_layer
 from reference_impl.checkpoint import FileSystemCheckpointStorage, StateFileHandle, load_metadata
 from reference_impl.rescale import assign_state, restore_subtask
@@ -39,7 +40,7 @@ R = TypeVar("R", bound=ctl.Message)
 
 
 class _Link:
-    """The coordinator link (typed messages, ``harness.messages``) with a buffer, so a blocking
+    """The coordinator link (typed messages, ``harness.driver.messages``) with a buffer, so a blocking
     request (a failpoint) keeps other messages."""
 
     def __init__(self, client: CoordinatorClient) -> None:

@@ -91,7 +91,7 @@ def _digest(path: str) -> str:
 def _key(*parts: Any) -> str:
     """A replay's cache key; statechaos's own code is part of it (a change to how rows are read or
     written may change any replay)."""
-    from harness.reference_cache import runtime_digest
+    from harness.reference.cache import runtime_digest
 
     return hashlib.sha256(json.dumps([runtime_digest(), *parts], sort_keys=True).encode()).hexdigest()[:32]
 

@@ -16,7 +16,7 @@ what a proxied client would, through its usual ``select``/``recv``. A cut (Toxip
 closes a link's live connections and refuses new ones until it is lifted.
 
 Toxics are set per process, per link name (``harness.spark.network``): the driver tells both ends of a
-link over the coordinator link (``handle`` on a ``harness.messages.Toxic``) and ships the table to tasks
+link over the coordinator link (``handle`` on a ``harness.driver.messages.Toxic``) and ships the table to tasks
 deployed later (``table``, applied there with ``replace``).
 
 One module, a little over 400 lines: the end, its sink, its pipeline and the layer share the layer's

@@ -102,11 +102,11 @@ def test_macro_module_produces_figures(name: str) -> None:
 def test_profile_parser_counts_self_and_our_inclusive_samples(tmp_path: Path) -> None:
     raw = tmp_path / "spy.txt"
     raw.write_text(
-        "python (1);run (harness/tasks.py:10);encode (harness/sinks.py:57) 6\n"
-        "python (1);run (harness/tasks.py:10);feed (pyspark/worker.py:3) 3\n"
+        "python (1);run (harness/tasks/__init__.py:10);encode (harness/job/sinks.py:57) 6\n"
+        "python (1);run (harness/tasks/__init__.py:10);feed (pyspark/worker.py:3) 3\n"
         "python (2);wait (threading.py:331) 1\n"
     )
     total, own, incl = top_frames([raw])
     assert total == 10
-    assert own[0] == ("encode (harness/sinks.py:57)", 6)
-    assert dict(incl) == {"run (harness/tasks.py:10)": 9, "encode (harness/sinks.py:57)": 6}
+    assert own[0] == ("encode (harness/job/sinks.py:57)", 6)
+    assert dict(incl) == {"run (harness/tasks/__init__.py:10)": 9, "encode (harness/job/sinks.py:57)": 6}

@@ -18,8 +18,8 @@ import psutil
 import pytest
 
 from chaos.scenario import Scenario
+from harness.driver.messages import InbandFault, InbandHome, InbandReply, encode
 from harness.events import FaultDelivered, FaultStart
-from harness.messages import InbandFault, InbandHome, InbandReply, encode
 from harness.oracles.fault_schedule import unconfirmed
 from harness.spark.inband import (
     ExecutorHome,
@@ -37,7 +37,7 @@ OURS = "app-20261125170000-0007"
 # the planted "task": runs act() on the message in argv, printing what it sends to the driver
 TASK = """
 import json, sys, time
-from harness.messages import decode, encode
+from harness.driver.messages import decode, encode
 from harness.spark.inband import act, find_home
 home = find_home()
 print(json.dumps(["home", None if home is None else home.__dict__]), flush=True)

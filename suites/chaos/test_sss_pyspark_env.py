@@ -269,7 +269,7 @@ import harness.sss.query_driver, harness.sss.replay, harness.sss.row_diff, harne
 def test_the_driver_and_the_replay_import_nothing_a_users_pyspark_venv_lacks() -> None:
     """The driver, the replay and the analysis run under the user's PySpark, in a venv holding only PySpark and its pandas/pyarrow:
     none of statechaos's own dependencies may be imported on its path (a msgpack import through
-    harness.progress -> harness.jobmaster once made every run on 3.5.3 end `refused`)."""
+    harness.progress -> harness.driver.jobmaster once made every run on 3.5.3 end `refused`)."""
     blocked = ("msgpack", "pydantic", "mmh3", "rich", "yaml", "docker", "hypothesis", "rocksdict", "allure")
     r = subprocess.run([sys.executable, "-c", _LIGHT.format(blocked=blocked)], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]

@@ -505,8 +505,8 @@ def test_an_unreadable_file_falls_back(jobs, tmp_path, monkeypatch):
 
 @allure.feature("checkpoint damage")
 def test_no_intact_checkpoint_is_a_clear_error_and_a_job_failure(jobs, tmp_path):
+    from harness.driver.jobmaster import JobFailure, JobMaster
     from harness.history import HistoryWriter
-    from harness.jobmaster import JobFailure, JobMaster
     from reference_impl.checkpoint import NoIntactCheckpointError
 
     job_dir, _ = _copy(jobs, tmp_path / "checkpoints", "heap")

@@ -1,4 +1,4 @@
-"""Adaptive recovery's decision (``harness.adaptive``): which deployment the task slots left can run,
+"""Adaptive recovery's decision (``harness.driver.adaptive``): which deployment the task slots left can run,
 and which subtasks share a slot when there are fewer slots than operators."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import threading
 import allure
 import pytest
 
-from harness.adaptive import AdaptiveConfig, fit, slot_layout
+from harness.driver.adaptive import AdaptiveConfig, fit, slot_layout
 from harness.jobs import build_job
 from harness.spark.slot_sharing import run_shared
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.barriers import Alignment, BarrierAligner
+from harness.tasks.barriers import Alignment, BarrierAligner
 
 
 def test_single_channel_aligns_at_once():

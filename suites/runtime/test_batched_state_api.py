@@ -10,8 +10,8 @@ from typing import Any
 import allure
 import pytest
 
+from harness.job.sinks import committed_files
 from harness.jobs.keyed_count import KeyedCount
-from harness.sinks import committed_files
 from harness.tasks import merge_record_runs
 from suites.runtime.conftest import failed
 

@@ -15,7 +15,7 @@ import harness.tasks as tasks
 import reference_impl.rescale as rescale
 import reference_impl.state.ondisk_backend as ondisk
 import reference_impl.timers as timers
-from harness.items import CheckpointBarrier
+from harness.tasks.items import CheckpointBarrier
 from suites.runtime import timed_job  # noqa: F401 - registers test_timed
 from suites.runtime.conftest import caught_when_broken
 

@@ -10,15 +10,15 @@ import os
 import allure
 import pytest
 
-import harness.coordinator as coordinator
-import harness.jobmaster as jobmaster
-import harness.sinks as sinks
+import harness.driver.coordinator as coordinator
+import harness.driver.jobmaster as jobmaster
+import harness.job.sinks as sinks
 import harness.tasks as tasks
 import reference_impl.checkpoint.storage as storage
 import reference_impl.rescale as rescale
 import reference_impl.state.heap_backend as heap
-from harness.abort_cause import AbortCause
-from harness.barriers import BarrierAligner
+from harness.driver.abort_cause import AbortCause
+from harness.tasks.barriers import BarrierAligner
 from reference_impl.snapshot import TtlValue
 from suites.runtime.conftest import failed, fails
 

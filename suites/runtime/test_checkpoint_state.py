@@ -12,9 +12,9 @@ from chaos.report.runner import run_scenario
 from chaos.scenario import Scenario
 from chaos.scenario_job import default_checks
 from harness import KeyedProcessFunction, RuntimeContext
-from harness.barriers import BarrierAligner
 from harness.jobs.keyed_count import KeyedCount
 from harness.jobs.registry import JOBS
+from harness.tasks.barriers import BarrierAligner
 from reference_impl.operator_state import OperatorStateBackend
 from suites.runtime.conftest import BASE, caught_when_broken, failed, fails, keyed_count_with
 from suites.runtime.test_planted_bugs import _alignment_releases_the_first_channel

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.coordinator import CheckpointConfig, CheckpointCoordinator, JobFailedError
+from harness.driver.coordinator import CheckpointConfig, CheckpointCoordinator, JobFailedError
 from reference_impl.checkpoint import FileSystemCheckpointStorage
 from reference_impl.snapshot import SubtaskStateSnapshot
 

@@ -14,9 +14,8 @@ from types import SimpleNamespace
 import allure
 import pytest
 
-from harness.coordinator import CheckpointConfig
-from harness.jobs import build_job
-from harness.messages import (
+from harness.driver.coordinator import CheckpointConfig
+from harness.driver.messages import (
     AskCancelled,
     Cancel,
     Crash,
@@ -27,6 +26,7 @@ from harness.messages import (
     Register,
     Waiting,
 )
+from harness.jobs import build_job
 
 pytestmark = [allure.epic("runtime"), allure.feature("deployment start")]
 

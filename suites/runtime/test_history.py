@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.coordinator import CheckpointConfig, CheckpointCoordinator
+from harness.driver.coordinator import CheckpointConfig, CheckpointCoordinator
 from harness.history import HistoryWriter, read_history
 from reference_impl.checkpoint import FileSystemCheckpointStorage
 from reference_impl.time import ManualClock

@@ -21,7 +21,7 @@ from harness import (
     ValueStateDescriptor,
 )
 from harness.jobs import JOBS, UnknownJobError, load_job, register_job
-from harness.reference_run import ReferenceRun, reference_output
+from harness.reference.run import ReferenceRun, reference_output
 
 
 def gen(split: int, offset: int) -> list[Any]:

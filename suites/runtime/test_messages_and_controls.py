@@ -1,6 +1,6 @@
-"""The control messages (``harness.messages``) survive the wire (msgpack frames with an HMAC each) as
+"""The control messages (``harness.driver.messages``) survive the wire (msgpack frames with an HMAC each) as
 the same typed objects, and anything else is a clear error; the executor controls
-(``harness.controls``) mean the same on sim and on Spark."""
+(``harness.driver.controls``) mean the same on sim and on Spark."""
 
 from __future__ import annotations
 
@@ -12,10 +12,9 @@ from types import SimpleNamespace
 import allure
 import pytest
 
-from harness.controls import ExecutorControls
-from harness.coordinator import CheckpointConfig
-from harness.jobs import build_job
-from harness.messages import (
+from harness.driver.controls import ExecutorControls
+from harness.driver.coordinator import CheckpointConfig
+from harness.driver.messages import (
     _BY_TAG,
     Ack,
     Crash,
@@ -32,7 +31,8 @@ from harness.messages import (
     decode,
     encode,
 )
-from harness.sim import SimExecutor
+from harness.jobs import build_job
+from harness.sim.executor import SimExecutor
 from harness.spark.frames import FrameDecoder, FrameSealer
 from reference_impl.checkpoint import StateFileHandle
 

@@ -11,10 +11,10 @@ import allure
 import pytest
 
 from chaos.errors import classify
-from harness.abort_cause import AbortCause, AbortReason
+from harness.driver.abort_cause import AbortCause, AbortReason
 from harness.events import CheckpointAborted, CheckpointCompleted, from_json
-from harness.job_errors import JobDefinitionError
-from harness.job_graph import ChannelName, TaskName, task_name
+from harness.job.job_errors import JobDefinitionError
+from harness.job.job_graph import ChannelName, TaskName, task_name
 from harness.jobs import UnknownJobError
 from harness.oracles.artifacts import RunArtifacts
 from harness.oracles.integrity import _coordinator_problems

@@ -12,11 +12,11 @@ from typing import Any
 import allure
 import pytest
 
-import harness.stream_task as stream_task
+import harness.tasks.stream_task as stream_task
 import reference_impl.rescale as rescale
 import reference_impl.timers as timers
-from harness.barriers import BarrierAligner
-from harness.items import Watermark
+from harness.tasks.barriers import BarrierAligner
+from harness.tasks.items import Watermark
 from reference_impl.state.handles import _MergingHandle
 from suites.runtime.conftest import caught_when_broken
 

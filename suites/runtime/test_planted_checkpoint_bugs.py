@@ -11,9 +11,9 @@ from typing import Any
 import allure
 import pytest
 
-import harness.source_task as source_task
-import harness.stream_task as stream_task
-import harness.task_base as task_base
+import harness.tasks.source_task as source_task
+import harness.tasks.stream_task as stream_task
+import harness.tasks.task_base as task_base
 import reference_impl.timers as timers
 from harness import KeyedProcessFunction, RuntimeContext
 from harness.jobs.keyed_count import KeyedCount

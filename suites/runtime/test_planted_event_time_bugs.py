@@ -13,9 +13,9 @@ from typing import Any
 import allure
 import pytest
 
-import harness.stream_task as stream_task
+import harness.tasks.stream_task as stream_task
 import reference_impl.timers as timers
-from harness.items import Watermark
+from harness.tasks.items import Watermark
 from suites.runtime.conftest import caught_when_broken
 
 pytestmark = [allure.epic("runtime"), allure.feature("oracles catch broken runtimes")]

@@ -12,10 +12,10 @@ import allure
 
 import reference_impl.timers as timers
 from harness import ExactlyOnceFileSinkSpec, GeneratorSource, JobBuilder, KeyedProcessFunction
-from harness.failpoints import InjectedCrash
+from harness.driver.user_code import IDENTICAL_FAILURES, user_frame, user_frame_in_text
 from harness.jobs import register_job
 from harness.jobs.registry import JOBS
-from harness.user_code import IDENTICAL_FAILURES, user_frame, user_frame_in_text
+from harness.tasks.failpoints import InjectedCrash
 from suites.runtime.conftest import fails
 from suites.runtime.test_broken_timers_backends import TIMED
 
@@ -82,7 +82,7 @@ def test_the_jobs_own_exception_is_reported_with_its_file_and_line(sim_run):
 def test_the_users_frame_is_found_in_an_executors_traceback_text():
     text = (
         "Traceback (most recent call last):\n"
-        '  File "/opt/statechaos/harness/stream_task.py", line 210, in on_records\n'
+        '  File "/opt/statechaos/harness/tasks/stream_task.py", line 210, in on_records\n'
         "    process(r, ctx)\n"
         f'  File "{__file__}", line {_LINE}, in process_element\n'
         "    raise ValueError(...)\n"

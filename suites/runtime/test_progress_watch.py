@@ -97,7 +97,7 @@ class _ScriptedDriver:
     one second of a fake clock (so no test here waits on the machine's speed)."""
 
     def __init__(self, script: list[list[object]]) -> None:
-        import harness.messages as ctl
+        import harness.driver.messages as ctl
 
         self.t, self.sent = 0.0, []
         self._script = [[ctl.encode(m) for m in step] for step in script]
@@ -120,7 +120,7 @@ def _link(monkeypatch, script):
 
 
 def test_a_tasks_gather_waits_while_other_tasks_keep_registering(monkeypatch):
-    import harness.messages as ctl
+    import harness.driver.messages as ctl
 
     waiting = [[ctl.Waiting(2 + i, 1 + i, 12)] for i in range(10)]  # 10 s: over the 3 s bound in total
     link, _ = _link(monkeypatch, [*waiting, [ctl.Peers(["a", "b"])]])
@@ -128,7 +128,7 @@ def test_a_tasks_gather_waits_while_other_tasks_keep_registering(monkeypatch):
 
 
 def test_a_tasks_wait_that_sees_no_progress_fails_naming_what_stopped(monkeypatch):
-    import harness.messages as ctl
+    import harness.driver.messages as ctl
 
     link, _ = _link(monkeypatch, [[ctl.Waiting(12, 5, 12)]])
     with pytest.raises(TimeoutError, match=r"no peers from the driver: no progress for 4 s \(bound 3 s\): "
@@ -137,7 +137,7 @@ def test_a_tasks_wait_that_sees_no_progress_fails_naming_what_stopped(monkeypatc
 
 
 def test_a_cancel_ends_a_tasks_wait_at_once(monkeypatch):
-    import harness.messages as ctl
+    import harness.driver.messages as ctl
 
     link, task_runner = _link(monkeypatch, [[ctl.Waiting(1, 1, 4)], [ctl.Cancel()]])
     with pytest.raises(task_runner.Cancelled, match="while waiting for peers"):
@@ -155,14 +155,14 @@ class _AnsweringDriver(_ScriptedDriver):
         self.answer, self.late, self.asked_at = answer, late, None
 
     def send(self, raw: object) -> None:
-        import harness.messages as ctl
+        import harness.driver.messages as ctl
 
         super().send(raw)
         if isinstance(ctl.decode(raw), ctl.AskCancelled):
             self.asked_at = self.t
 
     def poll(self, _timeout_s: float) -> list[object]:
-        import harness.messages as ctl
+        import harness.driver.messages as ctl
 
         self.t += 1.0
         if self.asked_at is not None and self.t - self.asked_at >= self.late:
@@ -175,7 +175,7 @@ class _AnsweringDriver(_ScriptedDriver):
 def test_a_task_whose_peer_closed_asks_the_driver_and_waits_for_its_answer(monkeypatch, answer):
     """The driver's cancel may trail the peer's close by more than any fixed wait on a loaded machine
     (the task waited 1 s, then took the close for a failure): the task asks, and the answer decides."""
-    import harness.messages as ctl
+    import harness.driver.messages as ctl
     from harness.progress import ProgressWatch
     from harness.spark import task_runner
 
@@ -188,7 +188,7 @@ def test_a_task_whose_peer_closed_asks_the_driver_and_waits_for_its_answer(monke
 
 
 def test_a_driver_that_never_answers_is_no_cancel(monkeypatch):
-    import harness.messages as ctl
+    import harness.driver.messages as ctl
 
     link, _ = _link(monkeypatch, [])
     assert not link.cancelled("job-1", stall_s=3)  # fails the task after its stall bound, as any wait
@@ -222,7 +222,7 @@ def test_the_spark_driver_does_not_count_a_planned_pause_towards_a_stall(tmp_pat
     scheduler reports a planned pause, and counts from the pause's end."""
     from types import SimpleNamespace
 
-    from harness.coordinator import CheckpointConfig
+    from harness.driver.coordinator import CheckpointConfig
     from harness.jobs import build_job
     from harness.progress import Stalled
     from harness.spark.executor import SparkExecutor

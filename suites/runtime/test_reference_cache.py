@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 import harness.jobs.spec as spec_module
-from harness import reference_cache
 from harness.jobs import load_job
+from harness.reference import cache as reference_cache
 
 
 @pytest.fixture

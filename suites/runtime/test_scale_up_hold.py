@@ -13,7 +13,7 @@ import allure
 import psutil
 import pytest
 
-from harness.coordinator import CheckpointConfig
+from harness.driver.coordinator import CheckpointConfig
 from harness.history import read_history
 from harness.jobs import build_job
 from harness.run_store import RunStore

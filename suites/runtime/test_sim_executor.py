@@ -165,7 +165,7 @@ def test_a_slow_machine_gives_the_same_checkpoints_and_history(sim_run, monkeypa
     """The sim's time is simulated: a run slowed down in wall time (every record batch and every
     state snapshot takes real milliseconds more, as on a loaded machine) completes the same
     checkpoints and writes the same history, byte for byte, as the same seed on a quiet one."""
-    from harness.stream_task import StreamTask
+    from harness.tasks.stream_task import StreamTask
     from reference_impl.state.heap_backend import HeapKeyedStateBackend
 
     kw = dict(

@@ -9,7 +9,7 @@ import allure
 import pytest
 
 from harness.job import RuntimeContext
-from harness.sources import FileSource, SequenceSource, key_name
+from harness.job.sources import FileSource, SequenceSource, key_name
 from reference_impl.time import ManualClock
 
 pytestmark = [allure.epic("runtime"), allure.feature("sources")]
@@ -75,7 +75,7 @@ def test_an_interleaved_generator_keeps_its_splits_within_a_poll_of_each_other()
     """A poll smaller than the number of splits goes to the splits furthest behind: served always from
     the first splits, the last fell ever further behind and held the watermark (their minimum) back,
     so a job's open windows grew with its input."""
-    from harness.sources import GeneratorSource
+    from harness.job.sources import GeneratorSource
 
     src = GeneratorSource(_record, splits=3, records_per_split=1000, interleave=True)
     src.open(src.initial_splits(), ctx())

@@ -6,7 +6,7 @@ import errno
 
 import pytest
 
-from harness.storage_gate import GatedStorage
+from harness.tasks.storage_gate import GatedStorage
 from reference_impl.checkpoint import FileSystemCheckpointStorage
 from reference_impl.snapshot import SubtaskStateSnapshot
 

@@ -15,9 +15,9 @@ import pytest
 
 from chaos.report.runner import run_scenario
 from chaos.scenario import Scenario
-from harness.coordinator import CheckpointConfig
-from harness.items import Watermark
-from harness.sim import SimExecutor
+from harness.driver.coordinator import CheckpointConfig
+from harness.sim.executor import SimExecutor
+from harness.tasks.items import Watermark
 from suites.runtime import timed_job
 from suites.runtime.conftest import failed
 from suites.runtime.timed_job import timed

@@ -4,7 +4,7 @@ the rest."""
 
 from __future__ import annotations
 
-from harness.sinks import TwoPhaseCommitFileSink, read_committed
+from harness.job.sinks import TwoPhaseCommitFileSink, read_committed
 
 
 def sink(tmp_path, events, subtask=0, attempt=0):
@@ -77,7 +77,7 @@ def test_restore_at_lower_parallelism_commits_every_old_subtasks_transactions(tm
 
 
 def test_a_fence_drops_replayed_records_a_lost_checkpoint_already_committed(tmp_path):
-    from harness.sinks import write_fence
+    from harness.job.sinks import write_fence
 
     events = []
     s = sink(tmp_path, events)

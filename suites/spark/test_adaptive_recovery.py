@@ -88,7 +88,7 @@ def test_planted_adaptive_recovery_sharing_slots_at_the_boundary_is_caught(run_s
     had one of its own. The output stays exactly-once, so only ``adaptive_recovery`` (added to the
     checks because adaptive recovery acted) catches it: exit 1, not an error."""
     import harness.spark.executor as executor
-    from harness.adaptive import Fit, fit
+    from harness.driver.adaptive import Fit, fit
 
     def one_slot_too_many(configured: dict[str, int], slots: int) -> Fit:
         if slots >= sum(configured.values()):

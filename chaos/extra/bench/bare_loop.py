@@ -8,8 +8,8 @@ from __future__ import annotations
 import mmh3
 
 from chaos.extra.bench.core import best_rate
-from harness.sinks import encode_line
-from harness.sources import key_name
+from harness.job.sinks import encode_line
+from harness.job.sources import key_name
 
 __all__ = ["bare_loop", "bare_loop_rate"]
 

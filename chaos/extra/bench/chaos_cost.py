@@ -8,7 +8,7 @@ checkpoint 29).
 
 Two rows per size: the whole scenario with the fault-free reference computed (the first run of a
 job) and with it taken from the reference cache (every later run, seed and ``explore`` iteration:
-``harness.reference_cache``). The ratio is whole / alone; the issue's bound is 2. Two growth rows:
+``harness.reference.cache``). The ratio is whole / alone; the issue's bound is 2. Two growth rows:
 the largest size's time over the smallest's, for the job alone and the whole scenario (cached),
 against the records' own ratio; the issue's bound is 1.1 (4x the records at most 4.4x the time).
 
@@ -29,7 +29,7 @@ from typing import Any
 from chaos.execute import execute_scenario
 from chaos.extra.bench.core import Figure
 from chaos.scenario import Scenario, load_scenario
-from harness import reference_cache
+from harness.reference import cache as reference_cache
 
 __all__ = ["run", "RATIO_TARGET"]
 

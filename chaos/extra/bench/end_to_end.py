@@ -96,9 +96,9 @@ def run_ours(
     """The built-in ``keyed_count`` job (source 1, count 1) on ``cluster``; timed from submission to
     the final commit. Checks that the committed output holds exactly ``records`` lines.
     ``options``: the job's options (``{"batched": False}``: the per-record path)."""
-    from harness.coordinator import CheckpointConfig
+    from harness.driver.coordinator import CheckpointConfig
+    from harness.job.sinks import committed_files
     from harness.jobs import build_job
-    from harness.sinks import committed_files
     from harness.spark.executor import SparkExecutor
 
     spec = build_job("keyed_count", records, keys, 1, 128, {"source": 1, "count": 1}, options)

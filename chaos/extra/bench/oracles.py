@@ -13,10 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from chaos.extra.bench.core import Figure
+from harness.job.sources import SequenceSource, key_name
 from harness.jobs import JobSpec, build_job
 from harness.oracles.artifacts import RunArtifacts
 from harness.oracles.exactly_once import _check_per_record, check_exactly_once
-from harness.sources import SequenceSource, key_name
 
 __all__ = ["run"]
 

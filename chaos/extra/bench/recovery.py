@@ -8,7 +8,7 @@ completed (ours: the coordinator completed checkpoint 2; Structured Streaming: m
 commit file exists), and stop the clock at the first checkpoint completed after that — ours: the
 first checkpoint of the next deployment, at whatever parallelism (Spark fails the barrier stage;
 with a spare slot per task it relaunches every task at once; without one, adaptive recovery
-(``harness.adaptive``, on by default) restarts the job on the slot left, sharing it, after the
+(``harness.driver.adaptive``, on by default) restarts the job on the slot left, sharing it, after the
 resource stabilization timeout; every task restores from checkpoint 2, then the coordinator
 completes a new checkpoint); Structured
 Streaming: the next micro-batch commit (Spark retries the lost tasks, the state store reloads the

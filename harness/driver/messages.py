@@ -399,7 +399,7 @@ class Exhausted(Message):
 @message("raised")
 class Raised(Message):
     """The task failed with an exception (its Python traceback as text): the driver finds the job's
-    own frame in it (``harness.user_code``) when it deploys the job again."""
+    own frame in it (``harness.driver.user_code``) when it deploys the job again."""
 
     traceback: str
 

@@ -12,9 +12,7 @@ import copy
 from collections.abc import Callable
 from typing import Any, cast
 
-from harness.barriers import Alignment, BarrierAligner
 from harness.events import BarrierAlignment
-from harness.items import CancelCheckpointMarker, CheckpointBarrier, EndOfInput, Watermark
 from harness.job import (
     KeyedBroadcastProcessFunction,
     KeyedProcessFunction,
@@ -22,11 +20,13 @@ from harness.job import (
     StageSpec,
     apply_chain,
 )
-from harness.partitioner import Partitioner
+from harness.job.sinks import SINK_STATE, TwoPhaseCommitFileSink
 from harness.run_store import RunStore
-from harness.sinks import SINK_STATE, TwoPhaseCommitFileSink
-from harness.task_base import TaskBase
-from harness.task_env import TaskEnv
+from harness.tasks.barriers import Alignment, BarrierAligner
+from harness.tasks.items import CancelCheckpointMarker, CheckpointBarrier, EndOfInput, Watermark
+from harness.tasks.partitioner import Partitioner
+from harness.tasks.task_base import TaskBase
+from harness.tasks.task_env import TaskEnv
 from reference_impl.keygroups import (
     KeyGroupRange,
 )

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from harness.events import Emit
-from harness.failpoints import Failpoints
 from harness.job import JobGraph
+from harness.tasks.failpoints import Failpoints
 from reference_impl.checkpoint import StateFileHandle
 from reference_impl.snapshot import SubtaskStateSnapshot
 from reference_impl.time import TimeProvider

@@ -11,7 +11,7 @@ import operator
 from collections.abc import Iterable
 from typing import Any
 
-from harness.job_errors import JobDefinitionError
+from harness.job.job_errors import JobDefinitionError
 from reference_impl.operator_state import OperatorStateBackend
 from reference_impl.state import StateDescriptor
 from reference_impl.time import TimeProvider

@@ -7,7 +7,7 @@ Spark executor tests on Spark); :class:`InbandControls` is what in-band faults a
 and starts on itself; :class:`FaultScheduler` is what it tells the started scheduler (``chaos.schedule.Nemesis``).
 
 Adding a control is one method on :class:`ExecutorControls` and its implementation in
-``harness.driver.Driver`` (validation and what is remembered across restarts) plus, per executor, how
+``harness.driver.core.Driver`` (validation and what is remembered across restarts) plus, per executor, how
 it reaches the tasks (``_crash``, ``_skew``, ... on ``SimExecutor`` and ``SparkExecutor``).
 """
 
@@ -86,7 +86,7 @@ class InbandControls(Protocol):
     inband: Any
 
     def tell(self, task: str, msg: Any) -> bool:
-        """Send the control message ``msg`` (``harness.messages``) to ``task``; False when it is not
+        """Send the control message ``msg`` (``harness.driver.messages``) to ``task``; False when it is not
         connected (it gets the run's in-band state when it is deployed again)."""
         ...
 

@@ -8,7 +8,7 @@ from typing import Any
 from harness.events import Restore
 from harness.job import task_name
 from harness.run_store import RunStore
-from harness.task_env import TaskEnv
+from harness.tasks.task_env import TaskEnv
 from reference_impl.checkpoint.format import encode_subtask_state
 from reference_impl.keygroups import (
     compute_key_group_range_for_operator_index,

@@ -8,7 +8,7 @@ emits a seeded number of records, a keyed subtask consumes items from its unbloc
 anywhere restarts the whole job (one failover region, as with Flink's all-to-all keyed edges) from
 the newest intact checkpoint after a restart delay; a rescale restarts it at another parallelism from
 a savepoint or the latest checkpoint. The task code is ``harness.tasks``, shared with Spark; what every
-driver does the same way (coordinator, restarts, rescales, controls) is ``harness.driver``.
+driver does the same way (coordinator, restarts, rescales, controls) is ``harness.driver.core``.
 """
 
 from __future__ import annotations
@@ -20,23 +20,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.controls import FaultPlan
-from harness.coordinator import CheckpointConfig, JobFailedError
-from harness.driver import Driver
+from harness.driver.controls import FaultPlan
+from harness.driver.coordinator import CheckpointConfig, JobFailedError
+from harness.driver.core import Driver
+from harness.driver.jobmaster import JobFailure, RescaleRequest, RestorePlan, RunSummary
+from harness.driver.messages import Ack, Decline, Message
+from harness.driver.user_code import job_files, user_frame
 from harness.events import RecordsIn, RecordsOut, TimersFired
-from harness.failpoints import Failpoints, InjectedCrash
 from harness.history import HistoryWriter
-from harness.items import is_control
 from harness.job import JobGraph, task_name
-from harness.job_graph import ChannelName
-from harness.jobmaster import JobFailure, RescaleRequest, RestorePlan, RunSummary
-from harness.messages import Ack, Decline, Message
+from harness.job.job_graph import ChannelName
 from harness.progress import ProgressWatch, Stalled
 from harness.run_store import RunStore
-from harness.sim_links import SimChannel, SimGateway, SimOutput
-from harness.storage_gate import GatedStorage
+from harness.sim.links import SimChannel, SimGateway, SimOutput
 from harness.tasks import SourceTask, StreamTask, TaskEnv
-from harness.user_code import job_files, user_frame
+from harness.tasks.failpoints import Failpoints, InjectedCrash
+from harness.tasks.items import is_control
+from harness.tasks.storage_gate import GatedStorage
 from reference_impl.rescale import restore_subtask
 from reference_impl.time import ManualClock, SkewedClock
 

@@ -4,9 +4,9 @@ counted against the budget, the chaos controls (validated, and remembered across
 scheduler's observations, and the run's first and last history events.
 
 An executor subclasses :class:`Driver` and keeps only how its tasks run and how they are reached:
-``SimExecutor`` (``harness.sim``) steps them in this process under simulated time; ``SparkExecutor``
+``SimExecutor`` (``harness.sim.executor``) steps them in this process under simulated time; ``SparkExecutor``
 (``harness.spark.executor``) runs them as a Spark barrier stage and reaches them over coordinator links
-(``harness.messages``). The hooks it implements are the ``_``-methods below that raise
+(``harness.driver.messages``). The hooks it implements are the ``_``-methods below that raise
 ``NotImplementedError``.
 """
 
@@ -16,16 +16,16 @@ import contextlib
 from pathlib import Path
 from typing import Any, ClassVar
 
-from harness.controls import ExecutorControls, FaultPlan, FaultScheduler, ProcessHandles
-from harness.coordinator import CheckpointConfig, CheckpointCoordinator
+from harness.driver.controls import ExecutorControls, FaultPlan, FaultScheduler, ProcessHandles
+from harness.driver.coordinator import CheckpointConfig, CheckpointCoordinator
+from harness.driver.input_gate import EndOfInputGate, hold_limit_ms
+from harness.driver.jobmaster import JobFailure, JobMaster, RescaleRequest, RescaleSchedule, RunSummary
+from harness.driver.user_code import UserFrame
 from harness.events import RunStalled, RunStart
 from harness.history import HistoryWriter
-from harness.input_gate import EndOfInputGate, hold_limit_ms
 from harness.job import JobGraph, task_name
-from harness.job_graph import ChannelName
-from harness.jobmaster import JobFailure, JobMaster, RescaleRequest, RescaleSchedule, RunSummary
+from harness.job.job_graph import ChannelName
 from harness.progress import Stalled
-from harness.user_code import UserFrame
 
 __all__ = ["Driver"]
 

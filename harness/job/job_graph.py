@@ -1,7 +1,7 @@
 """A job graph (:class:`JobGraph`): its source(s), keyed stages and chained operators, their
 parallelism and max parallelism, state backends, event time, and the channels and subtasks executors
 deploy. A description, not running code: every executor deep-copies the function templates for each
-subtask and attempt. Built with ``harness.job_builder.JobBuilder``; re-exported by ``harness.job``."""
+subtask and attempt. Built with ``harness.job.job_builder.JobBuilder``; re-exported by ``harness.job``."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from harness.functions import KeyedProcessFunction, SourceFunction
-from harness.job_errors import JobDefinitionError
-from harness.output_contract import OutputContract
+from harness.job.functions import KeyedProcessFunction, SourceFunction
+from harness.job.job_errors import JobDefinitionError
+from harness.job.output_contract import OutputContract
 from reference_impl.keygroups import check_parallelism
 from reference_impl.time import TimeProvider
 
@@ -142,7 +142,7 @@ class StageSpec:
     function: KeyedProcessFunction
     parallelism: int
     chain: list[Chained] = field(default_factory=list)
-    sink: Any = None  # a sink template (harness.sinks.ExactlyOnceFileSinkSpec)
+    sink: Any = None  # a sink template (harness.job.sinks.ExactlyOnceFileSinkSpec)
     broadcast: SourceSpec | None = None  # a source broadcast to every subtask of this stage
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.abort_cause import AbortCause, AbortReason
+from harness.driver.abort_cause import AbortCause, AbortReason
 from harness.events import (
     CheckpointAborted,
     CheckpointAcked,

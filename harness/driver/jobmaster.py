@@ -11,14 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.coordinator import CheckpointConfig, CheckpointCoordinator
+from harness.driver.coordinator import CheckpointConfig, CheckpointCoordinator
+from harness.driver.user_code import IDENTICAL_FAILURES, YOUR_JOB_RAISED, UserFrame
 from harness.events import ABSENT, CheckpointSkipped, JobRestart, Rescale, RunEnd, SinkFence
 from harness.history import HistoryWriter
 from harness.job import JobGraph
-from harness.job_errors import JobFailure
+from harness.job.job_errors import JobFailure
+from harness.job.sinks import committed_files, write_fence
 from harness.run_store import RunStore
-from harness.sinks import committed_files, write_fence
-from harness.user_code import IDENTICAL_FAILURES, YOUR_JOB_RAISED, UserFrame
 from reference_impl.checkpoint import (
     CompletedCheckpoint,
     FileSystemCheckpointStorage,
@@ -41,7 +41,7 @@ class RescaleRequest:
     parallelism: dict[str, int] | int
     savepoint: bool = True
     done: bool = False
-    reason: str = "scheduled"  # or "adaptive" (harness.adaptive: slots were lost or came back)
+    reason: str = "scheduled"  # or "adaptive" (harness.driver.adaptive: slots were lost or came back)
     slots: int | None = None  # adaptive: the task slots the new deployment takes
 
     def due(self, now_ms: int, records: int, checkpoint: int | None = None) -> bool:
@@ -318,7 +318,7 @@ class JobMaster:
         reason: str = "scheduled",
         slots: int | None = None,
     ) -> None:
-        """A ``rescale`` event; an adaptive one (``harness.adaptive``) names the task slots it fits."""
+        """A ``rescale`` event; an adaptive one (``harness.driver.adaptive``) names the task slots it fits."""
         self.history.emit(
             Rescale(
                 from_=old,

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from harness.controls import Emit, FaultScheduler
+from harness.driver.controls import Emit, FaultScheduler
 from harness.events import InputHeld, InputReleased
 
 __all__ = ["EndOfInputGate", "PendingRescales", "hold_limit_ms"]
@@ -35,7 +35,7 @@ class _Trigger(Protocol):
 
 
 class PendingRescales(Protocol):
-    """What the gate asks of the run's rescale plan (``harness.jobmaster.RescaleSchedule``, a module
+    """What the gate asks of the run's rescale plan (``harness.driver.jobmaster.RescaleSchedule``, a module
     above this one): the steps whose trigger is still to come, and whether one is under way."""
 
     @property

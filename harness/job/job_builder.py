@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from harness.functions import KeyedBroadcastProcessFunction, KeyedProcessFunction, SourceFunction
-from harness.job_errors import JobDefinitionError
-from harness.job_graph import (
+from harness.job.functions import KeyedBroadcastProcessFunction, KeyedProcessFunction, SourceFunction
+from harness.job.job_errors import JobDefinitionError
+from harness.job.job_graph import (
     Chained,
     JobGraph,
     SourceSpec,
@@ -16,7 +16,7 @@ from harness.job_graph import (
     StateBackendConfig,
     WatermarkStrategy,
 )
-from harness.output_contract import OutputContract
+from harness.job.output_contract import OutputContract
 
 __all__ = ["JobBuilder"]
 

@@ -1,15 +1,15 @@
 """How the sim executor's subtasks are reached: in-memory channels whose items become readable at a
 simulated time (:class:`SimChannel`), a subtask's output writer (:class:`SimOutput`, which also holds
 a barrier back for the delay_barrier control) and the coordinator gateway (:class:`SimGateway`, acks
-and declines as ``harness.messages`` with the ack latency)."""
+and declines as ``harness.driver.messages`` with the ack latency)."""
 
 from __future__ import annotations
 
 from collections import deque
 from typing import Any, Protocol
 
-from harness.items import CheckpointBarrier
-from harness.messages import Ack, Decline, Message
+from harness.driver.messages import Ack, Decline, Message
+from harness.tasks.items import CheckpointBarrier
 from reference_impl.checkpoint import StateFileHandle
 
 __all__ = ["SimChannel", "SimOutput", "SimGateway", "SimHost"]
@@ -21,7 +21,7 @@ class _Latencies(Protocol):
 
 
 class SimHost(Protocol):
-    """What the links need of the sim executor (``harness.sim.SimExecutor``, which imports this
+    """What the links need of the sim executor (``harness.sim.executor.SimExecutor``, which imports this
     module): its clock, the current step's extra delay, its latencies, the attempt, and the way to
     its coordinator."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from harness.task_env import OutputWriter
+from harness.tasks.task_env import OutputWriter
 from reference_impl.keygroups import (
     assign_to_key_group,
     compute_operator_index_for_key_group,

@@ -1,6 +1,6 @@
 """The fault-free reference computed once per job, options and input, not once per scenario run.
 
-The reference (``harness.reference_run.reference_output``: the whole input and the fault-free output)
+The reference (``harness.reference.run.reference_output``: the whole input and the fault-free output)
 depends only on the job's code, the arguments its factory was called with, its max parallelism and
 its input, never on faults, seeds the factory does not take, or parallelism. So it is kept in this
 process (the last few jobs) and on disk, under a key made of:

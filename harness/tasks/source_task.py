@@ -7,11 +7,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from harness.items import CheckpointBarrier, EndOfInput, Watermark
 from harness.job import RuntimeContext, apply_chain
-from harness.partitioner import Partitioner
-from harness.task_base import TaskBase
-from harness.task_env import TaskEnv
+from harness.tasks.items import CheckpointBarrier, EndOfInput, Watermark
+from harness.tasks.partitioner import Partitioner
+from harness.tasks.task_base import TaskBase
+from harness.tasks.task_env import TaskEnv
 from reference_impl.rescale import RestoredSubtask
 from reference_impl.timers import MAX_WATERMARK, MIN_WATERMARK
 
@@ -117,7 +117,7 @@ class SourceTask(TaskBase):
     def announce_exhausted(self) -> None:
         """This subtask has read everything: the maximum watermark goes downstream at once (as Flink
         sends ``MAX_WATERMARK`` when a source finishes), whether or not its end of input is held back
-        for a planned fault (``harness.input_gate``): a hold must not freeze the watermarks of the
+        for a planned fault (``harness.driver.input_gate``): a hold must not freeze the watermarks of the
         stages it feeds (nor a broadcast input's, which has no watermarks of its own), or their
         event-time timers would fire only after the last fault."""
         if self.function.exhausted() and self.watermark < MAX_WATERMARK and not self.finished:

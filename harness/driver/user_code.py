@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.failpoints import InjectedCrash
-from harness.job_graph import JobGraph
+from harness.job.job_graph import JobGraph
+from harness.tasks.failpoints import InjectedCrash
 
 __all__ = ["UserFrame", "job_files", "user_frame", "user_frame_in_text", "IDENTICAL_FAILURES", "YOUR_JOB_RAISED"]
 
