@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from harness.engines import STRUCTURED_STREAMING
 from harness.events import (
     BarrierAlignment,
     CheckpointAborted,
@@ -40,12 +41,15 @@ _STATS_WINDOW_MS = {"sim": 50, "spark": 200}
 
 
 def phases_hit(events: list[Event]) -> dict[int, list[str]]:
-    """fault id -> the phases its start struck (in :data:`PHASES` order)."""
+    """fault id -> the phases its start struck (in :data:`PHASES` order); empty for a Structured
+    Streaming query, whose faults are placed by micro-batch and sink window, not by these phases."""
     out: dict[int, list[str]] = {}
     pending: set[int] = set()
     since: dict[str, bool] = {"restore": False, "rescale": False}
     fired_at = [e.t for e in events if isinstance(e, TimersFired)]
     executor = next((e.executor for e in events if isinstance(e, RunStart)), "sim")
+    if executor == STRUCTURED_STREAMING:
+        return out
     window = _STATS_WINDOW_MS.get(executor, 200)
     aligning = [(e.t - e.blocked_ms, e.t) for e in events if isinstance(e, BarrierAlignment)]
     for e in events:

@@ -250,8 +250,7 @@ def story(run_dir: Path) -> list[str]:
     """What the chaos did to a run and how the job reacted, in statechaos's words (a SIGKILLed
     executor reads as the injected fault it is, not as Spark's "ERROR Lost executor")."""
     from chaos.fault_phases import describe_phases, phases_hit
-    from harness.engines import STRUCTURED_STREAMING
-    from harness.events import FaultStart, InputHeld, JobRestart, Rescale, RunStart, TimersFired, read_events
+    from harness.events import FaultStart, InputHeld, JobRestart, Rescale, TimersFired, read_events
 
     path = RunStore(Path(run_dir)).history
     if not path.is_file():
@@ -277,9 +276,7 @@ def story(run_dir: Path) -> list[str]:
                 out.append(f"{t} input ended; held for {', '.join(e.waiting)}")
     if len(out) > _STORY_LINES:
         out = out[: _STORY_LINES - 1] + [f"... and {len(out) - _STORY_LINES + 1} more (history.jsonl)"]
-    # a query's faults are placed by micro-batch and sink window, not by the runtime's phases
-    query = any(isinstance(e, RunStart) and e.executor == STRUCTURED_STREAMING for e in events)
-    phases = {} if query else phases_hit(events)
+    phases = phases_hit(events)
     if phases:
         out.append(describe_phases(phases, any(isinstance(e, TimersFired) for e in events)))
     return out

@@ -53,3 +53,14 @@ def test_each_fault_is_placed_in_the_phases_it_struck() -> None:
     assert describe_phases(got) == (
         "5 faults hit: alignment 1, snapshot 1, timer firing 1, restore 2, rescale 1"
     )
+
+
+def test_a_query_run_reports_no_runtime_phases() -> None:
+    """A Structured Streaming query's faults are placed by micro-batch and sink window: the runtime's
+    phases do not apply, so its summary has no "alignment 0, snapshot 0, ..." line."""
+    start = {"job": "q", "seed": 0, "parallelism": {}, "max_parallelism": 1, "config": {}}
+    kill = _ev(2, 9, "fault_start", fault_id=1, kind="kill_driver", **_FAULT)
+    pending = _ev(1, 5, "checkpoint_triggered", checkpoint_id=1, kind="checkpoint")
+    query = [_ev(0, 0, "run_start", executor="structured_streaming", **start), pending, kill]
+    assert phases_hit(query) == {}
+    assert phases_hit([_ev(0, 0, "run_start", executor="sim", **start), pending, kill]) == {1: ["snapshot"]}
