@@ -11,8 +11,9 @@ Streaming driver do) does not import the whole API and its dependencies (msgpack
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from harness.lazy_names import lazy_getattr
 
 if TYPE_CHECKING:
     from harness.job import (
@@ -108,13 +109,7 @@ __all__ = [
 ]
 
 if not TYPE_CHECKING:
-
-    def __getattr__(name: str) -> object:
-        if name not in _API:
-            raise AttributeError(f"module 'harness' has no attribute {name!r}")
-        value = getattr(importlib.import_module(_API[name]), name)
-        globals()[name] = value
-        return value
+    __getattr__ = lazy_getattr(__name__, _API, globals())
 
 
 def __dir__() -> list[str]:

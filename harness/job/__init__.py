@@ -18,8 +18,9 @@ One import for the job API, which lives in ``functions`` (what a job's functions
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from harness.lazy_names import lazy_getattr
 
 if TYPE_CHECKING:
     from harness.job.functions import (
@@ -86,13 +87,7 @@ __all__ = [
 ]
 
 if not TYPE_CHECKING:
-
-    def __getattr__(name: str) -> object:
-        if name not in _API:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(_API[name]), name)
-        globals()[name] = value
-        return value
+    __getattr__ = lazy_getattr(__name__, _API, globals())
 
 
 def __dir__() -> list[str]:

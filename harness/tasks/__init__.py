@@ -13,8 +13,9 @@ One import for the task code, which lives in ``task_env`` (the environment), ``p
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from harness.lazy_names import lazy_getattr
 
 if TYPE_CHECKING:
     from harness.tasks.partitioner import Partitioner
@@ -52,13 +53,7 @@ __all__ = [
 ]
 
 if not TYPE_CHECKING:
-
-    def __getattr__(name: str) -> object:
-        if name not in _API:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(_API[name]), name)
-        globals()[name] = value
-        return value
+    __getattr__ = lazy_getattr(__name__, _API, globals())
 
 
 def __dir__() -> list[str]:
