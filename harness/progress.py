@@ -10,6 +10,7 @@ holds does not count, and once it ends progress must come within the bound.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Hashable
@@ -153,8 +154,6 @@ def run_while_progressing(cmd: list[str], *, folder: Path, bound_s: float = 300.
     as long as it progresses: it writes to ``folder`` or it (or a process it started) uses CPU. Only
     when neither moved for ``bound_s`` is it killed with everything it started, and
     :class:`ChildStalled` names what stopped (a fixed time limit failed a slow, working replay)."""
-    import psutil
-
     watch = ProgressWatch(bound_s)
     proc = subprocess.Popen(cmd, start_new_session=True, **popen)
     try:
@@ -167,15 +166,6 @@ def run_while_progressing(cmd: list[str], *, folder: Path, bound_s: float = 300.
             if (why := watch.stalled()) is not None:
                 raise ChildStalled(f"{Path(cmd[-1]).name if cmd else 'child'}: {why}")
     finally:
-        if proc.poll() is None:
-            try:
-                kids = psutil.Process(proc.pid).children(recursive=True)
-            except psutil.Error:
-                kids = []
-            proc.kill()
-            for k in kids:
-                try:
-                    k.kill()
-                except psutil.Error:
-                    pass
+        if proc.poll() is None:  # stalled or interrupted: the child and all it started (its session)
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
