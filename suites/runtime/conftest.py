@@ -31,6 +31,16 @@ BASE: dict[str, Any] = {
 }
 
 
+# the allround job at a size its planted-bug tests run in a second or two (each adds its faults)
+SMALL_ALLROUND: dict[str, Any] = {
+    "job": "allround",
+    "records": 3000,
+    "max_parallelism": 64,
+    "parallelism": {"events": 2, "sessions": 2, "profile": 2},
+    "checkpoint": {"interval_ms": 15, "retained": 2},
+}
+
+
 def keyed_count_with(name: str, function: type[KeyedProcessFunction]) -> str:
     """Register, once, job ``name``: keyed_count whose counting stage runs a new ``function()`` (a test's
     own stateful function, judged against keyed_count's input and reference). Returns ``name``."""

@@ -18,7 +18,7 @@ import reference_impl.timers as timers
 from harness.tasks.barriers import BarrierAligner
 from harness.tasks.items import Watermark
 from reference_impl.state.handles import _MergingHandle
-from suites.runtime.conftest import caught_when_broken
+from suites.runtime.conftest import SMALL_ALLROUND, caught_when_broken
 
 pytestmark = [allure.epic("runtime"), allure.feature("oracles catch broken runtimes"), pytest.mark.slow]
 
@@ -115,11 +115,7 @@ def _broadcast_elements_dropped_by_later_subtasks(mp):
 
 
 ALLROUND: dict[str, Any] = {
-    "job": "allround",
-    "records": 3000,
-    "max_parallelism": 64,
-    "parallelism": {"events": 2, "sessions": 2, "profile": 2},
-    "checkpoint": {"interval_ms": 15, "retained": 2},
+    **SMALL_ALLROUND,
     "checks": [
         "exactly_once",
         "sequence",

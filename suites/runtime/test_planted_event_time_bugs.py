@@ -16,7 +16,7 @@ import pytest
 import harness.tasks.stream_task as stream_task
 import reference_impl.timers as timers
 from harness.tasks.items import Watermark
-from suites.runtime.conftest import caught_when_broken
+from suites.runtime.conftest import SMALL_ALLROUND, caught_when_broken
 
 pytestmark = [allure.epic("runtime"), allure.feature("oracles catch broken runtimes")]
 
@@ -53,11 +53,7 @@ def _watermark_forwarded_before_its_timers_fire(mp):
 
 
 ALLROUND: dict[str, Any] = {
-    "job": "allround",
-    "records": 3000,
-    "max_parallelism": 64,
-    "parallelism": {"events": 2, "sessions": 2, "profile": 2},
-    "checkpoint": {"interval_ms": 15, "retained": 2},
+    **SMALL_ALLROUND,
     "faults": [{"at": "checkpoint:3", "kind": "crash_task", "target": "sessions[0]"}],
 }
 
