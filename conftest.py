@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,8 @@ def _rocksdb_in_ram() -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if (warmup := sys.modules.get("suites.warmup")) is not None:  # background preparations still running
+        warmup.stop_all()
     for d in _session_cache:
         shutil.rmtree(d, ignore_errors=True)
 

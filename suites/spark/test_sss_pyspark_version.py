@@ -20,27 +20,27 @@ from harness.sss.spec import SssSpec
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-VERSION = "3.5.3"
+USER_PYSPARK = "3.5.3"  # its venv starts building at collection (suites/spark/conftest.py)
 
 
 def test_a_query_runs_and_is_judged_under_the_users_pyspark(tmp_path: Path) -> None:
     try:
-        check_java_for(VERSION)
+        check_java_for(USER_PYSPARK)
     except (PysparkEnvError, SparkEnvironmentError) as e:
         pytest.skip(str(e))
     from examples.sss.null_first import OUTPUT_SCHEMA, STATE_SCHEMA, make_inputs
 
     spec = SssSpec("examples.sss.null_first:tally", "user", "user string, n long", OUTPUT_SCHEMA,
                    api="applyInPandasWithState", state_schema=STATE_SCHEMA)  # fmt: skip
-    out = run_sss(SssRun(spec, make_inputs(3), tmp_path, [SssFault("kill_driver", 2)], pyspark=VERSION))
+    out = run_sss(SssRun(spec, make_inputs(3), tmp_path, [SssFault("kill_driver", 2)], pyspark=USER_PYSPARK))
     assert out.verdict == "pass", out.summary()
-    assert out.pyspark == VERSION and out.starts == 2
+    assert out.pyspark == USER_PYSPARK and out.starts == 2
     # the rows with a null first column (SPARK-44464, fixed in 3.5.0) reached the sink
     rows = [r for p in (tmp_path / "output").glob("batch-*.json") for r in json.loads(p.read_text())]
     assert sum(r["note"] is None for r in rows) >= 2, rows
     # the driver ran 3.5.3 (no state data source): its state was read after the run by ours
     dumps = [json.loads(p.read_text()) for p in (tmp_path / "state").glob("*.json")]
-    assert dumps and all(d.get("written_by") == VERSION and "read_by" in d for d in dumps), dumps
+    assert dumps and all(d.get("written_by") == USER_PYSPARK and "read_by" in d for d in dumps), dumps
     assert out.check.states_checked == len(dumps) >= 2 and out.check.batches_checked >= 3
 
     # a builder's query on the same version: run, replayed and judged there, state read by ours
@@ -49,10 +49,10 @@ def test_a_query_runs_and_is_judged_under_the_users_pyspark(tmp_path: Path) -> N
 
     query = QuerySpec("examples.sss.counts:build", {"events": INPUT_SCHEMA}, "update")
     out = run_sss(SssRun(query, count_inputs(3), tmp_path / "builder", [SssFault("kill_driver", 2)],
-                         pyspark=VERSION))  # fmt: skip
+                         pyspark=USER_PYSPARK))  # fmt: skip
     assert out.verdict == "pass", out.summary()
-    assert out.pyspark == VERSION and out.check.batches_checked >= 3 and out.check.states_checked >= 2
-    assert out.check.replay_note.startswith(f"on pyspark {VERSION}") or "cached" in out.check.replay_note
+    assert out.pyspark == USER_PYSPARK and out.check.batches_checked >= 3 and out.check.states_checked >= 2
+    assert out.check.replay_note.startswith(f"on pyspark {USER_PYSPARK}") or "cached" in out.check.replay_note
     result = json.loads((tmp_path / "builder" / "replay" / "result.json").read_text())
-    assert result.get("pyspark") == VERSION and "state_read_by" in result
+    assert result.get("pyspark") == USER_PYSPARK and "state_read_by" in result
     assert all(r["state"] for r in result["replays"]), result  # every replay's state was read
