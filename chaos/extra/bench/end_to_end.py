@@ -51,6 +51,8 @@ INTERVAL_MS = 1000
 # (records, keys): three cardinalities, enough records that start-up does not dominate either side
 SIZES_FULL = ((500_000, 1_000), (500_000, 10_000), (500_000, 100_000))
 SIZES_QUICK = ((20_000, 1_000),)
+# link_security_cost: (records, keys, interleaved rounds per mode); full, quick
+SECURITY_FULL, SECURITY_QUICK = (500_000, 25_000, 5), (100_000, 5_000, 2)
 
 
 @dataclass
@@ -165,8 +167,8 @@ def link_security_cost(cluster: Any, work: Path, quick: bool) -> list[Figure]:
     whole process tree (driver, its JVM, executors, Python workers): on a shared machine wall time
     mostly measures the neighbours; the wall times are in the notes. A short checkpoint interval keeps
     the wait for the final checkpoint from dwarfing the difference."""
-    records, keys, interval = (100_000, 5_000, 100) if quick else (500_000, 25_000, 100)
-    rounds = 2 if quick else 5
+    records, keys, rounds = SECURITY_QUICK if quick else SECURITY_FULL
+    interval = 100
     modes: dict[str, dict[str, Any]] = {"off": {"authenticate": False}, "auth": {}, "auth+tls": {"tls": True}}
     runs: dict[str, list[OurResult]] = {m: [] for m in modes}
     for _ in range(rounds):
