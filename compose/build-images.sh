@@ -116,6 +116,13 @@ exec 9>"$CACHE/build.lock"
 if ! flock -n 9; then
   log "another build holds $CACHE/build.lock; waiting for it"
   flock 9
+  # it may have built this very image (a test session's background build: suites/warmup.py)
+  if [[ ${#nocache[@]} -eq 0 ]] && have_image "$IMAGE"; then
+    docker tag "$IMAGE" "$IMAGE_REPO:latest"
+    log "up to date: $IMAGE, built meanwhile (tagged :latest)"
+    echo "$IMAGE"
+    exit 0
+  fi
 fi
 
 # Unmount whatever debootstrap left mounted under a work dir (proc, sys, dev/pts) and remove it.

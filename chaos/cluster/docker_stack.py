@@ -47,6 +47,7 @@ __all__ = [
     "DockerStack",
     "DockerStackError",
     "OWNER_LABEL",
+    "build_progress",
     "build_images",
     "code_volumes",
     "compose_command",
@@ -121,6 +122,24 @@ def compose_command() -> list[str]:
         if probe.returncode == 0:
             return [docker_exe, "compose"]
     raise DockerStackError("neither docker-compose nor the `docker compose` plugin is installed")
+
+
+def build_progress() -> tuple[tuple[str, int], ...]:
+    """The files ``compose/build-images.sh`` writes under its cache (``CACHE``) while it builds, with
+    their sizes: debootstrap's log and the rootfs tarball, the wheelhouse and pip's log. A progress
+    signal for whoever waits for a build besides its own output (the rootfs itself is not walked: it
+    has /proc and /sys mounted while debootstrap runs)."""
+    cache = Path(
+        os.environ.get("STATECHAOS_CACHE")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "statechaos"
+    )
+    files = [*cache.glob("rootfs/work.*/debootstrap.log"), *cache.glob("rootfs/*.tar.gz*"), *cache.glob("wheels/*"),
+             *cache.glob("wheels/*/*")]  # fmt: skip
+    sizes = []
+    for f in files:
+        with contextlib.suppress(OSError):
+            sizes.append((f.name, f.stat().st_size))
+    return tuple(sorted(sizes))
 
 
 def build_images(*, check_only: bool = False, timeout: float = 3600) -> str:

@@ -46,4 +46,4 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     versions = {getattr(getattr(item, "module", None), "USER_PYSPARK", None) for item in items}
     for version in sorted(v for v in versions if v and not is_built(env_dir(v))):
         code = "import sys; from harness.sss.pyspark_env import ensure_env; ensure_env(sys.argv[1])"
-        warmup.start(f"pyspark {version} venv", [sys.executable, "-c", code, version])
+        warmup.start(f"pyspark-{version}-venv", [sys.executable, "-c", code, version])
