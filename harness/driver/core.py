@@ -213,16 +213,18 @@ class Driver(ExecutorControls):
         self.coord = self.master.new_coordinator(self.graph, self._notify, self.now_ms(), failpoint=failpoint)
 
     def _retire(self, reason: str) -> None:
-        """The attempt ends: abort its pending checkpoints, drop its coordinator, release its tasks."""
+        """The attempt ends: abort its pending checkpoints, drop its coordinator, release its tasks. A
+        pending stop-with-savepoint fails with it; its rescale is retried once the job runs again
+        (``RescaleSchedule.on_attempt_ended``)."""
+        self.rescales.on_attempt_ended()
         self.master.retire(self.coord, self.now_ms(), reason)
         self.coord = None
         self._close_tasks()
 
     def _attempt_lost(self, attempt: int, reason: str | None, frame: UserFrame | None = None) -> None:
-        """After ``_retire``: a pending savepoint died with the attempt; a failure (``reason``, raised
-        in the job's own code at ``frame`` if known) counts against the restart budget
-        (:class:`JobFailure` when it is spent, or when the job's code fails the same way again)."""
-        self.rescales.on_lost()
+        """After ``_retire``: a failure (``reason``, raised in the job's own code at ``frame`` if known)
+        counts against the restart budget (:class:`JobFailure` when it is spent, or when the job's code
+        fails the same way again)."""
         if reason is not None:
             self.master.failover(attempt, reason, frame)
 

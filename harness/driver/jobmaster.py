@@ -52,9 +52,18 @@ class RescaleRequest:
 
 class RescaleSchedule:
     """When and from what a job rescales. A due request with ``savepoint`` triggers a savepoint (the
-    executor stops its sources while it is pending) and becomes ready when it completes; without one
-    it is ready at once. A savepoint that is aborted, or lost to a failover, falls back to the latest
-    checkpoint: the rescale still happens, never silently dropped."""
+    executor stops its sources while it is pending) once the job runs (it has a coordinator), and
+    becomes ready when the savepoint completes; without one it is ready at once. A rescale is never
+    silently dropped:
+
+    - a savepoint aborted while its attempt runs (expired, declined) falls back to the latest
+      checkpoint: the request is ready at once;
+    - a savepoint lost because its attempt ended (a task failed: the job restarts; adaptive recovery)
+      makes the stop-with-savepoint fail, as in Flink: the job restarts from its latest checkpoint and
+      the request is due again, so a new savepoint is taken once the restarted job runs (for a
+      checkpoint trigger: at its next completed checkpoint), and the rescale restores from that;
+    - a savepoint that completed before the failure stays ready: the rescale restores from it.
+    """
 
     def __init__(self, requests: list[RescaleRequest]) -> None:
         self._requests = list(requests)
@@ -86,8 +95,10 @@ class RescaleSchedule:
         for req in self._requests:
             if self.busy or not req.due(now_ms, records, completed):
                 continue
+            if req.savepoint and coord is None:  # no running job to take it from (yet): wait for one
+                continue
             req.done = True
-            if req.savepoint and coord is not None:
+            if req.savepoint:
                 self.savepoint = (coord.trigger(now_ms, kind="savepoint"), req)
             else:
                 self.ready = req
@@ -96,10 +107,18 @@ class RescaleSchedule:
         if self.savepoint is not None and self.savepoint[0] == checkpoint_id:
             self.ready, self.savepoint = self.savepoint[1], None
 
-    def on_lost(self, checkpoint_id: int | None = None) -> None:
-        """The savepoint was aborted (``checkpoint_id``), or every pending checkpoint was lost (None)."""
-        if self.savepoint is not None and checkpoint_id in (None, self.savepoint[0]):
+    def on_lost(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` was aborted while its attempt runs: if it is the savepoint,
+        the rescale falls back to the latest checkpoint."""
+        if self.savepoint is not None and self.savepoint[0] == checkpoint_id:
             self.ready, self.savepoint = self.savepoint[1], None
+
+    def on_attempt_ended(self) -> None:
+        """The attempt ends (before its coordinator aborts what is pending) with the savepoint still
+        pending: it can never complete. Its request is due again, for the next attempt to retry."""
+        if self.savepoint is not None:
+            self.savepoint[1].done = False
+            self.savepoint = None
 
     def take(self) -> RescaleRequest | None:
         req, self.ready = self.ready, None

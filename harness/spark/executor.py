@@ -345,8 +345,18 @@ class SparkExecutor(Driver):
         return job == self._job_group and (self.stopping_for_rescale or self.adapt_to is not None)
 
     def _register(self, task: str) -> None:
+        """A task came up: deploy it (a task of a deployment already registered means Spark relaunched
+        the stage: a new deployment). While the job stops for a rescale (its savepoint completed, or
+        fell back to the latest checkpoint) a task is not deployed but told ``Cancel``: it ends
+        cleanly, so the Spark job ends and the rescale goes on from there. Such a task is one of a
+        relaunch after a task failed during the stop, which Flink too leaves to the rescale once the
+        savepoint is complete; deployed, it would wait for peers that had been cancelled already
+        (the relaunched deployment registered, never restored, and the run stalled)."""
         dep = self.dep
         assert dep is not None
+        if self.stopping_for_rescale:
+            self._send(task, ctl.Cancel())
+            return
         if task in dep.registered:  # a new attempt of a task already deployed: Spark relaunched the stage
             old = dep
             self._new_deployment(dep.graph, f"task {task} restarted by Spark (stage relaunch)")
@@ -365,8 +375,6 @@ class SparkExecutor(Driver):
         )
         if self.storage_mode[0] is not None:
             self._send(task, ctl.StorageGate(*self.storage_mode))
-        if self.stopping_for_rescale:
-            self._send(task, ctl.Cancel())
         self._tell_waiting(dep)
 
     def _for_replaced(self, deployment: int) -> ctl.Message:

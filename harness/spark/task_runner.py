@@ -64,7 +64,10 @@ class _Link:
         only when ``stall_s`` passed with no word of progress from the driver (a :class:`ctl.Waiting`:
         other tasks registering and gathering), and ends at once with :class:`Cancelled` when the
         driver cancels the deployment instead of replying, or with :class:`Replaced` when it fails
-        this task (a stage relaunch replaced its deployment)."""
+        this task (a stage relaunch replaced its deployment). A ``Cancel`` that came with an earlier
+        reply ends it before it asks: its deployment is stopping, no reply would come."""
+        if any(isinstance(m, ctl.Cancel) for m in self.buffer):
+            raise Cancelled(f"cancelled before asking for {reply.TAG}")
         self.send(msg)
         watch = ProgressWatch(stall_s)
         while (stalled := watch.stalled()) is None:

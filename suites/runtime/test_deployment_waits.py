@@ -182,6 +182,46 @@ def test_a_task_told_to_fail_while_it_sets_up_fails_instead_of_waiting():
         _Link(Client(Cancel())).request(Gather(0, "x"), Peers, 5)
 
 
+def test_a_task_registering_while_the_job_stops_for_a_rescale_is_cancelled_not_deployed(driver):
+    """Once the job stops for a rescale (its savepoint complete), a task that registers (Spark
+    relaunching the stage after a task died during the stop) gets ``Cancel`` and no ``Deploy``: no new
+    deployment starts that would be cancelled while its peers start (they registered, never restored,
+    and the run stalled)."""
+    ex = driver
+    for i, t in enumerate(TASKS):
+        ex._handle(t, Register(i, "job-1"))
+    number = ex.dep.number
+    ex.sent.clear()
+    ex.stopping_for_rescale = True
+    ex._handle("count[0]", Register(2, "job-1"))  # registered before: a relaunch
+    assert ex.sent == [("count[0]", Cancel())]
+    assert ex.dep.number == number and ex.master.restarts == 0
+
+
+def test_a_cancel_that_came_with_the_deploy_ends_the_task_before_it_asks_for_its_peers():
+    """Task side: ``Deploy`` and ``Cancel`` read together leave the ``Cancel`` in the link's buffer;
+    the next wait (for ``Peers``) ends at once, without asking, instead of waiting for peers that
+    were cancelled."""
+    from harness.spark.task_runner import Cancelled, _Link
+
+    class Client:
+        def __init__(self):
+            self.sent, self.reads = [], [[Deploy(0, None, False, 0, {}), Cancel()]]
+
+        def send(self, raw):
+            self.sent.append(raw)
+
+        def poll(self, timeout_s):
+            return self.reads.pop(0) if self.reads else []
+
+    client = Client()
+    link = _Link(client)
+    link.request(Register(0, "job-1"), Deploy, 5)
+    with pytest.raises(Cancelled):
+        link.request(Gather(0, "x"), Peers, 5)
+    assert len(client.sent) == 1  # the Register only: no Gather was sent
+
+
 def test_a_short_stall_limit_bounds_the_running_job_not_its_tasks_start(driver):
     """Spark launching a deployment's tasks (executor, Python worker, the job's imports) reports
     nothing the driver sees: until every task registered, the stall bound is at least

@@ -130,22 +130,35 @@ def test_fault_free_run_commits_the_reference_output(sim_run, job):
 
 
 @allure.feature("sim executor")
-def test_a_savepoint_lost_to_a_failover_still_rescales_from_the_latest_checkpoint(sim_run):
+def test_a_savepoint_lost_to_a_failover_is_taken_again_once_the_job_runs_and_rescales_from_it(sim_run):
+    """A task failure during stop-with-savepoint (both fire when checkpoint 3 completes: the fault
+    first, so the crash lands while the savepoint is pending) fails the stop, as in Flink: the job
+    restarts at the old parallelism from checkpoint 3 and runs; at its next completed checkpoint the
+    stop-with-savepoint is retried, and the rescale restores from that new savepoint."""
     out = sim_run(
         faults=[{"at": "checkpoint:3", "kind": "crash_task", "target": "count[0]"}],
         rescale=[{"at": "checkpoint:3", "parallelism": {"source": 3, "count": 3}}],
     )
     assert failed(out) == set(), [v for v in out.verdicts if not v["passed"]]
     history = [json.loads(line) for line in open(f"{out.run_dir}/history.jsonl")]
-    savepoints = [e for e in history if e["type"] == "checkpoint_triggered" and e["kind"] == "savepoint"]
-    lost = [
-        e
+    savepoints = [
+        e["checkpoint_id"]
         for e in history
-        if e["type"] == "checkpoint_aborted" and e["checkpoint_id"] == savepoints[0]["checkpoint_id"]
+        if e["type"] == "checkpoint_triggered" and e["kind"] == "savepoint"
     ]
-    rescale = [e for e in history if e["type"] == "rescale"]
-    assert lost and len(rescale) == 1 and rescale[0]["to"] == {"source": 3, "count": 3}
-    assert rescale[0]["checkpoint_id"] < savepoints[0]["checkpoint_id"]
+    completed = {e["checkpoint_id"] for e in history if e["type"] == "checkpoint_completed"}
+    aborted = {e["checkpoint_id"]: e["cause"] for e in history if e["type"] == "checkpoint_aborted"}
+    assert len(savepoints) == 2, savepoints
+    assert aborted.get(savepoints[0]) == "coordinator_suspend" and savepoints[1] in completed
+    restart = next(e for e in history if e["type"] == "job_restart")
+    assert restart["checkpoint_id"] == 3
+    # the restarted attempt ran at the old parallelism and completed a checkpoint before the retry
+    restarted = {e["parallelism"] for e in history if e["type"] == "restore" and e["attempt"] == 1}
+    assert restarted == {2}
+    assert any(3 < c < savepoints[1] for c in completed)
+    (rescale,) = [e for e in history if e["type"] == "rescale"]
+    assert rescale["to"] == {"source": 3, "count": 3} and rescale["checkpoint_id"] == savepoints[1]
+    assert rescale["savepoint"] is True
 
 
 @allure.feature("sim executor")

@@ -5,6 +5,8 @@ no process of a run outlives it (but the session's shared cluster, idle and rese
 
 from __future__ import annotations
 
+import json
+
 import allure
 import psutil
 import pytest
@@ -67,6 +69,49 @@ def test_a_relative_runs_dir_works_although_executors_have_their_own_cwd(tmp_pat
     )
     assert main(["run", "s.yaml", "--runs-dir", "runs", "--json", "out.json"]) == 0
     assert list((tmp_path / "runs").glob("*/output/committed/*.jsonl"))
+
+
+# second: [2,2] as well (3 subtasks, 4 after the rescale)
+def test_a_stage_relaunch_during_stop_with_savepoint_restarts_then_retries_the_rescale(run_scenario):
+    """A Python worker killed while a rescale's savepoint is pending (both fire when checkpoint 2
+    completes, the fault first: the savepoint cannot complete) makes Spark relaunch the stage. As in
+    Flink the stop-with-savepoint fails: the relaunch restores checkpoint 2 at the old parallelism
+    and runs, the savepoint is taken again and the rescale restores from it. (The relaunch used to be
+    cancelled while it started, for a rescale from checkpoint 2: its tasks registered, never restored,
+    and the run stalled.)"""
+    outcome = run_scenario(
+        {
+            "name": "spark-relaunch-during-savepoint",
+            "cluster": "local",
+            "parallelism": {"source": 1, "count": 2},
+            "records": 20_000,
+            "keys": 100,
+            "checkpoint": {"interval_ms": 100, "retained": 2},
+            "faults": [{"at": "checkpoint:2", "kind": "kill_python_worker", "target": "executor:1"}],
+            "rescale": [{"at": "checkpoint:2", "parallelism": {"count": 3}}],
+            "checks": BASE["checks"] + ["restored_state", "rescale"],
+            "seed": 5,
+        }
+    )
+    assert outcome.error is None, outcome.error
+    assert outcome.passed, [(v["oracle"], v["summary"], v["details"][:5]) for v in outcome.failed_checks]
+    history = [json.loads(line) for line in open(f"{outcome.run_dir}/history.jsonl")]
+    savepoints = [
+        e["checkpoint_id"]
+        for e in history
+        if e.get("kind") == "savepoint" and e["type"] == "checkpoint_triggered"
+    ]
+    completed = {e["checkpoint_id"] for e in history if e["type"] == "checkpoint_completed"}
+    assert len(savepoints) == 2 and savepoints[0] not in completed and savepoints[1] in completed, savepoints
+    (restart,) = [e for e in history if e["type"] == "job_restart"]
+    restored = {
+        (e["operator"], e["parallelism"])
+        for e in history
+        if e["type"] == "restore" and e["attempt"] == restart["attempt"]
+    }
+    assert restored == {("source", 1), ("count", 2)} and restart["checkpoint_id"] == 2
+    (rescale,) = [e for e in history if e["type"] == "rescale"]
+    assert rescale["checkpoint_id"] == savepoints[1] and rescale["to"] == {"source": 1, "count": 3}
 
 
 @pytest.mark.parametrize("case", list(CASES))
