@@ -153,6 +153,19 @@ def test_a_dataframe_used_three_times_is_one_source_read_whole(tmp_path: Path) -
     assert [len(f) for f in recording(tmp_path)[0]["files"]] == [1]
 
 
+def test_the_replay_tries_a_failed_task_again_as_a_cluster_does() -> None:
+    """Spark's own ``test_apply_in_pandas_with_state_python_worker_random_failure`` function exits its
+    Python worker at random: on local-cluster a failed task is tried again and the query runs
+    through, but plain ``local[1]`` gives up at the first failure, and the replay of that deterministic
+    query failed (``unknown``, nothing judged). The replay's master retries as a cluster does."""
+    import re
+
+    from harness.sss.replay import REPLAY_MASTER
+
+    m = re.fullmatch(r"local\[1,(\d+)\]", REPLAY_MASTER)
+    assert m and int(m.group(1)) >= 4, REPLAY_MASTER  # spark.task.maxFailures' default on a cluster
+
+
 def _outcome(check: ReplayCheck) -> SssOutcome:
     return SssOutcome("unknown" if check.unknown else "pass", check, [], 1, [])
 
