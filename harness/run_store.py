@@ -24,6 +24,8 @@ writes the same folder) has, besides ``history.jsonl``, ``output/`` and ``outcom
       run.json          the query's settings for its driver (spec or query, master, trigger, sink)
       input/            the query's file source: one CSV file per micro-batch (several inputs: a folder each)
       checkpoint/       the query's checkpoint location (Spark's offsets, commits, state)
+      source-ids.json   which file source (``checkpoint/sources/N``) each offset log position reads: a
+                        DataFrame used twice in the plan (a self-union or self-join) is one source
       starts/           one marker per driver start: N, N.spark (its Spark session up), N.ready (its query)
       state/            Spark's state as its state data source read it (start-N, final-N, batch-B .json)
       failure.txt       why the driver's query failed, as Spark said (failure-<ns>.txt: earlier ones)
@@ -126,6 +128,10 @@ class RunStore:
     @property
     def query_checkpoint(self) -> Path:
         return self.root / "checkpoint"
+
+    @property
+    def query_source_ids(self) -> Path:
+        return self.root / "source-ids.json"
 
     @property
     def driver_starts(self) -> Path:

@@ -1,8 +1,8 @@
 """An event-time ``transformWithStateInPandas`` with initial state: per user, a click count seeded
 from a batch DataFrame of earlier counts (``handleInitialState``), kept in a ValueState, with an
 event-time timer 5 s past the user's latest click that emits the total and clears the state once the
-watermark passes it. ``build_leaky`` is its broken twin: the count of new clicks kept in the Python
-worker's memory rather than in the ValueState."""
+watermark passes it. ``build_leaky`` is its broken twin: the count of new clicks kept in a side store
+outside the state store, which a driver restart empties."""
 
 from __future__ import annotations
 
@@ -56,14 +56,24 @@ class ClickCounts(StatefulProcessor):
 
 
 class LeakyClickCounts(ClickCounts):
-    """Broken: counts a user's clicks in the Python worker's memory, added to the state's count."""
+    """Broken: adds a user's clicks counted in a side store (files in ``folder``, one per query
+    built, as in ``examples/sss/sessions.py``) to the state's count. Fault-free the run and its
+    replay count alike; a driver restart starts an empty side store. (Counted in the Python worker's
+    memory it would not be caught: a ``transformWithStateInPandas`` task's worker does not outlive its
+    micro-batch, in the chaos run and the replay alike, so that memory forgets every batch.)"""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
 
     def more(self, user: str, n: int) -> int:
-        import sys
+        import os
 
-        seen = sys.__dict__.setdefault("_tws_seen", {})
-        seen[user] = seen.get(user, 0) + n
-        return seen[user]
+        os.makedirs(self.folder, exist_ok=True)
+        path = os.path.join(self.folder, f"clicks-{user}")
+        seen = (int(open(path).read()) if os.path.exists(path) else 0) + n  # noqa: SIM115, PTH123
+        with open(path, "w") as f:  # noqa: PTH123
+            f.write(str(seen))
+        return seen
 
 
 def _build(spark: Any, events: Any, processor: StatefulProcessor) -> Any:
@@ -80,4 +90,6 @@ def build(spark: Any, events: Any) -> Any:
 
 
 def build_leaky(spark: Any, events: Any) -> Any:
-    return _build(spark, events, LeakyClickCounts())
+    from examples.sss.sessions import _side_store
+
+    return _build(spark, events, LeakyClickCounts(_side_store()))

@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BatchOffsets", "committed_batches", "read_offsets", "source_files"]
+__all__ = ["BatchOffsets", "committed_batches", "per_source", "read_offsets", "source_files", "source_ids"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,27 @@ def read_offsets(checkpoint: Path) -> list[BatchOffsets]:
         offsets = tuple(-1 if s.strip() in ("", "-") else int(json.loads(s)["logOffset"]) for s in lines[2:])
         out.append(BatchOffsets(n, int(meta["batchTimestampMs"]), offsets[0], offsets,
                                 int(meta.get("batchWatermarkMs", 0))))  # fmt: skip
+    return out
+
+
+def source_ids(recorded: Path, positions: int) -> list[int]:
+    """The file source (``sources/N``) each of an offset log entry's ``positions`` reads. Spark logs
+    one offset per place a source appears in the plan, so a DataFrame used twice (a self-union, a
+    self-join without re-aliasing) has two positions and one source; the driver records which
+    (``recorded``, :func:`harness.sss.query_run.record_source_ids`). Without that record: one source
+    per position."""
+    try:
+        ids = [int(i) for i in json.loads(recorded.read_text())]
+    except (OSError, ValueError, TypeError):
+        return list(range(positions))
+    return ids if len(ids) == positions else list(range(positions))
+
+
+def per_source(offsets: tuple[int, ...], ids: list[int]) -> dict[int, int]:
+    """A batch's offsets by source (``sources/N``) instead of by plan position (:func:`source_ids`)."""
+    out: dict[int, int] = {}
+    for pos, off in enumerate(offsets):
+        out.setdefault(ids[pos] if pos < len(ids) else pos, off)
     return out
 
 

@@ -31,7 +31,7 @@ from harness.run_store import RunStore
 from harness.sss.spec import load_function
 from harness.sss.values import canon_row
 
-__all__ = ["ROCKSDB", "EXIT_QUERY_FAILED", "EXIT_NO_SPARK", "DRIVER_LOG", "TRANSIENT", "transient", "spark_conf",
+__all__ = ["ROCKSDB", "EXIT_QUERY_FAILED", "EXIT_NO_SPARK", "DRIVER_LOG", "TRANSIENT", "transient", "spark_conf", "record_source_ids",
            "json_sink", "start_query", "run_query", "read_sink", "query_death"]  # fmt: skip
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -146,6 +146,34 @@ def _thread_error(query_id: str, log: Path | None) -> str:
     return f"the JVM printed no error for it{f' in {log}' if log is not None else ''}"
 
 
+def record_source_ids(query: Any, path: Path) -> bool:
+    """Write which file source each offset log position of ``query`` reads (``[0, 0]``: one
+    DataFrame used twice; :func:`harness.sss.checkpoint_log.source_ids`) to ``path``, once Spark has
+    planned the query's sources; True once written. Spark numbers sources (``sources/N``) as they
+    first appear in the plan and logs an offset per appearance, in the same order."""
+    if path.exists():
+        return True
+    try:
+        listed = query._jsq.streamingQuery().sources()
+        found = [listed.apply(i) for i in range(listed.size())]
+    except Exception:  # not a classic micro-batch query: one source per position is assumed
+        return True
+    if not found:
+        return False  # not planned yet
+    firsts: list[Any] = []
+    ids = []
+    for src in found:
+        k = next((i for i, f in enumerate(firsts) if f.equals(src)), None)
+        if k is None:
+            firsts.append(src)
+            k = len(firsts) - 1
+        ids.append(k)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(ids))
+    os.replace(tmp, path)
+    return True
+
+
 def _stop_between_batches(query: Any, limit_s: float = 900.0) -> None:
     """Stop ``query`` between two micro-batches where it can: a query whose batches follow the clock
     (processing-time timers, TTL) is never idle, and a batch cut short at the stop may have reached the
@@ -231,8 +259,10 @@ def run_query(workdir: Path, make_writer: Callable[[Any, dict[str, Any]], Any],
         query, attempts = start(), 1
         (starts / f"{start_no}.ready").write_text(str(query.id))
         tasks = FinishedTasks(spark, store.driver_tasks(start_no))
+        sources_known = False
         while not store.stop_request.exists():
             tasks.poll()
+            sources_known = sources_known or record_source_ids(query, store.query_source_ids)
             if (death := query_death(query, workdir / DRIVER_LOG)) is not None:
                 if transient(death) and attempts < QUERY_STARTS:
                     print(f"query start {attempts} failed for the machine's sake, again: {death}"[:400], flush=True)

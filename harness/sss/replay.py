@@ -1,5 +1,6 @@
 """The fault-free replay of a query's recorded micro-batches, and the state reads of both checkpoints
-(``python -m harness.sss.replay REQUEST.json``, a child of the orchestrator, on a ``local[1]`` session).
+(``python -m harness.sss.replay REQUEST.json``, a child of the orchestrator, on a ``local[1,4]`` session:
+one task slot, and a failed task tried again up to 4 times, as on any cluster).
 
 A replay runs the user's query again over *exactly* the micro-batches the chaos run committed: its
 checkpoint starts with the chaos run's ``metadata`` and file-source logs (``sources/``), and, batch by
@@ -45,7 +46,7 @@ from harness.sss.query import QuerySpec, build_query
 from harness.sss.query_run import QUERY_STARTS, json_sink, spark_conf, start_query, transient
 from harness.sss.values import canon
 
-__all__ = ["read_all_state", "read_deferred_state", "rewrite_timestamp", "run_batch", "CANONICAL_T0", "main"]
+__all__ = ["read_all_state", "read_deferred_state", "rewrite_timestamp", "run_batch", "CANONICAL_T0", "REPLAY_MASTER", "main"]
 
 CANONICAL_T0 = 1_600_000_000_000  # the clock-free replay's first batch timestamp; then +1 s per batch
 
@@ -106,6 +107,13 @@ def read_all_state(spark: Any, checkpoint: Path, batch: int) -> dict[str, list[d
             reader = reader.option(k, v)
         out[s["label"]] = [_named(r) for r in reader.load().collect()]
     return out
+
+
+# one task slot; a failed task is tried again up to 4 times (spark.task.maxFailures' default on a
+# cluster, where the chaos run ran), not given up at once as plain ``local[1]`` does: a query whose
+# code fails a task now and then (Spark's own applyInPandasWithState test exits its Python worker at
+# random) runs through on the cluster, and its replay must too, or nothing can be judged
+REPLAY_MASTER = "local[1,4]"
 
 
 def _named(v: Any) -> Any:
@@ -258,7 +266,7 @@ def run(request_path: Path) -> int:
     # from a daemon that has imported pandas and pyarrow once (a pandas UDF's task starts seconds sooner)
     conf = {**spark_conf(), "spark.sql.streaming.stateStore.maintenanceInterval": "60s",
             "spark.python.worker.reuse": "false", "spark.python.daemon.module": "harness.sss.python_daemon"}
-    cluster = SparkCluster("local[1]", extra_conf=conf, app_name="statechaos-sss-replay")
+    cluster = SparkCluster(REPLAY_MASTER, extra_conf=conf, app_name="statechaos-sss-replay")
     t0 = time.monotonic()
     cluster.start()
     result["spark_start_seconds"] = round(time.monotonic() - t0, 2)

@@ -33,7 +33,7 @@ from typing import Any
 
 from harness.progress import run_while_progressing
 from harness.run_store import RunStore
-from harness.sss.checkpoint_log import committed_batches, read_offsets, source_files
+from harness.sss.checkpoint_log import committed_batches, per_source, read_offsets, source_files, source_ids
 from harness.sss.oracles import SssCheck, judge_sink, uses_user_sink
 from harness.sss.query import QuerySpec, builder_identity
 from harness.sss.row_diff import canon_rows as _canon
@@ -66,16 +66,16 @@ def recording(workdir: Path) -> list[dict[str, Any]]:
     cp = RunStore(workdir).query_checkpoint
     done = set(committed_batches(cp))
     offsets = [b for b in read_offsets(cp) if b.batch in done]
-    n_sources = max((len(b.source_offsets) for b in offsets), default=0)
-    logs = [source_files(cp, s, full=True) for s in range(n_sources)]
+    ids = source_ids(RunStore(workdir).query_source_ids, max((len(b.source_offsets) for b in offsets), default=0))
+    logs = {s: source_files(cp, s, full=True) for s in set(ids)}
     digests: dict[str, str] = {}
-    prev = [-1] * n_sources
+    prev = dict.fromkeys(logs, -1)
     out = []
     for b in offsets:
         entry = (cp / "offsets" / str(b.batch)).read_text().splitlines()
         meta = json.loads(entry[1])
         files = []
-        for s, top in enumerate(b.source_offsets):
+        for s, top in sorted(per_source(b.source_offsets, ids).items()):
             names = [p for off in range(prev[s] + 1, top + 1) for p in logs[s].get(off, [])]
             prev[s] = max(prev[s], top)
             files.append([digests.setdefault(p, _digest(p)) for p in names])
@@ -268,7 +268,8 @@ def _liveness(check: ReplayCheck, workdir: Path, files_written: int) -> None:
         check.violations.append(f"liveness: no committed batch read any of {files_written} input files")
         return
     last = offsets[-1]
-    for s, top in enumerate(last.source_offsets):
+    ids = source_ids(RunStore(workdir).query_source_ids, len(last.source_offsets))
+    for s, top in sorted(per_source(last.source_offsets, ids).items()):
         read = sum(len(v) for k, v in source_files(cp, s).items() if k <= top)
         if read < files_written:
             check.violations.append(f"liveness: committed batches read {read} of {files_written} files of source {s}")

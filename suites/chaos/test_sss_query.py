@@ -5,6 +5,7 @@ replays disagree on), the offset rewrite behind the canonical clock, and the rep
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,41 @@ def test_recording_names_each_batchs_files_by_content_not_by_run(tmp_path: Path)
     assert [r["files"] for r in one] == [r["files"] for r in two]  # same input: same clock-free key
     assert len(one[0]["files"]) == 2 and all(len(f) == 1 for f in one[0]["files"])
     assert one[0]["timestamp"] != two[0]["timestamp"]
+
+
+def test_a_dataframe_used_three_times_is_one_source_read_whole(tmp_path: Path) -> None:
+    """A builder that uses its ``events`` in three branches (a union of three aggregations, a
+    self-join) makes Spark log three offsets per batch but keep one file source (``sources/0``):
+    every file read is liveness held, not "source 1 read 0 of 1 files" (a false failure, seen on a
+    union of the session, dedup and event-time examples), and the recording names each file once."""
+    from harness.run_store import RunStore
+    from harness.sss.replay_oracle import _liveness
+
+    _checkpoint(tmp_path, 1)
+    cp = tmp_path / "checkpoint"
+    shutil.rmtree(cp / "sources" / "1")
+    (cp / "offsets" / "0").write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":1}\n' + "\n".join(['{"logOffset":0}'] * 3))
+    check = ReplayCheck()
+    _liveness(check, tmp_path, 1)
+    assert check.violations == [f"liveness: committed batches read 0 of 1 files of source {s}" for s in (1, 2)]
+    RunStore(tmp_path).query_source_ids.write_text("[0, 0, 0]")  # as the driver records it
+    check = ReplayCheck()
+    _liveness(check, tmp_path, 1)
+    assert not check.violations, check.violations
+    assert [len(f) for f in recording(tmp_path)[0]["files"]] == [1]
+
+
+def test_the_replay_tries_a_failed_task_again_as_a_cluster_does() -> None:
+    """Spark's own ``test_apply_in_pandas_with_state_python_worker_random_failure`` function exits its
+    Python worker at random: on local-cluster a failed task is tried again and the query runs
+    through, but plain ``local[1]`` gives up at the first failure, and the replay of that deterministic
+    query failed (``unknown``, nothing judged). The replay's master retries as a cluster does."""
+    import re
+
+    from harness.sss.replay import REPLAY_MASTER
+
+    m = re.fullmatch(r"local\[1,(\d+)\]", REPLAY_MASTER)
+    assert m and int(m.group(1)) >= 4, REPLAY_MASTER  # spark.task.maxFailures' default on a cluster
 
 
 def _outcome(check: ReplayCheck) -> SssOutcome:
