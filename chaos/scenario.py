@@ -39,7 +39,7 @@ from chaos.trigger import Duration, Strict, Trigger, coerce_trigger, parse_durat
 from harness.driver.adaptive import AdaptiveConfig  # the runtime owns the adaptive defaults
 from harness.engines import ALIASES, ENGINES, RUNTIME, STRUCTURED_STREAMING, engine_in
 from harness.oracles import ORACLES  # the oracle registry owns the check names
-from harness.sim.executor import DEFAULT_TICK_MS  # the simulator owns its default pace
+from harness.sim.executor import DEFAULT_SOURCE_DRIFT, DEFAULT_TICK_MS  # the simulator owns its defaults
 from harness.tasks.failpoints import FAILPOINTS  # the runtime owns its failpoint names
 from reference_impl.errors import InputError
 
@@ -163,9 +163,12 @@ class SimSettings(Strict):
     in what reached it. Processing time (``ctx.now_ms()``, processing-time timers, TTL) is this
     clock, as are checkpoint intervals, fault times and restart delays: a run of N records on p
     source subtasks lasts about ``N / (8.5 p) * tick_ms`` ms (default 5: 20,000 records on 2 source
-    subtasks last about 6 s)."""
+    subtasks last about 6 s). ``source_drift``: records one source subtask may read ahead of the
+    slowest live one of its source before it waits (default 16, one step's most; ``null``: no bound,
+    so their difference is a random walk and the watermark, their minimum, lags ever further)."""
 
     tick_ms: Annotated[int, Field(ge=1, le=60_000)] = DEFAULT_TICK_MS
+    source_drift: Annotated[int, Field(ge=0)] | None = DEFAULT_SOURCE_DRIFT
 
 
 _CLUSTER = re.compile(

@@ -35,6 +35,7 @@ class SimCluster:
             rescales=rescale_requests(sc),
             config=SimConfig(
                 tick_ms=sc.runtime.sim.tick_ms,
+                source_drift=sc.runtime.sim.source_drift,
                 max_restarts=sc.runtime.max_restarts,
                 time_limit_ms=int((sc.timeout_s or SIM_TIME_LIMIT_S) * 1000),
                 stall_limit_ms=int(sc.stall_limit_s * 1000),

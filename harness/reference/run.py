@@ -7,10 +7,19 @@ whole input, polled split by split as a single source subtask polls it) and each
 checkpoint's cut (the input before the checkpoint's source offsets). Its clock stays at 0, so TTL'd
 state never expires in the reference: the oracles compare TTL state on the run's own clock.
 
-Time in the reference: no watermark passes until the end of input, which is the maximum watermark:
-then every event-time timer fires, stage after stage (a stage's timer output reaches the next stage
-before that one ends). Processing-time timers never fire (the clock stays at 0; at end of input they
-are dropped, as Flink does). A job whose output depends on *when* a timer fires is not deterministic.
+Time in the reference. For the expected output (``reference_output``) watermarks advance as in a
+fault-free run at parallelism 1: after each poll the source's watermark (per split, the minimum over
+its unfinished splits, as ``harness.tasks.source_task``) goes through the stages after the records
+of that poll, each stage firing its due event-time timers and handing their output to the next stage
+before the watermark, so an event-time job's closed windows leave the reference's state as they
+leave the job's (holding every window to the end of input made the reference cost more than the job,
+and superlinearly). For the state at a checkpoint's cut (``ReferenceRun.advance``) no watermark
+passes until the end of input: how far the run's watermark had come at a cut depends on how its
+source subtasks interleaved, so the oracles judge event-time state at cuts on their own (timers and
+watermarks) and compare the rest. The end of input is the maximum watermark: every event-time timer
+left fires, stage after stage. Processing-time timers never fire (the clock stays at 0; at end of
+input they are dropped, as Flink does). A job whose output depends on *when* a timer fires is not
+deterministic.
 """
 
 from __future__ import annotations
@@ -19,12 +28,13 @@ import copy
 from typing import Any
 
 from harness.job import JobGraph, RuntimeContext, apply_chain
+from harness.job.job_graph import WatermarkStrategy
 from reference_impl.keygroups import KeyGroupRange
 from reference_impl.operator_state import OperatorStateBackend
 from reference_impl.snapshot import KeyedStateSnapshot
 from reference_impl.state import HeapKeyedStateBackend
 from reference_impl.time import ManualClock
-from reference_impl.timers import MAX_WATERMARK, InternalTimerService, TimerService
+from reference_impl.timers import MAX_WATERMARK, MIN_WATERMARK, InternalTimerService, TimerService
 
 __all__ = ["ReferenceRun", "reference_output"]
 
@@ -58,10 +68,11 @@ class ReferenceRun:
                 ctx._broadcast_side = False
                 self._feed_from(k + 1, apply_chain(st.chain, ctx._drain()))
 
-    def feed(self, records: list[Any]) -> None:
-        self._feed_from(0, apply_chain(self.graph.source.chain, records))
+    def feed(self, records: list[Any], watermark: int | None = None) -> None:
+        """Feed records through every stage, then ``watermark`` (if given) after them."""
+        self._feed_from(0, apply_chain(self.graph.source.chain, records), watermark)
 
-    def _feed_from(self, first: int, recs: list[Any]) -> None:
+    def _feed_from(self, first: int, recs: list[Any], watermark: int | None = None) -> None:
         for st, backend, fn, ctx in self._stages[first:]:
             out: list[Any] = []
             for r in recs:
@@ -69,29 +80,23 @@ class ReferenceRun:
                 fn.process_element(r, ctx)
                 if ctx._out:
                     out.extend(ctx._drain())
+            if watermark is not None:  # the timers due fire, their output goes before the watermark
+                self._fire(st, fn, ctx, watermark)
+                out.extend(ctx._drain())
             recs = apply_chain(st.chain, out)
         self.output.extend(recs)
 
+    def _fire(self, st: Any, fn: Any, ctx: RuntimeContext, watermark: int) -> None:
+        def fire(domain: str, ts: int, key: Any, ns: Any) -> None:
+            ctx.time_domain, ctx.timer_namespace = domain, ns
+            fn.on_timer(ts, ctx)
+            ctx.time_domain = ctx.timer_namespace = None
+
+        self._timers[st.name].advance_watermark(watermark, fire)
+
     def finish(self) -> None:
         """End of input: the maximum watermark fires every event-time timer, stage after stage."""
-        carried: list[Any] = []
-        for st, backend, fn, ctx in self._stages:
-            out: list[Any] = []
-            for r in carried:
-                backend.set_current_key(st.key_selector(r))
-                fn.process_element(r, ctx)
-                if ctx._out:
-                    out.extend(ctx._drain())
-
-            def fire(domain: str, ts: int, key: Any, ns: Any, fn: Any = fn, ctx: RuntimeContext = ctx) -> None:
-                ctx.time_domain, ctx.timer_namespace = domain, ns
-                fn.on_timer(ts, ctx)
-                ctx.time_domain = ctx.timer_namespace = None
-
-            self._timers[st.name].advance_watermark(MAX_WATERMARK, fire)
-            out.extend(ctx._drain())
-            carried = apply_chain(st.chain, out)
-        self.output.extend(carried)
+        self._feed_from(0, [], MAX_WATERMARK)
 
     def advance(self, offsets: dict[str, int]) -> ReferenceRun:
         """Feed the input between the current offsets and ``offsets``; a reference that would have to
@@ -165,14 +170,50 @@ def reference_output(graph: JobGraph, run_stages: bool = True) -> tuple[list[Any
     )
     src.open(src.initial_splits(), ctx)
     ref = ReferenceRun(graph)
+    strategy = graph.source.watermarks
+    marks = _SourceWatermarks(src, strategy) if run_stages and strategy is not None else None
     inputs: list[Any] = []
     while not src.exhausted():
-        batch = src.poll(_POLL)
+        batch = src.poll(_POLL) if marks is None else marks.poll(_POLL)
         if not batch:
             break
         inputs.extend(batch)
         if run_stages:
-            ref.feed(batch)
+            ref.feed(batch, None if marks is None else marks.rose())
     if run_stages:
         ref.finish()
     return inputs, ref.output
+
+
+class _SourceWatermarks:
+    """One source subtask's watermarks over all splits, as ``harness.tasks.source_task`` generates
+    them: per split the largest event time read so far, the minimum over the unfinished splits (a
+    split not read yet holds it at the minimum), reported when it rose."""
+
+    def __init__(self, src: Any, strategy: WatermarkStrategy) -> None:
+        self.src, self.strategy = src, strategy
+        self.split_max: dict[str, int] = {}
+        self.watermark = MIN_WATERMARK
+
+    def poll(self, max_records: int) -> list[Any]:
+        ts_of, out = self.strategy.timestamp, []
+        for split, records in self.src.poll_splits(max_records):
+            if records:
+                top = max(int(ts_of(r)) for r in records)
+                if top > self.split_max.get(split, MIN_WATERMARK):
+                    self.split_max[split] = top
+                out.extend(records)
+        return out
+
+    def rose(self) -> int | None:
+        """The watermark after the last poll if it rose, else None."""
+        top, wm_for = self.split_max, self.strategy.watermark_for
+        wms = [
+            MIN_WATERMARK if split not in top else wm_for(top[split])
+            for split in self.src.offsets()
+            if not self.src.split_finished(split)
+        ]
+        if wms and min(wms) > self.watermark:
+            self.watermark = min(wms)
+            return self.watermark
+        return None

@@ -4,7 +4,8 @@ seed: the same seed gives the same history byte for byte.
 
 Each tick of simulated time the coordinator may trigger a checkpoint, the fault scheduler (the chaos
 layer's nemesis) sees the time, and every runnable subtask takes one step in a seeded order: a source
-emits a seeded number of records, a keyed subtask consumes items from its unblocked channels. A crash
+emits a seeded number of records (unless it read more than ``source_drift`` records beyond the
+slowest subtask of its source), a keyed subtask consumes items from its unblocked channels. A crash
 anywhere restarts the whole job (one failover region, as with Flink's all-to-all keyed edges) from
 the newest intact checkpoint after a restart delay; a rescale restarts it at another parallelism from
 a savepoint or the latest checkpoint. The task code is ``harness.tasks``, shared with Spark; what every
@@ -40,7 +41,14 @@ from harness.tasks.storage_gate import GatedStorage
 from reference_impl.rescale import restore_subtask
 from reference_impl.time import ManualClock, SkewedClock
 
-__all__ = ["DEFAULT_TICK_MS", "SimConfig", "RescaleRequest", "SimExecutor", "RunSummary"]  # the last two re-exported
+__all__ = [  # RescaleRequest and RunSummary re-exported
+    "DEFAULT_SOURCE_DRIFT",
+    "DEFAULT_TICK_MS",
+    "SimConfig",
+    "RescaleRequest",
+    "SimExecutor",
+    "RunSummary",
+]
 
 
 # Simulated milliseconds per scheduler step, i.e. the pace of processing time. A source subtask emits
@@ -49,11 +57,17 @@ __all__ = ["DEFAULT_TICK_MS", "SimConfig", "RescaleRequest", "SimExecutor", "Run
 # (docs/timers-event-time-broadcast.md, "Time on sim"; a scenario sets it as ``sim: {tick_ms: N}``).
 DEFAULT_TICK_MS = 5
 
+# Records one source subtask may read ahead of the slowest live subtask of its source before it skips
+# its steps (one step's most), so parallel source subtasks progress at similar rates as in Flink and
+# the watermark (their minimum) stays close behind; None leaves each subtask's pace independent.
+DEFAULT_SOURCE_DRIFT = 16
+
 
 @dataclass
 class SimConfig:
     tick_ms: int = DEFAULT_TICK_MS
     source_batch: int = 16  # a source emits 1..source_batch records per tick
+    source_drift: int | None = DEFAULT_SOURCE_DRIFT  # see DEFAULT_SOURCE_DRIFT
     task_budget: int = 256  # items a keyed subtask may consume per tick
     channel_latency_ms: int = 1
     ack_latency_ms: int = 1
@@ -117,6 +131,7 @@ class SimExecutor(Driver):
         self.streams: list[tuple[StreamTask, list[SimChannel]]] = []
         self.channels: dict[str, SimChannel] = {}
         self.stalled: dict[str, int] = {}
+        self._read: dict[str, int] = {}  # records each source subtask read in this deployment
         self.crash_requests: list[str | None] = []
         self._inbox: deque[tuple[int, Message]] = deque()
         self._step_delay = 0
@@ -195,6 +210,7 @@ class SimExecutor(Driver):
         self._timers_reported = {}
         self.channels = {}
         self.stalled = {}
+        self._read = {}
         self._inbox.clear()
         self.final_after = None
         plan: RestorePlan = self.master.plan_restore(graph, self.attempt)
@@ -298,13 +314,38 @@ class SimExecutor(Driver):
     def _step_source(self, s: SourceTask) -> None:
         if self.stopping:
             return
-        if not s.exhausted():
+        if not s.exhausted() and not self._ahead(s):
             n = s.poll(self.rng.randint(1, self.cfg.source_batch))
             if n:
                 self._count_records(n)
+                self._read[s.name] = self._read.get(s.name, 0) + n
         s.announce_exhausted()
         if s.exhausted() and not s.finished and not self._input_kept_open():
             s.end_input()  # this subtask is done: end of input (the maximum watermark) flows downstream
+
+    def _ahead(self, s: SourceTask) -> bool:
+        """Whether ``s`` read more than ``source_drift`` records more than the slowest live subtask of
+        its source in this deployment. Parallel source subtasks read at similar rates (each its own
+        thread in Flink); drawn independently per step, their difference would be a random walk whose
+        spread grows with the run, and with it the watermark's lag behind the faster ones (the
+        minimum), i.e. the event-time state every stage holds open. A subtask held in a step (a fault's
+        delay) does not hold the others back; once released, they wait until it has caught up."""
+        bound = self.cfg.source_drift
+        if bound is None:
+            return False
+        now, read = self.now, self._read
+        slowest = min(
+            (
+                read.get(x.name, 0)
+                for x in self.sources
+                if x.operator == s.operator
+                and x is not s
+                and not x.exhausted()
+                and self.stalled.get(x.name, -1) <= now
+            ),
+            default=None,
+        )
+        return slowest is not None and read.get(s.name, 0) - slowest > bound
 
     def _input_kept_open(self) -> bool:
         """A source that ran out keeps its end of input back while a planned trigger is pending (its
