@@ -425,7 +425,12 @@ class SimExecutor(Driver):
                 if self._finished:
                     break
                 self._fail_over(e)
-                self._safe_deploy(self.graph)
+                # a rescale the failure left ready (its savepoint completed or was lost with the attempt)
+                # restarts at the new parallelism at once, from the latest checkpoint: the restore at
+                # the new parallelism is the one that finds the failed attempt's work unfinished (a
+                # lost commit notification: the sink's pending transactions of subtasks that are gone)
+                req = self.rescales.take()
+                self._safe_deploy(self.graph if req is None else self._rescaled(req))
                 continue
             self.clock.advance(self.cfg.tick_ms)
         for s in self.sources:

@@ -320,7 +320,7 @@ class StreamTask(TaskBase):
     # ------------------------------------------------------------------ notifications
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        if self.sink is not None:
+        if self.sink is not None and not self._hit("notify_checkpoint_complete"):
             self.sink.notify_checkpoint_complete(checkpoint_id)
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:

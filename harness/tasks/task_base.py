@@ -37,8 +37,9 @@ class TaskBase:
         self.timers_fired: dict[str, int] = {}  # per time domain: evidence of what the run exercised
         self.keyed: Any = None  # the keyed state backend, for keyed stages
 
-    def _hit(self, failpoint: str) -> None:
-        self.env.failpoints.hit(failpoint, self.name)
+    def _hit(self, failpoint: str) -> bool:
+        """True: the failpoint's action drops what follows it (``Failpoints.hit``)."""
+        return self.env.failpoints.hit(failpoint, self.name)
 
     def _restore_state(self, restored: RestoredSubtask | None) -> None:
         self._hit("during_restore")
