@@ -96,7 +96,9 @@ class Trigger(Strict):
 
     def describe(self) -> str:
         after = f"+{self.after_ms}ms" if self.after_ms else ""
-        armed = f" after checkpoint {self.checkpoint}" if self.failpoint is not None and self.checkpoint else ""
+        armed = (
+            f" after checkpoint {self.checkpoint}" if self.failpoint is not None and self.checkpoint else ""
+        )
         return f"{self.kind}={getattr(self, self.kind)}{after}{armed}"
 
 

@@ -40,7 +40,13 @@ from harness.tasks.storage_gate import GatedStorage
 from reference_impl.rescale import restore_subtask
 from reference_impl.time import ManualClock, SkewedClock
 
-__all__ = ["DEFAULT_TICK_MS", "SimConfig", "RescaleRequest", "SimExecutor", "RunSummary"]  # the last two re-exported
+__all__ = [
+    "DEFAULT_TICK_MS",
+    "SimConfig",
+    "RescaleRequest",
+    "SimExecutor",
+    "RunSummary",
+]  # the last two re-exported
 
 
 # Simulated milliseconds per scheduler step, i.e. the pace of processing time. A source subtask emits
@@ -285,9 +291,13 @@ class SimExecutor(Driver):
         for t in self.tasks:
             n_in, n_out = self._reported.get(t.name, (0, 0))
             if t.records_in > n_in:
-                self.history.emit(RecordsIn(operator=t.operator, subtask=t.subtask, count=t.records_in - n_in))
+                self.history.emit(
+                    RecordsIn(operator=t.operator, subtask=t.subtask, count=t.records_in - n_in)
+                )
             if t.records_out > n_out:
-                self.history.emit(RecordsOut(operator=t.operator, subtask=t.subtask, count=t.records_out - n_out))
+                self.history.emit(
+                    RecordsOut(operator=t.operator, subtask=t.subtask, count=t.records_out - n_out)
+                )
             self._reported[t.name] = (t.records_in, t.records_out)
             fired, before = t.timers_fired, self._timers_reported.get(t.name, {})
             if fired != before:

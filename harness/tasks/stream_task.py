@@ -259,7 +259,11 @@ class StreamTask(TaskBase):
                 return
             self.env.emit(
                 BarrierAlignment(
-                    checkpoint_id=cid, operator=self.operator, subtask=self.subtask, blocked_ms=blocked, outcome=outcome
+                    checkpoint_id=cid,
+                    operator=self.operator,
+                    subtask=self.subtask,
+                    blocked_ms=blocked,
+                    outcome=outcome,
                 )
             )
         if current is not None and self._aligning is None and self.aligner.blocked_channels():
