@@ -64,11 +64,14 @@ class PlannedFault:
     after_ms: int = 0  # the trigger's after_ms: fire this long after the condition is reached
     due_at: int | None = None  # when a reached trigger with after_ms fires (or a not-ready one retries)
     not_ready: str | None = None  # why the last attempt found no target yet
+    armed_after: int = 0  # a failpoint trigger's checkpoint: it fires only once that one completed
 
     @property
     def trigger(self) -> str:
-        """``checkpoint=2``, ``time_ms=500+100ms`` (reached, then ``after_ms`` later)."""
-        return f"{self.kind}={self.value}" + (f"+{self.after_ms}ms" if self.after_ms else "")
+        """``checkpoint=2``, ``time_ms=500+100ms`` (reached, then ``after_ms`` later),
+        ``failpoint=during_sink_commit after checkpoint 3``."""
+        armed = f" after checkpoint {self.armed_after}" if self.armed_after else ""
+        return f"{self.kind}={self.value}" + (f"+{self.after_ms}ms" if self.after_ms else "") + armed
 
     def describe(self) -> str:
         return f"#{self.fault_id} {self.fault.kind} at {self.trigger}"
@@ -94,6 +97,7 @@ def plan(scenario: Scenario) -> list[PlannedFault]:
                     getattr(at, at.kind),
                     rng.getrandbits(32),
                     after_ms=at.after_ms or 0,
+                    armed_after=(at.checkpoint or 0) if at.kind == "failpoint" else 0,
                 )
             )
     return out
@@ -101,7 +105,7 @@ def plan(scenario: Scenario) -> list[PlannedFault]:
 
 @dataclass
 class FailpointAction:
-    """What a failpoint hit should do: crash the task, or delay it by ``delay_ms``."""
+    """What a failpoint hit should do: crash the task, delay it by ``delay_ms``, or drop what follows."""
 
     action: str
     delay_ms: int = 0
@@ -226,13 +230,16 @@ class Nemesis:
         """Called by the runtime at a named failpoint; returns the action to take there, if any.
         A failpoint fault with a target fires only for that target (e.g. ``count[1]``)."""
         for p in self.planned:
-            if p.fired or p.kind != "failpoint" or p.value != name:
+            if p.fired or p.kind != "failpoint" or p.value != name or self.last_checkpoint < p.armed_after:
                 continue
             if p.fault.target is not None and target is not None and str(p.fault.target) != target:
                 continue
             self._fire(p, target_override=target)
-            if getattr(p.fault, "action", None) == "delay":  # a failpoint fault's; other kinds crash
+            action = getattr(p.fault, "action", None)  # a failpoint fault's; other kinds crash
+            if action == "delay":
                 return FailpointAction("delay", getattr(p.fault, "delay_ms", None) or 0, p.fault_id)
+            if action == "drop":
+                return FailpointAction("drop", 0, p.fault_id)
             return FailpointAction("crash", 0, p.fault_id)
         return None
 

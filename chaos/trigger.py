@@ -41,7 +41,9 @@ class Strict(BaseModel):
 
 
 class Trigger(Strict):
-    """When a fault or rescale fires: exactly one of time, checkpoint, records, failpoint, random."""
+    """When a fault or rescale fires: exactly one of time, checkpoint, records, failpoint, random. A
+    failpoint may also name a ``checkpoint``: it is armed once that checkpoint completed, and fires at
+    its first hit after (e.g. the sink's commit of a later checkpoint or savepoint, not checkpoint 1's)."""
 
     time_ms: Duration | None = None
     checkpoint: Annotated[int, Field(ge=1)] | None = None
@@ -70,7 +72,7 @@ class Trigger(Strict):
         set_ = [
             k
             for k in ("time_ms", "checkpoint", "records", "failpoint", "random")
-            if getattr(self, k) is not None
+            if getattr(self, k) is not None and not (k == "checkpoint" and self.failpoint is not None)
         ]
         if len(set_) != 1:
             raise ValueError(
@@ -79,20 +81,25 @@ class Trigger(Strict):
             )
         if self.within_ms is not None and self.random is None:
             raise ValueError("within_ms only applies to random triggers")
+        if self.after_ms is not None and self.failpoint is not None:
+            raise ValueError("after_ms only applies to checkpoint and records triggers")
         if self.after_ms is not None and self.checkpoint is None and self.records is None:
             raise ValueError("after_ms only applies to checkpoint and records triggers")
         return self
 
     @property
     def kind(self) -> str:
-        for k in ("time_ms", "checkpoint", "records", "failpoint", "random"):
+        for k in ("time_ms", "failpoint", "checkpoint", "records", "random"):
             if getattr(self, k) is not None:
                 return k
         raise AssertionError("validated trigger has a kind")
 
     def describe(self) -> str:
         after = f"+{self.after_ms}ms" if self.after_ms else ""
-        return f"{self.kind}={getattr(self, self.kind)}{after}"
+        armed = (
+            f" after checkpoint {self.checkpoint}" if self.failpoint is not None and self.checkpoint else ""
+        )
+        return f"{self.kind}={getattr(self, self.kind)}{after}{armed}"
 
 
 def coerce_trigger(v: Any) -> Any:

@@ -1,6 +1,8 @@
 """``failpoint``: crash or delay a subtask when it reaches a named point of the runtime
-(``at: {failpoint: NAME}``); the runtime acts at the failpoint itself (``Nemesis.on_failpoint``),
-so there is no injector. Every cluster."""
+(``at: {failpoint: NAME}``), or (``drop``, at ``notify_checkpoint_complete``) lose the completion
+notice a sink subtask is sent, as Flink's best-effort RPC may: a later completion or a restore must
+commit the transactions it left pending. The runtime acts at the failpoint itself
+(``Nemesis.on_failpoint``), so there is no injector. Every cluster."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from harness.tasks.failpoints import FAILPOINTS
 
 class FailpointFault(FaultParams):
     kind: Literal["failpoint"]
-    action: Literal["crash", "delay"] | None = None
+    action: Literal["crash", "delay", "drop"] | None = None
     delay_ms: MaybeDuration = None
 
     @model_validator(mode="after")
@@ -25,7 +27,12 @@ class FailpointFault(FaultParams):
         if self.at.failpoint is None:
             raise ValueError("a failpoint fault needs at: {failpoint: NAME}")
         if self.action is None:
-            raise ValueError("a failpoint fault needs action: crash or delay")
+            raise ValueError("a failpoint fault needs action: crash, delay or drop")
+        if self.action == "drop" and self.at.failpoint != "notify_checkpoint_complete":
+            raise ValueError(
+                "action: drop loses a checkpoint's completion notice: it applies to failpoint "
+                "notify_checkpoint_complete only"
+            )
         if self.action == "delay" and self.delay_ms is None:
             raise ValueError("action: delay needs delay_ms")
         return self

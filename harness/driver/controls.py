@@ -113,7 +113,7 @@ class FaultScheduler(Protocol):
     def on_checkpoint_completed(self, checkpoint_id: int) -> None: ...
 
     def on_failpoint(self, name: str, target: str | None = None) -> Any:
-        """What to do at a failpoint: None, or an object with ``action`` ("crash"|"delay") and ``delay_ms``."""
+        """What to do at a failpoint: None, or an object with ``action`` ("crash"|"delay"|"drop") and ``delay_ms``."""
         ...
 
     def awaiting(self, kinds: tuple[str, ...]) -> list[str]:

@@ -280,7 +280,7 @@ class InbandFault(Message):
 
 @message("failpoint_reply")
 class FailpointReply(Message):
-    """What to do at a failpoint the task hit: ``action`` None (nothing), "crash" or "delay"."""
+    """What to do at a failpoint the task hit: ``action`` None (nothing), "crash", "delay" or "drop"."""
 
     action: str | None
     delay_ms: int

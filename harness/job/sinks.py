@@ -111,7 +111,7 @@ class TwoPhaseCommitFileSink:
         directory: Path,
         subtask: int,
         emit: Emit,
-        failpoint: Callable[[str], None] | None = None,
+        failpoint: Callable[[str], object] | None = None,
         attempt: int = 0,
         identity: Callable[[Any], Any] | None = None,
         sync: bool = True,

@@ -9,7 +9,8 @@ Flink's DataStreamAllroundTestProgram. Built only with the public job API.
   ``merge_namespaces`` when a new event bridges windows, and an event-time timer per window (in its
   namespace) that emits the session when the watermark passes its end. A TTL'd ValueState and
   processing-time timers keep an "idle since" marker (no output: processing time is not deterministic).
-- **stage** ``profile`` (keyed by user, with the broadcast rule source ``rules``): numbers each user's sessions (ValueState ``n``: the output's
+- **stage** ``profile`` (keyed by user, with the broadcast rule source ``rules``, ``rules`` records
+  of ``RULES`` rule ids in successive versions): numbers each user's sessions (ValueState ``n``: the output's
   per-key sequence), keeps a running total (ReducingState with TTL), the session starts seen
   (MapState with TTL: a duplicate is a violation), the last three session sizes (ListState with TTL)
   and a count/sum accumulator (AggregatingState); split and union operator state count what each
@@ -76,13 +77,15 @@ def allround_event(split: int, n: int, users: int = 23) -> dict[str, Any]:
     }
 
 
-RULES = 40
+RULES = 40  # distinct rule ids; the rule records (``rules``) may be more: later versions of them
 
 
 def allround_rule(split: int, n: int) -> dict[str, Any]:
-    """Broadcast rule ``n``: its value is a function of its id, so the keyed side can check every
-    rule it sees."""
-    return {"rule": n, "weight": 1 + n % 5}
+    """Broadcast rule record ``n``: rule ``n % RULES`` in version ``n // RULES`` (a later version
+    replaces the earlier one in the broadcast state, so the state keeps changing while rules flow).
+    Its weight is a function of its id, so the keyed side can check every rule it sees."""
+    rule = n % RULES
+    return {"rule": rule, "weight": 1 + rule % 5, "version": n // RULES}
 
 
 def _ts(e: dict[str, Any]) -> int:
@@ -238,11 +241,11 @@ class Profile(KeyedBroadcastProcessFunction):
         self.subtasks_seen.update(sorted(set(self.subtasks_seen.get())))
 
     def process_broadcast_element(self, rule: dict[str, Any], ctx: RuntimeContext) -> None:
-        ctx.broadcast_state("rules").put(rule["rule"], rule["weight"])
+        ctx.broadcast_state("rules").put(rule["rule"], [rule["weight"], rule["version"]])
 
     def _check_rules(self, ctx: RuntimeContext) -> None:
         rules = ctx.broadcast_state("rules").items()
-        wrong = [r for r, w in rules if w != allround_rule(0, r)["weight"]]
+        wrong = [r for r, (w, _) in rules if w != allround_rule(0, r)["weight"]]
         if wrong:
             _violation(ctx, "broadcast rule with a wrong value", rules=sorted(wrong))
         if len(rules) < self.rules_seen.value():
@@ -300,8 +303,11 @@ def allround(
     parallelism: int = 2,
     max_parallelism: int = 64,
     records: int | None = None,
+    rules: int = RULES,
 ) -> JobGraph:
-    """The allround job; ``records`` (a scenario's), when given, sets ``records_per_split``."""
+    """The allround job; ``records`` (a scenario's), when given, sets ``records_per_split``.
+    ``rules``: how many rule records the broadcast source emits (more than ``RULES``: new versions
+    keep arriving while checkpoints, crashes and rescales happen, instead of all in the first steps)."""
     if records is not None:
         records_per_split = max(1, records // splits)
     src = GeneratorSource(_Event(users), splits, records_per_split, interleave=True)
@@ -316,7 +322,7 @@ def allround(
         .key_by(_user)
         .process("sessions", Sessions(), parallelism)
         .key_by(_user)
-        .connect_broadcast("rules", GeneratorSource(allround_rule, 1, RULES), 1)
+        .connect_broadcast("rules", GeneratorSource(allround_rule, 1, rules), 1)
         .process("profile", Profile(), parallelism)
         .sink(ExactlyOnceFileSinkSpec())
         .output(identity=_identity, identity_name="(user, session start)", key=_user, seq=_seq)

@@ -1,7 +1,9 @@
 """Checkpoint integrity: completed ids only grow; every ``_metadata`` left in storage references only
 existing, intact files (unless a storage fault damaged it on purpose); the newest retained
 checkpoints still exist, and no more than ``retained`` completed checkpoints remain; aborted
-checkpoints leave nothing behind; no restore used a checkpoint after it was damaged, and no intact
+checkpoints leave nothing behind, nor does the exactly-once sink once a sim run finished (every
+transaction committed or aborted: a restore at a smaller parallelism must abort the leftovers of the
+subtasks that are gone); no restore used a checkpoint after it was damaged, and no intact
 checkpoint was skipped as damaged. The coordinator's contract, from its decisions in the history: a
 completed checkpoint subsumes only older pending ones, and no more than ``max_concurrent``
 checkpoints are pending at once (savepoints aside)."""
@@ -72,6 +74,22 @@ def _coordinator_problems(art: RunArtifacts, max_concurrent: int) -> list[str]:
     return problems
 
 
+def _sink_leftovers(art: RunArtifacts) -> list[str]:
+    """A finished sim run's sink transactions still pending (neither committed nor aborted). Sim only:
+    there no task outlives its attempt, while on a cluster a zombie task of a failed attempt may still
+    open a transaction after the restore that aborts its subtask's leftovers."""
+    start, end = art.run_start, art.run_end
+    if start is None or end is None or start.executor != "sim" or end.status != "finished":
+        return []
+    pending = RunStore(art.run_dir).output / "pending"
+    left = sorted(f.name for f in pending.iterdir()) if pending.is_dir() else []
+    return [
+        f"sink transaction {name} was neither committed nor aborted by the end of the run "
+        f"({len(left)} left in {pending})"
+        for name in left[:10]
+    ]
+
+
 def check_checkpoint_integrity(
     art: RunArtifacts, spec: JobSpec, retained: int = 1, max_concurrent: int = 1
 ) -> Verdict:
@@ -119,6 +137,7 @@ def check_checkpoint_integrity(
         name = Path(s.path).name
         if name not in damage_time:
             problems.append(f"restore skipped {s.path} as damaged, but no fault damaged it: {s.reason}")
+    problems += _sink_leftovers(art)
     skipped = len(art.of_type(CheckpointSkipped))
     if not completed and not problems:
         return Verdict.unknown("checkpoint_integrity", "no checkpoint completed in this run", completed=0)

@@ -301,9 +301,13 @@ class SimExecutor(Driver):
         for t in self.tasks:
             n_in, n_out = self._reported.get(t.name, (0, 0))
             if t.records_in > n_in:
-                self.history.emit(RecordsIn(operator=t.operator, subtask=t.subtask, count=t.records_in - n_in))
+                self.history.emit(
+                    RecordsIn(operator=t.operator, subtask=t.subtask, count=t.records_in - n_in)
+                )
             if t.records_out > n_out:
-                self.history.emit(RecordsOut(operator=t.operator, subtask=t.subtask, count=t.records_out - n_out))
+                self.history.emit(
+                    RecordsOut(operator=t.operator, subtask=t.subtask, count=t.records_out - n_out)
+                )
             self._reported[t.name] = (t.records_in, t.records_out)
             fired, before = t.timers_fired, self._timers_reported.get(t.name, {})
             if fired != before:
@@ -466,7 +470,12 @@ class SimExecutor(Driver):
                 if self._finished:
                     break
                 self._fail_over(e)
-                self._safe_deploy(self.graph)
+                # a rescale the failure left ready (its savepoint completed or was lost with the attempt)
+                # restarts at the new parallelism at once, from the latest checkpoint: the restore at
+                # the new parallelism is the one that finds the failed attempt's work unfinished (a
+                # lost commit notification: the sink's pending transactions of subtasks that are gone)
+                req = self.rescales.take()
+                self._safe_deploy(self.graph if req is None else self._rescaled(req))
                 continue
             self.clock.advance(self.cfg.tick_ms)
         for s in self.sources:

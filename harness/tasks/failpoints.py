@@ -15,6 +15,7 @@ FAILPOINTS = (
     "between_metadata_and_commit",
     "during_sink_commit",
     "during_restore",
+    "notify_checkpoint_complete",  # a subtask told a checkpoint completed (action drop: the notice is lost)
 )
 
 
@@ -28,8 +29,8 @@ class InjectedCrash(RuntimeError):
 
 
 class FailpointHandler(Protocol):
-    """Returns what to do at a failpoint: None, or an object with ``action`` ("crash"|"delay") and
-    ``delay_ms``. The chaos layer's Nemesis satisfies this."""
+    """Returns what to do at a failpoint: None, or an object with ``action`` ("crash"|"delay"|"drop")
+    and ``delay_ms``. The chaos layer's Nemesis satisfies this."""
 
     def on_failpoint(self, name: str, target: str | None = None) -> Any: ...
 
@@ -42,15 +43,18 @@ class Failpoints:
         self.handler = handler
         self.sleep = sleep or (lambda ms: None)
 
-    def hit(self, name: str, target: str | None = None) -> None:
+    def hit(self, name: str, target: str | None = None) -> bool:
+        """Act at failpoint ``name``; True when the action is ``drop``: what follows the failpoint is
+        lost (a checkpoint's completion notice, an RPC Flink sends without a retry)."""
         if self.handler is None:
-            return
+            return False
         if name not in FAILPOINTS:
             raise ValueError(f"unknown failpoint {name!r}")
         action = self.handler.on_failpoint(name, target)
         if action is None:
-            return
+            return False
         if action.action == "crash":
             raise InjectedCrash(name, target)
         if action.action == "delay" and action.delay_ms:
             self.sleep(int(action.delay_ms))
+        return bool(action.action == "drop")

@@ -37,8 +37,9 @@ class TaskBase:
         self.timers_fired: dict[str, int] = {}  # per time domain: evidence of what the run exercised
         self.keyed: Any = None  # the keyed state backend, for keyed stages
 
-    def _hit(self, failpoint: str) -> None:
-        self.env.failpoints.hit(failpoint, self.name)
+    def _hit(self, failpoint: str) -> bool:
+        """True: the failpoint's action drops what follows it (``Failpoints.hit``)."""
+        return self.env.failpoints.hit(failpoint, self.name)
 
     def _restore_state(self, restored: RestoredSubtask | None) -> None:
         self._hit("during_restore")
@@ -80,15 +81,15 @@ class TaskBase:
         (d / fname).write_bytes(encode_subtask_state(self._subtask_snapshot(shared=True)))
         self.env.emit(
             Restore(
-            checkpoint_id=checkpoint_id,
-            path=path,
-            attempt=self.env.attempt,
-            operator=self.operator,
-            subtask=self.subtask,
-            parallelism=self.parallelism,
-            key_group_range=[self.key_group_range.start, self.key_group_range.end],
-            restored_state_file=f"restored/{fname}",
-            **self._restore_event_extra(),
+                checkpoint_id=checkpoint_id,
+                path=path,
+                attempt=self.env.attempt,
+                operator=self.operator,
+                subtask=self.subtask,
+                parallelism=self.parallelism,
+                key_group_range=[self.key_group_range.start, self.key_group_range.end],
+                restored_state_file=f"restored/{fname}",
+                **self._restore_event_extra(),
             )
         )
 
@@ -128,7 +129,9 @@ class TaskBase:
             return
         keyed = self.keyed.snapshot()
         snap = SubtaskStateSnapshot(self.operator, self.subtask, self.parallelism, self.max_p, keyed, None)
-        (d / f"c{checkpoint_id:08d}-{self.operator}-{self.subtask}.state").write_bytes(encode_subtask_state(snap))
+        (d / f"c{checkpoint_id:08d}-{self.operator}-{self.subtask}.state").write_bytes(
+            encode_subtask_state(snap)
+        )
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         pass

@@ -87,7 +87,13 @@ MALFORMED = [
         "name: x\ncluster: sim\nfaults:\n  - at: failpoint:before_snapshot\n    kind: failpoint\n",
         4,
         "faults[0]",
-        "action: crash or delay",
+        "action: crash, delay or drop",
+    ),
+    (
+        "name: x\ncluster: sim\nfaults:\n  - at: failpoint:before_snapshot\n    kind: failpoint\n    action: drop\n",
+        4,
+        "faults[0]",
+        "applies to failpoint notify_checkpoint_complete only",
     ),
     (
         "name: x\ncluster: sim\nfaults:\n  - at: checkpoint:1\n    kind: delay_barrier\n",
@@ -184,7 +190,12 @@ MALFORMED = [
         "faults[0].mode",
         "unknown field for a crash_task fault",
     ),
-    ("name: x\ncluster: sim\nfaults:\n  - at: checkpoint:1\n", 4, "faults[0].kind", "a fault needs kind: one of"),
+    (
+        "name: x\ncluster: sim\nfaults:\n  - at: checkpoint:1\n",
+        4,
+        "faults[0].kind",
+        "a fault needs kind: one of",
+    ),
     ("name: x\nrescale:\n  - parallelism: 3\n", 3, "rescale[0].at", "Field required"),
     (
         "name: x\nrescale:\n  - at: checkpoint:2\n    parallelism: 999\n",
@@ -271,7 +282,9 @@ def test_one_scenario_model_files_each_engines_fields_in_its_typed_part() -> Non
     from chaos.scenario import RuntimePart, Scenario, SssPart
 
     root = Path(__file__).resolve().parents[2]
-    [(_, rt), (_, q)] = load_scenarios([root / "scenarios" / "smoke-sim.yaml", root / "examples" / "sss" / "cart-local.yaml"])
+    [(_, rt), (_, q)] = load_scenarios(
+        [root / "scenarios" / "smoke-sim.yaml", root / "examples" / "sss" / "cart-local.yaml"]
+    )
     assert isinstance(rt.part, RuntimePart) and isinstance(q.part, SssPart)
     assert rt.runtime.records == rt.part.records and q.sss.query.processor == "examples.sss.cart:CartTotals"
     with pytest.raises(TypeError, match="not on Structured Streaming"):
@@ -283,7 +296,9 @@ def test_one_scenario_model_files_each_engines_fields_in_its_typed_part() -> Non
         assert "part" not in flat and Scenario.model_validate(flat).model_dump() == sc.model_dump()
     assert "records" in rt.model_dump() and "query" in q.model_dump()
     # a query's cluster defaults to its engine's own, left unset
-    bare = Scenario.model_validate({k: v for k, v in q.model_dump(exclude_unset=True).items() if k != "cluster"})
+    bare = Scenario.model_validate(
+        {k: v for k, v in q.model_dump(exclude_unset=True).items() if k != "cluster"}
+    )
     assert bare.cluster == "local-cluster[1,1,1024]" and "cluster" not in bare.model_dump(exclude_unset=True)
     # a copy with a part's field replaced changes the part, as a file spells the field
     fewer = rt.model_copy(update={"records": 7, "seed": 3})

@@ -90,9 +90,19 @@ fault = st.one_of(
                 "between_metadata_and_commit",
                 "during_sink_commit",
                 "during_restore",
+                "notify_checkpoint_complete",
             ]
         ),
         st.sampled_from(["crash", "delay"]),
+    ),
+    # a sink subtask's completion notice lost, armed after a checkpoint (or its first one)
+    st.builds(
+        lambda cid: {
+            "at": {"failpoint": "notify_checkpoint_complete", **({"checkpoint": cid} if cid else {})},
+            "kind": "failpoint",
+            "action": "drop",
+        },
+        st.integers(0, 8),
     ),
 )
 rescale_chain = st.lists(
