@@ -1,7 +1,7 @@
 """The test tiers: markers classify tests one way (a test not marked ``spark``/``docker`` cannot
 start Spark or use Docker, here or in a process it starts), and the mechanics of ``./dev test
 --stress`` (rounds under a CPU hog, the duration spread, exit 1 when a round fails) and of the full
-run's two sessions (tools/tiers.py: the fast tier alongside the rest)."""
+run's two lanes (tools/tiers.py: the fast tier, then the ``alongside`` tests, alongside the rest)."""
 
 from __future__ import annotations
 
@@ -78,9 +78,9 @@ def test_stress_runs_rounds_prints_the_spread_and_fails_when_a_round_fails(tmp_p
 
 @pytest.mark.slow  # two pytest sessions of its own
 def test_full_run_splits_by_marker_one_way_and_fails_when_either_session_fails(tmp_path, monkeypatch, capfd):
-    """``./dev test``'s two sessions over a tiny suite: each test runs in exactly one of them (the fast
-    tier's expression or its negation), both report to one Allure folder (cleaned once, before), and a
-    failure in either session is the run's."""
+    """``./dev test``'s two lanes over a tiny suite: each test runs in exactly one session (the fast
+    tier's expression, then ``alongside``, in lane two; the rest in the main session), all report to
+    one Allure folder (cleaned once, before), and a failure in any session is the run's."""
     tiers = _stress_module("tiers")
     fast = "not spark and not slow"
     (tmp_path / "test_tiny.py").write_text(
@@ -88,17 +88,22 @@ def test_full_run_splits_by_marker_one_way_and_fails_when_either_session_fails(t
         "def test_plain():\n    assert os.environ.get('FAIL') != 'fast'\n"
         "@pytest.mark.slow\ndef test_slow():\n    pass\n"
         "@pytest.mark.spark\ndef test_spark():\n    assert os.environ.get('FAIL') != 'main'\n"
+        "@pytest.mark.spark\n@pytest.mark.alongside\ndef test_beside():\n"
+        "    assert os.environ.get('FAIL') != 'alongside'\n"
     )
     monkeypatch.chdir(tmp_path)
     (tmp_path / "allure-results").mkdir()
     (tmp_path / "allure-results" / "stale-result.json").write_text("{}")
     assert tiers.run(fast, ["test_tiny.py", "-v"]) == 0
     text = capfd.readouterr().out
-    main, _, tier = text.partition("[tiers] the fast tier")
-    assert "test_slow PASSED" in main and "test_spark PASSED" in main and "test_plain" not in main, main
-    assert "test_plain PASSED" in tier and "test_slow" not in tier and "test_spark" not in tier, tier
+    main, _, two = text.partition("[tiers] lane two")
+    assert "test_slow PASSED" in main and "test_spark PASSED" in main, main
+    assert "test_plain" not in main and "test_beside" not in main, main
+    assert "test_plain PASSED" in two and "test_beside PASSED" in two, two
+    assert "test_slow" not in two and "test_spark" not in two, two
+    assert two.index("test_plain PASSED") < two.index("test_beside PASSED"), two
     results = list((tmp_path / "allure-results").glob("*-result.json"))
-    assert len(results) == 3 and not (tmp_path / "allure-results" / "stale-result.json").exists(), results
-    for failing in ("fast", "main"):
+    assert len(results) == 4 and not (tmp_path / "allure-results" / "stale-result.json").exists(), results
+    for failing in ("fast", "main", "alongside"):
         monkeypatch.setenv("FAIL", failing)
         assert tiers.run(fast, ["test_tiny.py"]) == 1, failing

@@ -111,6 +111,7 @@ def test_run_refuses_a_plan_spark_would_not_run_before_its_driver_starts(
     assert not runs.exists() or not any(runs.iterdir()), sorted(runs.iterdir())
 
 
+@pytest.mark.alongside  # self-contained, minutes long: ./dev test runs it beside the main session
 def test_stream_stream_join_passes_kills_with_both_sides_state_compared(run_scenario: Any) -> None:
     outcome = run_scenario(SSS / "join-local.yaml")
     assert outcome.passed, [(v["oracle"], v["summary"], v["details"][:3]) for v in outcome.failed_checks]
@@ -128,6 +129,7 @@ def _tags(rows: list[dict[str, Any]]) -> set[str]:
     return {r["query"] for r in rows}
 
 
+@pytest.mark.alongside  # self-contained, minutes long: ./dev test runs it beside the main session
 def test_session_dedup_and_event_time_examples_pass_kills_in_one_run(run_scenario: Any) -> None:
     """The ``sessions``, ``dedup`` and ``tws-eventtime`` examples' builders, unchanged, as one union
     query (``examples/sss/event_time_union.py``: one run instead of three) through an executor kill
@@ -148,6 +150,7 @@ def test_session_dedup_and_event_time_examples_pass_kills_in_one_run(run_scenari
     assert {s.split("/")[0] for s, rows in at_restart.items() if rows} >= {"op0", "op1", "op2"}, sorted(at_restart)
 
 
+@pytest.mark.alongside  # self-contained, minutes long: ./dev test runs it beside the main session
 def test_the_three_event_time_twins_are_each_caught(run_scenario: Any) -> None:
     """Their broken twins (side stores a driver restart empties) as one union query: each branch's
     output differs from the replay after the restart."""
