@@ -164,10 +164,13 @@ class Driver(ExecutorControls):
         elif what == "complete":
             self.completed += 1
             self.master.keep_completed(checkpoint_id)
+            # a rescale's savepoint is complete once stored, before its notices reach the tasks: a
+            # task failing on its notice (a sink's commit) then finds the rescale ready, as Flink's
+            # stop-with-savepoint completes with the savepoint and a failure after it restarts the job
+            self.rescales.on_completed(checkpoint_id)
             self._tell_complete(checkpoint_id)
             if self.faults is not None:
                 self.faults.on_checkpoint_completed(checkpoint_id)
-            self.rescales.on_completed(checkpoint_id)
             self.rescales.check(self.now_ms(), self.records_emitted, self.coord, checkpoint_id)
             if self.final_after is not None and checkpoint_id >= self.final_after:
                 self._final_checkpoint_done()
