@@ -536,8 +536,9 @@ class DockerStack:
             self._restore_signal_handlers()
 
     def _install_signal_handlers(self) -> None:
-        """Turn SIGTERM into ``SystemExit`` so ``__exit__`` runs (SIGINT already raises
-        ``KeyboardInterrupt``). Only from the main thread, only over the default handler."""
+        """Turn SIGTERM into ``SystemExit`` so ``__exit__`` runs (SIGINT raises ``KeyboardInterrupt``,
+        unless the process was started with SIGINT ignored, as a shell starts a background job;
+        ``statechaos`` sets it back). Only from the main thread, only over the default handler."""
         if threading.current_thread() is not threading.main_thread():
             return
         if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):

@@ -328,7 +328,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    # Ctrl-C: KeyboardInterrupt unwinds through every context manager, which cleans up what a run started
+    # Ctrl-C and SIGTERM: KeyboardInterrupt unwinds through every context manager, which cleans up what
+    # a run started. SIGINT is set here too, not taken as inherited: a shell without job control starts
+    # a background job (`statechaos run ... &` in a script or a CI step) with SIGINT ignored, and Python
+    # then installs no handler, so a `kill -INT` was swallowed until pyspark's SparkContext put its own
+    # in (a docker run's whole stack start-up) and the run went on to its end.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         return int(args.fn(args))

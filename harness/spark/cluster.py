@@ -396,7 +396,7 @@ class SparkCluster:
                 self._launch_gateway()
             with self._app_start_turn():
                 self.spark = builder.getOrCreate()
-        except Exception as e:
+        except BaseException as e:
             # the text first: a py4j error asks the gateway for it, and stop() shuts the gateway down
             try:
                 what = f"{type(e).__name__}: {e}"
@@ -407,11 +407,14 @@ class SparkCluster:
                 with contextlib.suppress(psutil.NoSuchProcess):
                     self._gateway_proc = psutil.Process(proc.pid)
             self.stop()
+            if not isinstance(e, Exception):  # Ctrl-C while the application starts: stopped, goes on
+                raise
             raise SparkEnvironmentError(
                 f"Spark did not start on {self.master}: {what}. Check Java 17/21 (JAVA_HOME), "
                 f"free memory, and that {self.driver_host} is usable (SPARK_LOCAL_IP={self.driver_host})"
             ) from None
         self.sc = self.spark.sparkContext
+        atexit.register(self.stop)  # from here on: a Ctrl-C before start() returns still stops it
         self._redirect_driver_log()
         self.sc.setLogLevel(self.log_level)
         self.app_id = self.sc.applicationId
@@ -436,7 +439,6 @@ class SparkCluster:
                     f"(kept); check memory (each executor asks {self.executor_memory_mb} MB) and Java"
                 ) from e
         self.startup_s = time.monotonic() - t0
-        atexit.register(self.stop)
         return self
 
     @contextlib.contextmanager
