@@ -16,7 +16,6 @@ import zlib
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import islice
-from operator import is_
 from typing import Any, BinaryIO
 
 import msgpack
@@ -102,48 +101,46 @@ def _append_collection(
     """Append the packed encoding of the list or map ``v`` (``enc(v)``, a msgpack array of one row per
     element) to ``buf``, packing only the elements added since the cache last saw ``v``: the bytes
     are those of packing ``enc(v)`` in one call, as msgpack packs an array as its header followed by
-    each element's own packing. The cache holds ``v`` itself (so its ``id`` is not reused), its
-    keys and values, and their packed rows; an entry is used only if every element it holds is
-    still the very same object at the same position (checked in C, no Python work per element):
-    any other change (an overwrite, a removal, expiry) re-packs ``v`` whole. False when ``v`` holds
-    an element that is not :func:`_frozen` (a mutable value may change without its state knowing)."""
+    each element's own packing. The cache holds ``v`` itself (so its ``id`` is not reused), how many
+    of its elements it packed, and their packed rows. An entry stands for "``v`` only grew since":
+    every other change (an overwrite, a removal, expiry) drops it where it is made
+    (:meth:`~reference_impl.state.handles.StateTable.rewrote`), so ``v`` is re-packed whole, and no
+    element is compared here (O(what was appended), not O(``v``)). False when ``v`` holds an
+    element that is not :func:`_frozen` (a mutable value may change without its state knowing)."""
     n = len(v)
     is_map = type(v) is dict
     e: list[Any] | None = cache.get(id(v))
     start = 0
-    if e is not None and e[0] is v and n >= len(e[2]):
-        if is_map:
-            if all(map(is_, v, e[1])) and all(map(is_, v.values(), e[2])):
-                start = len(e[2])
-        elif all(map(is_, v, e[2])):
-            start = len(e[2])
-    if start == 0:
+    if e is not None and e[0] is v and n >= e[1]:
+        start = e[1]
+    else:
         e = None
     if start < n:
-        keys: list[Any] = []
         if is_map:
-            keys = list(islice(v, start, None))
-            vals = list(islice(v.values(), start, None))
-            ok = all(map(_frozen, keys)) and all(map(_frozen, vals))
-            rows = enc(dict(zip(keys, vals, strict=True))) if ok else None
+            if start:  # the last n - start entries, read from the end: O(what was appended)
+                tail = list(islice(reversed(v.items()), n - start))
+                tail.reverse()
+                part: Any = dict(tail)
+            else:
+                part = v
+            ok = all(map(_frozen, part)) and all(map(_frozen, part.values()))
         else:
-            vals = v[start:] if start else list(v)
-            ok = all(map(_frozen, vals))
-            rows = enc(vals) if ok else None
+            part = v[start:] if start else list(v)
+            ok = all(map(_frozen, part))
+        rows = enc(part) if ok else None
         if rows is None:
             cache.pop(id(v), None)
             return False
         packed = pk.pack(rows)
-        tail = memoryview(packed)[len(pk.pack_array_header(n - start)) :]
+        tail_bytes = memoryview(packed)[len(pk.pack_array_header(n - start)) :]
         if e is None:
-            e = cache[id(v)] = [v, keys, vals, bytearray(tail)]
+            e = cache[id(v)] = [v, n, bytearray(tail_bytes)]
         else:
-            e[1].extend(keys)
-            e[2].extend(vals)
-            e[3] += tail
+            e[1] = n
+            e[2] += tail_bytes
     used.add(id(v))
     buf += pk.pack_array_header(n)
-    buf += e[3]  # type: ignore[index]  # set above whenever start < n; start == n needs a hit
+    buf += e[2]  # type: ignore[index]  # set above whenever start < n; start == n needs a hit
     return True
 
 

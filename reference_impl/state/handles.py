@@ -42,15 +42,29 @@ class StateTable:
 
     ``earliest`` serves incremental TTL cleanup of map state: (namespace, key) -> a lower bound of the
     expiration timestamps of that key's map, set when cleanup scans the map and lowered by every
-    write, so cleanup skips a map whose earliest expiry is still ahead without reading its entries."""
+    write, so cleanup skips a map whose earliest expiry is still ahead without reading its entries.
 
-    __slots__ = ("descriptor", "data", "cleanup_cursor", "earliest")
+    ``encoded`` is the backend's encoding cache of large list and map values (the heap backend's, for
+    ``checkpoint.format_v3``; None without one): an entry says its value only grew since it was
+    packed, so whatever changes a stored list or map in place other than by appending to it calls
+    :meth:`rewrote`, which drops the entry in O(1) (the next checkpoint re-packs the value whole).
+    Lists need no call: every list change but ``add``/``add_all`` stores a new list."""
 
-    def __init__(self, descriptor: Any) -> None:
+    __slots__ = ("descriptor", "data", "cleanup_cursor", "earliest", "encoded")
+
+    def __init__(self, descriptor: Any, encoded: dict[int, Any] | None = None) -> None:
         self.descriptor = descriptor
         self.data: dict[Any, dict[Any, Any]] = {}
         self.cleanup_cursor: Iterator[tuple[Any, Any]] | None = None
         self.earliest: dict[tuple[Any, Any], int] | None = {}
+        self.encoded = encoded
+
+    def rewrote(self, value: Any) -> None:
+        """``value`` (a stored list or map) was changed other than by appending: its cached encoding
+        no longer holds."""
+        cache = self.encoded
+        if cache:
+            cache.pop(id(value), None)
 
 
 class _Handle:
@@ -418,11 +432,13 @@ class MapState(_Handle):
             return True, tv
         if self._expired(tv, now):
             del d[uk]
+            self._t.rewrote(d)
             if not d:
                 self._m.pop(self._b.current_key, None)
             return (True, tv[0]) if self._return_expired else (False, None)
         if self._on_read:
             d[uk] = (tv[0], now)
+            self._t.rewrote(d)
             self._lower_earliest(now)
         return True, tv[0]
 
@@ -457,7 +473,10 @@ class MapState(_Handle):
             self._lower_earliest(item[1])
         d = self._map(create=True)
         assert d is not None
+        n = len(d)
         d[user_key] = item
+        if len(d) == n:  # an overwrite, not an append
+            self._t.rewrote(d)
 
     def put_all(self, entries: dict[Any, Any]) -> None:
         if not entries:
@@ -468,12 +487,15 @@ class MapState(_Handle):
             self._lower_earliest(now)
         d = self._map(create=True)
         assert d is not None
+        n = len(d) + len(entries)
         d.update(entries)
+        if len(d) != n:  # some key was there already: not only appended
+            self._t.rewrote(d)
 
     def remove(self, user_key: Any) -> None:
         d = self._map()
-        if d is not None:
-            d.pop(user_key, None)
+        if d is not None and d.pop(user_key, _MISSING) is not _MISSING:
+            self._t.rewrote(d)
             if not d:
                 self._m.pop(self._b.current_key, None)
 

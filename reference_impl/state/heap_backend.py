@@ -113,7 +113,7 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
             if table.descriptor is not descriptor:  # the same object is trivially compatible
                 self._check_same(table.descriptor, descriptor)
             return table
-        table = StateTable(descriptor)
+        table = StateTable(descriptor, self._encoded)
         restored = self._restored.get(descriptor.name)
         if restored is not None:
             meta, data = restored
@@ -188,6 +188,8 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
                 earliest = exp
         for uk in expired:
             del v[uk]
+        if expired:
+            table.rewrote(v)
         if not v:
             del m[k]
             if bounds is not None:

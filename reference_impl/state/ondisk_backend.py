@@ -270,6 +270,10 @@ class _DiskTable:
         self.cleanup_cursor: bytes | None = None
         self.earliest = None  # the heap's map-cleanup bounds: the compaction sweep needs none
 
+    def rewrote(self, value: Any) -> None:
+        """Nothing to drop: state files copy stored bytes, with no encoding cache (the heap's
+        :meth:`~reference_impl.state.handles.StateTable.rewrote`)."""
+
 
 @dataclass
 class _Link:

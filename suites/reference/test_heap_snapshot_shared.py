@@ -160,3 +160,152 @@ def test_checkpoints_of_large_lists_and_maps_pack_only_what_changed_and_write_th
         starts.put(i, i)
         ids.add(f"e{i}")
     check()
+
+
+def _check_cached_bytes(b: HeapKeyedStateBackend) -> bytes:
+    """A checkpoint through the encoding cache, asserted byte-equal to the same snapshot packed from
+    scratch (no cache)."""
+    snap = b.snapshot(shared=True)
+    cached = encode_subtask_state(SubtaskStateSnapshot("op", 0, 1, 32, keyed=snap))
+    snap.encoded = None
+    assert cached == encode_subtask_state(SubtaskStateSnapshot("op", 0, 1, 32, keyed=snap))
+    return cached
+
+
+_ON_READ = StateTtlConfig(1_000, update_type="OnReadAndWrite")
+_NO_CLEANUP = StateTtlConfig(1_000, incremental_cleanup=None)
+
+
+@pytest.mark.parametrize(
+    ("ttl", "change"),
+    [
+        (None, lambda s, c: s.put(5, "overwritten")),
+        (None, lambda s, c: s.put(5, 5)),  # the same object again: an overwrite all the same
+        (None, lambda s, c: s.put_all({1000: 1, 5: "overwritten"})),
+        (None, lambda s, c: s.put_all({5: "overwritten", 1001: 2})),
+        (None, lambda s, c: s.remove(5)),
+        (None, lambda s, c: (s.remove(5), s.put(5, "back at the end"))),  # same length
+        (_NO_CLEANUP, lambda s, c: (c.set(1_020), s.get(3))),  # a read drops an expired entry
+        (_ON_READ, lambda s, c: (c.set(500), s.get(7))),  # a read re-stamps its entry in place
+        (_ON_READ, lambda s, c: (c.set(500), s.items())),
+        (StateTtlConfig(1_000), lambda s, c: (c.set(1_020), [s.contains(999) for _ in range(64)])),  # cleanup
+    ],
+    ids=[
+        "put-overwrite",
+        "put-same-object",
+        "put_all-overwrite-last",
+        "put_all-overwrite-first",
+        "remove",
+        "remove-and-put-again",
+        "ttl-read-drops-expired",
+        "ttl-read-restamps",
+        "ttl-items-restamp",
+        "ttl-incremental-cleanup",
+    ],
+)
+def test_a_map_changed_in_place_is_packed_again(ttl, change):
+    """The encoding cache reuses a large value's packed elements when it only grew since (no element
+    is compared): each way a map changes in place other than by appending must drop its entry, or
+    the next checkpoint writes the old bytes."""
+    clock = ManualClock(10)
+    b = HeapKeyedStateBackend(32, KeyGroupRange(0, 31), clock)
+    d = MapStateDescriptor("m")
+    s = b.get_state(d if ttl is None else d.enable_time_to_live(ttl))
+    b.set_current_key("k")
+    for i in range(40):
+        clock.set(10 + i)
+        s.put(i, i)
+    first = _check_cached_bytes(b)
+    live = b._tables["m"].data["VoidNamespace"]["k"]
+    assert id(live) in b._encoded  # packed once, cached
+    b.set_current_key("k")
+    change(s, clock)
+    b.set_current_key("k")
+    for i in range(2000, 2020):  # then appended to: a stale entry would be extended, not replaced
+        s.put(i, "appended")
+    assert _check_cached_bytes(b) != first
+
+
+@pytest.mark.parametrize(
+    ("ttl", "change"),
+    [
+        (None, lambda s, c: s.update([*range(39), "changed"])),
+        (None, lambda s, c: s.update(list(range(1, 40)) + [0])),
+        (None, lambda s, c: s.clear()),
+        (_ON_READ, lambda s, c: (c.set(500), s.get())),  # a read re-stamps every element
+        (
+            StateTtlConfig(20, incremental_cleanup=None),
+            lambda s, c: (c.set(40), s.get()),
+        ),  # drops the expired
+    ],
+    ids=["update-one-changed", "update-reordered", "clear", "ttl-read-restamps", "ttl-read-drops-expired"],
+)
+def test_a_list_changed_other_than_by_appending_is_packed_again(ttl, change):
+    clock = ManualClock(10)
+    b = HeapKeyedStateBackend(32, KeyGroupRange(0, 31), clock)
+    d = ListStateDescriptor("l")
+    s = b.get_state(d if ttl is None else d.enable_time_to_live(ttl))
+    b.set_current_key("k")
+    for i in range(40):
+        clock.set(10 + i)
+        s.add(i)
+    first = _check_cached_bytes(b)
+    assert b._encoded
+    b.set_current_key("k")
+    change(s, clock)
+    b.set_current_key("k")
+    s.add_all(["appended"] * 40)
+    assert _check_cached_bytes(b) != first
+
+
+def test_random_changes_to_large_lists_and_maps_write_the_bytes_of_a_fresh_pack():
+    """Random appends, overwrites, removals, replacements, merges and expiry across checkpoints, on
+    plain and TTL'd states: every checkpoint through the encoding cache writes exactly the bytes of
+    the same snapshot packed without it."""
+    import random
+
+    rnd = random.Random(34)
+    clock = ManualClock(10)
+    b = HeapKeyedStateBackend(32, KeyGroupRange(0, 31), clock)
+    maps = [
+        b.get_state(MapStateDescriptor("m")),
+        b.get_state(MapStateDescriptor("m_ttl").enable_time_to_live(StateTtlConfig(400))),
+        b.get_state(MapStateDescriptor("m_read").enable_time_to_live(_ON_READ)),
+    ]
+    lists = [
+        b.get_state(ListStateDescriptor("l")),
+        b.get_state(ListStateDescriptor("l_ttl").enable_time_to_live(StateTtlConfig(400))),
+    ]
+    windows = ListStateDescriptor("w")
+    for step in range(3_000):
+        clock.set(10 + step // 4)
+        b.set_current_key(f"k{rnd.randrange(3)}")
+        m, lst = rnd.choice(maps), rnd.choice(lists)
+        op = rnd.random()
+        uk = rnd.randrange(80)
+        if op < 0.45:
+            m.put(rnd.randrange(10_000, 10**6), step)  # almost always a new key: an append
+        elif op < 0.55:
+            m.put(uk, rnd.choice([step, "s", None, (1, 2)]))
+        elif op < 0.6:
+            m.put_all({rnd.randrange(10**6): step for _ in range(rnd.randrange(1, 4))})
+        elif op < 0.65:
+            m.remove(uk)
+        elif op < 0.7:
+            m.get(uk)
+        elif op < 0.9:
+            lst.add(step)
+        elif op < 0.93:
+            lst.add_all([step] * rnd.randrange(4))
+        elif op < 0.95:
+            lst.get()
+        elif op < 0.96:
+            lst.update(list(range(rnd.randrange(50))))
+        elif op < 0.97:
+            b.get_partitioned_state(rnd.randrange(3), windows).add_all(range(rnd.randrange(40)))
+        else:
+            b.get_partitioned_state(rnd.randrange(3), windows).merge_namespaces(0, [1, 2])
+        if step % 97 == 0:
+            _check_cached_bytes(b)
+    assert b._encoded
+    _check_cached_bytes(b)
