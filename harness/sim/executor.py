@@ -470,8 +470,9 @@ class SimExecutor(Driver):
                 if self._finished:
                     break
                 self._fail_over(e)
-                # a rescale the failure left ready (its savepoint completed or was lost with the attempt)
-                # restarts at the new parallelism at once, from the latest checkpoint: the restore at
+                # a rescale the failure left ready (its savepoint completed before the failure; one
+                # still pending is due again, RescaleSchedule) restarts at the new parallelism at once,
+                # from that savepoint, the latest checkpoint: the restore at
                 # the new parallelism is the one that finds the failed attempt's work unfinished (a
                 # lost commit notification: the sink's pending transactions of subtasks that are gone)
                 req = self.rescales.take()
