@@ -29,6 +29,7 @@ from typing import Any
 
 from harness.job import JobGraph, RuntimeContext, apply_chain
 from harness.job.job_graph import WatermarkStrategy
+from harness.tasks.source_task import poll_tracking_split_max, splits_watermark
 from reference_impl.keygroups import KeyGroupRange
 from reference_impl.operator_state import OperatorStateBackend
 from reference_impl.snapshot import KeyedStateSnapshot
@@ -196,24 +197,12 @@ class _SourceWatermarks:
         self.watermark = MIN_WATERMARK
 
     def poll(self, max_records: int) -> list[Any]:
-        ts_of, out = self.strategy.timestamp, []
-        for split, records in self.src.poll_splits(max_records):
-            if records:
-                top = max(int(ts_of(r)) for r in records)
-                if top > self.split_max.get(split, MIN_WATERMARK):
-                    self.split_max[split] = top
-                out.extend(records)
-        return out
+        return poll_tracking_split_max(self.src, self.strategy.timestamp, self.split_max, max_records)
 
     def rose(self) -> int | None:
         """The watermark after the last poll if it rose, else None."""
-        top, wm_for = self.split_max, self.strategy.watermark_for
-        wms = [
-            MIN_WATERMARK if split not in top else wm_for(top[split])
-            for split in self.src.offsets()
-            if not self.src.split_finished(split)
-        ]
-        if wms and min(wms) > self.watermark:
-            self.watermark = min(wms)
+        wm = splits_watermark(self.src, self.strategy.watermark_for, self.split_max)
+        if wm is not None and wm > self.watermark:
+            self.watermark = wm
             return self.watermark
         return None

@@ -5,6 +5,7 @@ and sends barriers, watermarks and end of input downstream."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 from harness.job import RuntimeContext, apply_chain
@@ -20,6 +21,33 @@ __all__ = ["SourceTask", "SPLITS_STATE", "SPLIT_TIMESTAMPS_STATE"]
 SPLITS_STATE = "__source_splits"
 SPLIT_TIMESTAMPS_STATE = "__split_max_timestamps"  # union: [split, largest event time] per split
 
+
+
+def poll_tracking_split_max(
+    fn: Any, ts_of: Callable[[Any], Any], split_max: dict[str, int], max_records: int
+) -> list[Any]:
+    """Poll up to ``max_records`` from the splits of source function ``fn``, raising ``split_max`` (per
+    split, the largest event time read so far) as records come; shared with the fault-free reference,
+    which must generate watermarks exactly as a source subtask does."""
+    out: list[Any] = []
+    for split, records in fn.poll_splits(max_records):
+        if records:
+            top = max(int(ts_of(r)) for r in records)
+            if top > split_max.get(split, MIN_WATERMARK):
+                split_max[split] = top
+            out.extend(records)
+    return out
+
+
+def splits_watermark(fn: Any, watermark_for: Callable[[int], int], split_max: dict[str, int]) -> int | None:
+    """The minimum over ``fn``'s unfinished splits of each one's watermark (a split not read yet holds
+    it at the minimum; finished splits no longer count); None when every split finished."""
+    wms = [
+        MIN_WATERMARK if split not in split_max else watermark_for(split_max[split])
+        for split in fn.offsets()
+        if not fn.split_finished(split)
+    ]
+    return min(wms) if wms else None
 
 class SourceTask(TaskBase):
     """One subtask of a source: polls the source function and routes records by key group to the
@@ -65,26 +93,15 @@ class SourceTask(TaskBase):
 
     def _poll_with_watermarks(self, max_records: int) -> list[Any]:
         assert self.watermarks is not None
-        ts_of, out = self.watermarks.timestamp, []
-        for split, records in self.function.poll_splits(max_records):
-            if records:
-                top = max(int(ts_of(r)) for r in records)
-                if top > self.split_max.get(split, MIN_WATERMARK):
-                    self.split_max[split] = top
-                out.extend(records)
-        return out
+        return poll_tracking_split_max(self.function, self.watermarks.timestamp, self.split_max, max_records)
 
     def _emit_watermark(self) -> None:
         """The minimum over this subtask's unfinished splits (a split not read yet holds it at the
         minimum; finished splits no longer count), emitted when it rose."""
         assert self.watermarks is not None
-        fn, wms = self.function, []
-        for split in fn.offsets():
-            if not fn.split_finished(split):
-                top = self.split_max.get(split)
-                wms.append(MIN_WATERMARK if top is None else self.watermarks.watermark_for(top))
-        if wms and min(wms) > self.watermark:
-            self.watermark = min(wms)
+        wm = splits_watermark(self.function, self.watermarks.watermark_for, self.split_max)
+        if wm is not None and wm > self.watermark:
+            self.watermark = wm
             assert self.env.output is not None
             self.env.output.broadcast(Watermark(self.watermark))
 
